@@ -1,0 +1,130 @@
+//! The processing-unit (PU) abstraction, and the OpenVINO implementation of it.
+//!
+//! A [`Backend`] compiles a standalone ONNX model for one PU (described by a [`PuSpec`]) into an
+//! [`Executable`] that runs on the calling thread with host tensors. bident-profile and
+//! bident-runtime are written against these traits only; which backend is used is decided by the
+//! caller (xtask, tests). A second backend (ONNX Runtime is planned) is another module beside
+//! [`openvino`] implementing the same traits.
+//!
+//! Architecture invariant: this is the only crate that touches OpenVINO. It knows nothing of
+//! graphs, cost tables or plans.
+
+pub mod soc;
+
+#[cfg(feature = "openvino")]
+pub mod openvino;
+
+pub use bident_tensor::{DType, HostTensor};
+pub use soc::{PuKind, PuSpec, SocError, SocSpec};
+
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("backend library: {0}")]
+    Library(String),
+    #[error("PU `{pu}`: cannot compile: {reason}")]
+    Compile { pu: String, reason: String },
+    #[error("PU `{pu}`: {what}: {reason}")]
+    Run { pu: String, what: String, reason: String },
+    #[error("PU `{pu}`: input {index} (`{name}`): {reason}")]
+    BadInput { pu: String, index: usize, name: String, reason: String },
+    #[error("PU `{pu}`: setting `{key}` = `{value}` was not applied (device reports `{actual}`)")]
+    PropertyIgnored { pu: String, key: String, value: String, actual: String },
+    #[error("PU `{pu}`: cannot pin to cores {cores:?}: {reason}")]
+    Pinning { pu: String, cores: Vec<usize>, reason: String },
+}
+
+/// A device a backend can compile for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// The backend's device name, e.g. `CPU`, `GPU.0`, `NPU`.
+    pub name: String,
+    pub kind: PuKind,
+    /// Human-readable name, e.g. the CPU model string.
+    pub full_name: String,
+}
+
+/// Name, element type and static shape of one model input or output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortInfo {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<u64>,
+}
+
+/// Where the time of one timed run went. What each part means depends on the backend and PU
+/// kind; the OpenVINO CPU meaning is documented on [`openvino`].
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RunTiming {
+    /// Making the inputs available to the PU.
+    pub h2d: Duration,
+    /// The backend's inference call (dispatch and execution).
+    pub infer: Duration,
+    /// Making the outputs available to the host.
+    pub d2h: Duration,
+}
+
+/// A backend: compiles ONNX models for PUs.
+pub trait Backend: Send + Sync {
+    /// Short name recorded in artifacts, e.g. `openvino`.
+    fn name(&self) -> &str;
+    /// Backend version string recorded in artifacts.
+    fn version(&self) -> String;
+    /// Devices this backend can compile for on this machine.
+    fn devices(&self) -> Result<Vec<DeviceInfo>, BackendError>;
+    /// Compile a standalone ONNX model for a PU. Compile-time properties come from the spec and
+    /// are read back: a property the device silently ignores is an error.
+    fn compile(&self, onnx: &[u8], pu: &PuSpec) -> Result<Box<dyn Executable>, BackendError>;
+}
+
+/// A model compiled for one PU. `run` executes synchronously on the calling thread.
+pub trait Executable: Send {
+    fn inputs(&self) -> &[PortInfo];
+    fn outputs(&self) -> &[PortInfo];
+    /// Run once; inputs in the order of [`Executable::inputs`], outputs in the order of
+    /// [`Executable::outputs`].
+    fn run(&mut self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>, BackendError> {
+        self.run_timed(inputs).map(|(out, _)| out)
+    }
+    /// Run once and report where the time went.
+    fn run_timed(&mut self, inputs: &[&HostTensor]) -> Result<(Vec<HostTensor>, RunTiming), BackendError>;
+}
+
+/// Pin the calling thread to the given CPU cores (no-op for an empty list).
+pub fn pin_current_thread(pu: &str, cores: &[usize]) -> Result<(), BackendError> {
+    if cores.is_empty() {
+        return Ok(());
+    }
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: cpu_set_t is plain data; CPU_SET bounds are checked against CPU_SETSIZE.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            for &c in cores {
+                if c >= libc::CPU_SETSIZE as usize {
+                    return Err(BackendError::Pinning {
+                        pu: pu.to_string(),
+                        cores: cores.to_vec(),
+                        reason: format!("core {c} out of range"),
+                    });
+                }
+                libc::CPU_SET(c, &mut set);
+            }
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(BackendError::Pinning {
+                    pu: pu.to_string(),
+                    cores: cores.to_vec(),
+                    reason: std::io::Error::last_os_error().to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+    #[cfg(not(target_os = "linux"))]
+    Err(BackendError::Pinning {
+        pu: pu.to_string(),
+        cores: cores.to_vec(),
+        reason: "thread pinning is only implemented on Linux".into(),
+    })
+}

@@ -1,0 +1,446 @@
+//! The OpenVINO backend, through the C API (`openvino-sys` with runtime linking).
+//!
+//! Why not the `openvino` crate: its handles keep their raw pointers crate-private, so neither
+//! `ov_core_compile_model_props` (the only way to pass compile properties under runtime linking,
+//! where C varargs are dropped) nor `ov_infer_request_get_profiling_info` can be reached through
+//! it. This module is the small safe layer bident needs, over `openvino-sys` directly.
+//!
+//! What the timing parts mean on an OpenVINO CPU PU (unified host memory, no copies):
+//! - `h2d`: wrapping each host input buffer as an `ov_tensor` and setting it on the request;
+//! - `infer`: the synchronous `ov_infer_request_infer` call, i.e. dispatch and execution;
+//! - `d2h`: reading each output tensor's shape and copying its bytes back into host memory.
+
+pub mod install;
+
+use std::collections::BTreeMap;
+use std::ffi::{CStr, CString, c_char, c_void};
+use std::path::{Path, PathBuf};
+use std::ptr;
+use std::time::Instant;
+
+use openvino_sys as sys;
+use sys::{ov_element_type_e as Et, ov_status_e};
+
+use crate::{Backend, BackendError, DType, DeviceInfo, Executable, HostTensor, PortInfo, PuKind, PuSpec, RunTiming};
+
+/// The OpenVINO runtime: one `ov_core_t`.
+pub struct OpenVino {
+    core: *mut sys::ov_core_t,
+    library: PathBuf,
+}
+
+// SAFETY: ov::Core is documented as thread-safe; bident never mutates it after creation except
+// through its own (thread-safe) API calls.
+unsafe impl Send for OpenVino {}
+unsafe impl Sync for OpenVino {}
+
+impl Drop for OpenVino {
+    fn drop(&mut self) {
+        // SAFETY: created by ov_core_create, freed once.
+        unsafe { sys::ov_core_free(self.core) }
+    }
+}
+
+fn last_error(status: ov_status_e) -> String {
+    // SAFETY: both functions return static or thread-local C strings owned by OpenVINO.
+    unsafe {
+        let info = sys::ov_get_error_info(status);
+        let msg = sys::ov_get_last_err_msg();
+        let info = if info.is_null() { String::new() } else { CStr::from_ptr(info).to_string_lossy().into_owned() };
+        let msg = if msg.is_null() { String::new() } else { CStr::from_ptr(msg).to_string_lossy().trim().to_string() };
+        match (info.is_empty(), msg.is_empty()) {
+            (_, false) => first_lines(&msg),
+            (false, true) => info,
+            (true, true) => format!("status {status:?}"),
+        }
+    }
+}
+
+/// OpenVINO messages carry C++ source locations and stack-like context; keep them short.
+fn first_lines(msg: &str) -> String {
+    let lines: Vec<&str> = msg
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("Check ") && !l.contains(".cpp:"))
+        .take(3)
+        .collect();
+    if lines.is_empty() { msg.lines().next().unwrap_or("").to_string() } else { lines.join(" | ") }
+}
+
+fn check(status: ov_status_e) -> Result<(), String> {
+    if status == ov_status_e::OK { Ok(()) } else { Err(last_error(status)) }
+}
+
+/// Take ownership of a C string allocated by OpenVINO.
+unsafe fn take_string(p: *mut c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: caller passes a NUL-terminated string allocated by OpenVINO, freed here once.
+    unsafe {
+        let s = CStr::from_ptr(p).to_string_lossy().into_owned();
+        sys::ov_free(p);
+        s
+    }
+}
+
+fn cstring(s: &str) -> Result<CString, String> {
+    CString::new(s).map_err(|_| format!("`{s}` contains a NUL byte"))
+}
+
+pub fn to_ov(dtype: DType) -> Et {
+    match dtype {
+        DType::F32 => Et::F32,
+        DType::F16 => Et::F16,
+        DType::Bf16 => Et::BF16,
+        DType::F64 => Et::F64,
+        DType::I8 => Et::I8,
+        DType::I16 => Et::I16,
+        DType::I32 => Et::I32,
+        DType::I64 => Et::I64,
+        DType::U8 => Et::U8,
+        DType::U16 => Et::U16,
+        DType::U32 => Et::U32,
+        DType::U64 => Et::U64,
+        DType::Bool => Et::OV_BOOLEAN,
+    }
+}
+
+pub fn from_ov(et: Et) -> Option<DType> {
+    Some(match et {
+        Et::F32 => DType::F32,
+        Et::F16 => DType::F16,
+        Et::BF16 => DType::Bf16,
+        Et::F64 => DType::F64,
+        Et::I8 => DType::I8,
+        Et::I16 => DType::I16,
+        Et::I32 => DType::I32,
+        Et::I64 => DType::I64,
+        Et::U8 => DType::U8,
+        Et::U16 => DType::U16,
+        Et::U32 => DType::U32,
+        Et::U64 => DType::U64,
+        Et::OV_BOOLEAN => DType::Bool,
+        _ => return None,
+    })
+}
+
+impl OpenVino {
+    /// Load `libopenvino_c` from its full path (the wheel ships only the versioned name, which
+    /// the crate's own finder does not look for) and create a core.
+    pub fn load(library: &Path) -> Result<Self, BackendError> {
+        sys::library::load_from(library).map_err(|e| BackendError::Library(format!("{}: {e}", library.display())))?;
+        let mut core = ptr::null_mut();
+        // SAFETY: out-pointer to a fresh core.
+        check(unsafe { sys::ov_core_create(&mut core) })
+            .map_err(|e| BackendError::Library(format!("cannot create an OpenVINO core: {e}")))?;
+        Ok(Self { core, library: library.to_path_buf() })
+    }
+
+    pub fn library(&self) -> &Path {
+        &self.library
+    }
+
+    fn device_property(&self, device: &str, key: &str) -> Result<String, String> {
+        let (d, k) = (cstring(device)?, cstring(key)?);
+        let mut value = ptr::null_mut();
+        // SAFETY: valid core and C strings; value is freed by take_string.
+        unsafe {
+            check(sys::ov_core_get_property(self.core, d.as_ptr(), k.as_ptr(), &mut value))?;
+            Ok(take_string(value))
+        }
+    }
+}
+
+impl Backend for OpenVino {
+    fn name(&self) -> &str {
+        "openvino"
+    }
+
+    fn version(&self) -> String {
+        let mut v = sys::ov_version_t { buildNumber: ptr::null(), description: ptr::null() };
+        // SAFETY: out-struct freed by ov_version_free.
+        unsafe {
+            if sys::ov_get_openvino_version(&mut v) != ov_status_e::OK || v.buildNumber.is_null() {
+                return "unknown".into();
+            }
+            let s = CStr::from_ptr(v.buildNumber).to_string_lossy().into_owned();
+            sys::ov_version_free(&mut v);
+            s
+        }
+    }
+
+    fn devices(&self) -> Result<Vec<DeviceInfo>, BackendError> {
+        let mut list = sys::ov_available_devices_t { devices: ptr::null_mut(), size: 0 };
+        // SAFETY: out-struct freed by ov_available_devices_free after copying the names.
+        let names = unsafe {
+            check(sys::ov_core_get_available_devices(self.core, &mut list)).map_err(BackendError::Library)?;
+            let names = (0..list.size)
+                .map(|i| CStr::from_ptr(*list.devices.add(i)).to_string_lossy().into_owned())
+                .collect::<Vec<_>>();
+            sys::ov_available_devices_free(&mut list);
+            names
+        };
+        Ok(names
+            .into_iter()
+            .map(|name| DeviceInfo {
+                kind: PuKind::from_device_name(&name),
+                full_name: self.device_property(&name, "FULL_DEVICE_NAME").unwrap_or_default(),
+                name,
+            })
+            .collect())
+    }
+
+    fn compile(&self, onnx: &[u8], pu: &PuSpec) -> Result<Box<dyn Executable>, BackendError> {
+        let fail = |reason: String| BackendError::Compile { pu: pu.name.clone(), reason };
+        let mut model = ptr::null_mut();
+        // SAFETY: the buffer outlives the call; OpenVINO copies what it keeps.
+        check(unsafe {
+            sys::ov_core_read_model_from_memory_buffer(
+                self.core,
+                onnx.as_ptr().cast::<c_char>(),
+                onnx.len(),
+                ptr::null(),
+                &mut model,
+            )
+        })
+        .map_err(|e| fail(format!("cannot read model: {e}")))?;
+        let model = ModelGuard(model);
+
+        let props: Vec<(CString, CString)> = pu
+            .properties
+            .iter()
+            .map(|(k, v)| Ok((cstring(k)?, cstring(v)?)))
+            .collect::<Result<_, String>>()
+            .map_err(fail)?;
+        let raw: Vec<sys::ov_property_t> = props
+            .iter()
+            .map(|(k, v)| sys::ov_property_t { key: k.as_ptr(), value: v.as_ptr().cast::<c_void>() })
+            .collect();
+        let device = cstring(&pu.device).map_err(fail)?;
+        let mut compiled = ptr::null_mut();
+        // SAFETY: all pointers valid for the call; properties are C strings as the API expects.
+        check(unsafe {
+            sys::ov_core_compile_model_props(
+                self.core,
+                model.0,
+                device.as_ptr(),
+                raw.len(),
+                if raw.is_empty() { ptr::null() } else { raw.as_ptr() },
+                &mut compiled,
+            )
+        })
+        .map_err(fail)?;
+        let mut exe =
+            OvExecutable { pu: pu.name.clone(), compiled, request: ptr::null_mut(), inputs: vec![], outputs: vec![] };
+        exe.verify_properties(&pu.properties)?;
+        exe.inputs = exe.ports(true).map_err(fail)?;
+        exe.outputs = exe.ports(false).map_err(fail)?;
+        // SAFETY: valid compiled model; request freed in Drop.
+        check(unsafe { sys::ov_compiled_model_create_infer_request(exe.compiled, &mut exe.request) })
+            .map_err(|e| fail(format!("cannot create infer request: {e}")))?;
+        Ok(Box::new(exe))
+    }
+}
+
+struct ModelGuard(*mut sys::ov_model_t);
+impl Drop for ModelGuard {
+    fn drop(&mut self) {
+        // SAFETY: created by read_model, freed once.
+        unsafe { sys::ov_model_free(self.0) }
+    }
+}
+
+struct OvExecutable {
+    pu: String,
+    compiled: *mut sys::ov_compiled_model_t,
+    request: *mut sys::ov_infer_request_t,
+    inputs: Vec<PortInfo>,
+    outputs: Vec<PortInfo>,
+}
+
+// SAFETY: a compiled model and its infer request may be used from any one thread at a time;
+// `Executable::run_timed` takes `&mut self`.
+unsafe impl Send for OvExecutable {}
+
+impl Drop for OvExecutable {
+    fn drop(&mut self) {
+        // SAFETY: each handle created once and freed once; request before its model.
+        unsafe {
+            if !self.request.is_null() {
+                sys::ov_infer_request_free(self.request);
+            }
+            sys::ov_compiled_model_free(self.compiled);
+        }
+    }
+}
+
+impl OvExecutable {
+    fn property(&self, key: &str) -> Result<String, String> {
+        let k = cstring(key)?;
+        let mut value = ptr::null_mut();
+        // SAFETY: valid compiled model; value freed by take_string.
+        unsafe {
+            check(sys::ov_compiled_model_get_property(self.compiled, k.as_ptr(), &mut value))?;
+            Ok(take_string(value))
+        }
+    }
+
+    /// A device may accept a property and ignore it: read every requested one back.
+    fn verify_properties(&self, wanted: &BTreeMap<String, String>) -> Result<(), BackendError> {
+        for (key, value) in wanted {
+            let actual = self.property(key).map_err(|e| BackendError::PropertyIgnored {
+                pu: self.pu.clone(),
+                key: key.clone(),
+                value: value.clone(),
+                actual: format!("<unreadable: {e}>"),
+            })?;
+            if !actual.eq_ignore_ascii_case(value) {
+                return Err(BackendError::PropertyIgnored {
+                    pu: self.pu.clone(),
+                    key: key.clone(),
+                    value: value.clone(),
+                    actual,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn ports(&self, inputs: bool) -> Result<Vec<PortInfo>, String> {
+        let mut n = 0usize;
+        // SAFETY: valid compiled model; every port is freed after reading it.
+        unsafe {
+            if inputs {
+                check(sys::ov_compiled_model_inputs_size(self.compiled, &mut n))?;
+            } else {
+                check(sys::ov_compiled_model_outputs_size(self.compiled, &mut n))?;
+            }
+            let mut out = Vec::with_capacity(n);
+            for i in 0..n {
+                let mut port = ptr::null_mut();
+                if inputs {
+                    check(sys::ov_compiled_model_input_by_index(self.compiled, i, &mut port))?;
+                } else {
+                    check(sys::ov_compiled_model_output_by_index(self.compiled, i, &mut port))?;
+                }
+                let info = read_port(port);
+                sys::ov_output_const_port_free(port);
+                out.push(info?);
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// SAFETY: `port` must be a valid const port.
+unsafe fn read_port(port: *mut sys::ov_output_const_port_t) -> Result<PortInfo, String> {
+    unsafe {
+        let mut name = ptr::null_mut();
+        check(sys::ov_port_get_any_name(port, &mut name))?;
+        let name = take_string(name);
+        let mut et = Et::DYNAMIC;
+        check(sys::ov_port_get_element_type(port, &mut et))?;
+        let dtype = from_ov(et).ok_or_else(|| format!("port `{name}`: unsupported element type {et:?}"))?;
+        let mut shape = sys::ov_shape_t { rank: 0, dims: ptr::null_mut() };
+        // A dynamic port has no static shape; outputs take their shape from the run.
+        let dims = if sys::ov_const_port_get_shape(port, &mut shape) == ov_status_e::OK {
+            let d = (0..shape.rank as usize).map(|i| *shape.dims.add(i) as u64).collect();
+            sys::ov_shape_free(&mut shape);
+            d
+        } else {
+            vec![]
+        };
+        Ok(PortInfo { name, dtype, shape: dims })
+    }
+}
+
+struct TensorGuard(*mut sys::ov_tensor_t);
+impl Drop for TensorGuard {
+    fn drop(&mut self) {
+        // SAFETY: created by OpenVINO, freed once.
+        unsafe { sys::ov_tensor_free(self.0) }
+    }
+}
+
+impl Executable for OvExecutable {
+    fn inputs(&self) -> &[PortInfo] {
+        &self.inputs
+    }
+
+    fn outputs(&self) -> &[PortInfo] {
+        &self.outputs
+    }
+
+    fn run_timed(&mut self, inputs: &[&HostTensor]) -> Result<(Vec<HostTensor>, RunTiming), BackendError> {
+        let run_err =
+            |what: &str, reason: String| BackendError::Run { pu: self.pu.clone(), what: what.to_string(), reason };
+        if inputs.len() != self.inputs.len() {
+            return Err(run_err("inputs", format!("model takes {} inputs, got {}", self.inputs.len(), inputs.len())));
+        }
+        let t0 = Instant::now();
+        let mut held = Vec::with_capacity(inputs.len());
+        for (i, (t, port)) in inputs.iter().zip(&self.inputs).enumerate() {
+            let bad = |reason: String| BackendError::BadInput {
+                pu: self.pu.clone(),
+                index: i,
+                name: port.name.clone(),
+                reason,
+            };
+            if t.dtype != port.dtype {
+                return Err(bad(format!("expects {}, got {}", port.dtype, t.dtype)));
+            }
+            if t.data.len() != t.numel() * t.dtype.size() {
+                return Err(bad("buffer size does not match shape".into()));
+            }
+            let dims: Vec<i64> = t.shape.iter().map(|&d| d as i64).collect();
+            let mut shape = sys::ov_shape_t { rank: 0, dims: ptr::null_mut() };
+            let mut tensor = ptr::null_mut();
+            // SAFETY: the host buffer outlives the infer call below (held by the caller) and
+            // is only read by OpenVINO for an input.
+            unsafe {
+                check(sys::ov_shape_create(dims.len() as i64, dims.as_ptr(), &mut shape)).map_err(bad)?;
+                let st = sys::ov_tensor_create_from_host_ptr(
+                    to_ov(t.dtype),
+                    shape,
+                    t.data.as_ptr() as *mut c_void,
+                    &mut tensor,
+                );
+                sys::ov_shape_free(&mut shape);
+                check(st).map_err(bad)?;
+                let tensor = TensorGuard(tensor);
+                check(sys::ov_infer_request_set_input_tensor_by_index(self.request, i, tensor.0)).map_err(bad)?;
+                held.push(tensor);
+            }
+        }
+        let t1 = Instant::now();
+        // SAFETY: valid request with all inputs set.
+        check(unsafe { sys::ov_infer_request_infer(self.request) }).map_err(|e| run_err("infer", e))?;
+        let t2 = Instant::now();
+        let mut outs = Vec::with_capacity(self.outputs.len());
+        for (i, port) in self.outputs.iter().enumerate() {
+            let mut tensor = ptr::null_mut();
+            // SAFETY: valid request after a successful infer; data copied before the guard drops.
+            let out = unsafe {
+                check(sys::ov_infer_request_get_output_tensor_by_index(self.request, i, &mut tensor))
+                    .map_err(|e| run_err("output", e))?;
+                let tensor = TensorGuard(tensor);
+                let mut shape = sys::ov_shape_t { rank: 0, dims: ptr::null_mut() };
+                check(sys::ov_tensor_get_shape(tensor.0, &mut shape)).map_err(|e| run_err("output", e))?;
+                let dims: Vec<u64> = (0..shape.rank as usize).map(|k| *shape.dims.add(k) as u64).collect();
+                sys::ov_shape_free(&mut shape);
+                let mut bytes = 0usize;
+                check(sys::ov_tensor_get_byte_size(tensor.0, &mut bytes)).map_err(|e| run_err("output", e))?;
+                let mut data = ptr::null_mut();
+                check(sys::ov_tensor_data(tensor.0, &mut data)).map_err(|e| run_err("output", e))?;
+                let buf =
+                    if bytes == 0 { vec![] } else { std::slice::from_raw_parts(data.cast::<u8>(), bytes).to_vec() };
+                HostTensor::new(&port.name, port.dtype, dims, buf).map_err(|e| run_err("output", e.to_string()))?
+            };
+            outs.push(out);
+        }
+        let t3 = Instant::now();
+        drop(held);
+        Ok((outs, RunTiming { h2d: t1 - t0, infer: t2 - t1, d2h: t3 - t2 }))
+    }
+}

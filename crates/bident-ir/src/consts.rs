@@ -1,0 +1,69 @@
+//! Constant tensors: conversion between ONNX `TensorProto` and [`HostTensor`], and the f64 view
+//! that constant evaluation of shape arithmetic works in.
+
+use bident_tensor::{DType, HostTensor, f32_to_f16};
+
+use crate::proto::TensorProto;
+
+/// Decode an (already external-data-resolved) ONNX tensor.
+pub(crate) fn from_proto(t: &TensorProto) -> Result<HostTensor, String> {
+    let code = t.data_type.unwrap_or(0);
+    let dtype = DType::from_onnx(code).ok_or_else(|| format!("unsupported data type code {code}"))?;
+    if t.dims.iter().any(|&d| d < 0) {
+        return Err(format!("negative dim in {:?}", t.dims));
+    }
+    let shape: Vec<u64> = t.dims.iter().map(|&d| d as u64).collect();
+    let n = bident_tensor::numel(&shape) as usize;
+    let mut data = Vec::with_capacity(n * dtype.size());
+    if let Some(raw) = t.raw_data.as_ref().filter(|r| !r.is_empty() || n == 0) {
+        data.extend_from_slice(raw);
+    } else {
+        match dtype {
+            DType::F32 => t.float_data.iter().for_each(|v| data.extend_from_slice(&v.to_le_bytes())),
+            DType::F64 => t.double_data.iter().for_each(|v| data.extend_from_slice(&v.to_le_bytes())),
+            DType::I64 => t.int64_data.iter().for_each(|v| data.extend_from_slice(&v.to_le_bytes())),
+            DType::U32 | DType::U64 => {
+                t.uint64_data.iter().for_each(|&v| data.extend_from_slice(&v.to_le_bytes()[..dtype.size()]))
+            }
+            // int32_data carries the narrower types, one element per int32
+            _ => t.int32_data.iter().for_each(|&v| data.extend_from_slice(&v.to_le_bytes()[..dtype.size()])),
+        }
+    }
+    HostTensor::new(t.name(), dtype, shape, data).map_err(|e| e.to_string())
+}
+
+pub(crate) fn to_proto(name: &str, t: &HostTensor) -> TensorProto {
+    TensorProto {
+        name: Some(name.to_string()),
+        dims: t.shape.iter().map(|&d| d as i64).collect(),
+        data_type: Some(t.dtype.onnx_code()),
+        raw_data: Some(t.data.clone()),
+        ..Default::default()
+    }
+}
+
+pub(crate) fn to_f64(t: &HostTensor) -> Vec<f64> {
+    (0..t.numel()).map(|i| t.get_f64(i)).collect()
+}
+
+pub(crate) fn from_f64(dtype: DType, shape: Vec<u64>, values: &[f64]) -> HostTensor {
+    let mut data = Vec::with_capacity(values.len() * dtype.size());
+    for &v in values {
+        match dtype {
+            DType::F32 => data.extend_from_slice(&(v as f32).to_le_bytes()),
+            DType::F64 => data.extend_from_slice(&v.to_le_bytes()),
+            DType::F16 => data.extend_from_slice(&f32_to_f16(v as f32).to_le_bytes()),
+            DType::Bf16 => data.extend_from_slice(&(((v as f32).to_bits() >> 16) as u16).to_le_bytes()),
+            DType::Bool => data.push((v != 0.0) as u8),
+            DType::I8 => data.push(v as i8 as u8),
+            DType::U8 => data.push(v as u8),
+            DType::I16 => data.extend_from_slice(&(v as i16).to_le_bytes()),
+            DType::U16 => data.extend_from_slice(&(v as u16).to_le_bytes()),
+            DType::I32 => data.extend_from_slice(&(v as i32).to_le_bytes()),
+            DType::U32 => data.extend_from_slice(&(v as u32).to_le_bytes()),
+            DType::I64 => data.extend_from_slice(&(v as i64).to_le_bytes()),
+            DType::U64 => data.extend_from_slice(&(v as u64).to_le_bytes()),
+        }
+    }
+    HostTensor { dtype, shape, data }
+}

@@ -1,0 +1,202 @@
+//! bident-ir: from an ONNX file to a [`FusedGraph`], the DAG of fused operators every later
+//! stage works on, and extraction of any fused operator as a standalone ONNX model.
+//!
+//! Owns: the ONNX protobuf bindings (generated, `proto`), op knowledge (`ops`, one file per op
+//! family), shape inference and constant folding, the fusion rules, the `FusedGraph` artifact and
+//! its verifier.
+//!
+//! Must not: touch any backend (extraction produces bytes; running them is bident-backend's
+//! job), or know about PUs, costs or plans.
+
+mod consts;
+mod error;
+mod extract;
+mod lower;
+mod ops;
+pub mod proto;
+
+use std::collections::BTreeMap;
+
+use bident_artifact::{Artifact, Blob, ContentHash};
+use serde::{Deserialize, Serialize};
+
+pub use bident_tensor::DType;
+pub use error::IrError;
+pub use extract::Extractor;
+pub use lower::{ImportOptions, import, import_bytes};
+
+/// Index of a tensor in [`FusedGraph::tensors`].
+pub type TensorId = u32;
+/// Index of a fused operator in [`FusedGraph::ops`]; ops are stored in topological order.
+pub type OpId = u32;
+
+/// A tensor visible between fused operators (or at the graph's boundary).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TensorInfo {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<u64>,
+}
+
+impl TensorInfo {
+    pub fn bytes(&self) -> u64 {
+        bident_tensor::numel(&self.shape) * self.dtype.size() as u64
+    }
+}
+
+/// A group of ONNX nodes executed as one unit (e.g. `Conv+BatchNormalization+Relu`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FusedOp {
+    /// Name of the anchor (or only) node.
+    pub name: String,
+    /// Op types of the group's compute nodes joined with `+`.
+    pub kind: String,
+    /// Indices into the lowered model's `graph.node`, in execution order; constant-producing
+    /// nodes the group needs are included.
+    pub nodes: Vec<u32>,
+    pub inputs: Vec<TensorId>,
+    pub outputs: Vec<TensorId>,
+}
+
+/// Where a fused graph came from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Source {
+    /// File name of the model as given.
+    pub file: String,
+    /// Hash of the model bytes (external data included).
+    pub hash: ContentHash,
+    pub ir_version: i64,
+    /// `(domain, version)` of each imported opset.
+    pub opsets: Vec<(String, i64)>,
+    pub producer: String,
+    /// ONNX nodes in the source graph.
+    pub nodes: usize,
+    /// Nodes removed by constant folding and dead-code elimination.
+    pub folded_nodes: usize,
+}
+
+/// The fused-operator DAG of one model. Produced by [`import`]; read by every later stage.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FusedGraph {
+    pub name: String,
+    pub source: Source,
+    /// Input shapes after pinning dynamic dims.
+    pub input_shapes: BTreeMap<String, Vec<u64>>,
+    /// Which fusion produced the grouping (`rules`).
+    pub fusion: String,
+    pub tensors: Vec<TensorInfo>,
+    pub inputs: Vec<TensorId>,
+    pub outputs: Vec<TensorId>,
+    /// Fused operators in topological order.
+    pub ops: Vec<FusedOp>,
+    /// The lowered model (inputs pinned, constants folded) that `nodes` index into.
+    pub model: Blob,
+    /// The source model with only its input shapes pinned: the reference for correctness
+    /// checks and the monolithic baseline.
+    pub reference: Blob,
+}
+
+impl Artifact for FusedGraph {
+    const KIND: &'static str = "fused-graph";
+    const SCHEMA_VERSION: u32 = 1;
+}
+
+impl FusedGraph {
+    pub fn tensor(&self, id: TensorId) -> &TensorInfo {
+        &self.tensors[id as usize]
+    }
+
+    /// For each tensor, the op that produces it (None for graph inputs).
+    pub fn producers(&self) -> Vec<Option<OpId>> {
+        let mut p = vec![None; self.tensors.len()];
+        for (i, op) in self.ops.iter().enumerate() {
+            for &t in &op.outputs {
+                p[t as usize] = Some(i as OpId);
+            }
+        }
+        p
+    }
+
+    /// Data edges between ops: `(producer, consumer, tensor)`, each once, in consumer order.
+    pub fn edges(&self) -> Vec<(OpId, OpId, TensorId)> {
+        let prod = self.producers();
+        let mut out = vec![];
+        for (c, op) in self.ops.iter().enumerate() {
+            for &t in &op.inputs {
+                if let Some(p) = prod[t as usize] {
+                    out.push((p, c as OpId, t));
+                }
+            }
+        }
+        out
+    }
+
+    /// The graph as a petgraph DAG over op ids (edge weight: tensor id).
+    pub fn op_dag(&self) -> petgraph::graph::DiGraph<OpId, TensorId> {
+        let mut g = petgraph::graph::DiGraph::<OpId, TensorId>::with_capacity(self.ops.len(), self.ops.len());
+        for i in 0..self.ops.len() {
+            g.add_node(i as OpId);
+        }
+        for (p, c, t) in self.edges() {
+            g.add_edge(petgraph::graph::NodeIndex::new(p as usize), petgraph::graph::NodeIndex::new(c as usize), t);
+        }
+        g
+    }
+
+    /// Hash identifying this graph for downstream artifacts.
+    pub fn content_hash(&self) -> Result<ContentHash, IrError> {
+        let bytes =
+            bident_artifact::encode(self, ContentHash::default()).map_err(|e| IrError::Verify(e.to_string()))?;
+        let (h, _) = bident_artifact::read_header(std::path::Path::new("<memory>"), &bytes)
+            .map_err(|e| IrError::Verify(e.to_string()))?;
+        Ok(h.payload_hash)
+    }
+}
+
+/// Check the invariants every stage relies on: ops in topological order, one producer per
+/// tensor, every op input available, outputs produced, ids in range, shapes static.
+pub fn verify(g: &FusedGraph) -> Result<(), IrError> {
+    let bad = |m: String| Err(IrError::Verify(m));
+    let n = g.tensors.len() as u32;
+    let mut available = vec![false; g.tensors.len()];
+    let mut produced = vec![false; g.tensors.len()];
+    for &t in &g.inputs {
+        if t >= n {
+            return bad(format!("input tensor id {t} out of range"));
+        }
+        available[t as usize] = true;
+        produced[t as usize] = true;
+    }
+    for (i, op) in g.ops.iter().enumerate() {
+        if op.outputs.is_empty() {
+            return bad(format!("op {i} `{}` has no outputs", op.name));
+        }
+        if op.nodes.is_empty() {
+            return bad(format!("op {i} `{}` has no nodes", op.name));
+        }
+        for &t in &op.inputs {
+            if t >= n || !available[t as usize] {
+                return bad(format!(
+                    "op {i} `{}` reads tensor {t} before it is produced (ops not in topological order?)",
+                    op.name
+                ));
+            }
+        }
+        for &t in &op.outputs {
+            if t >= n {
+                return bad(format!("op {i} `{}` writes tensor id {t} out of range", op.name));
+            }
+            if produced[t as usize] {
+                return bad(format!("tensor `{}` has two producers", g.tensors[t as usize].name));
+            }
+            produced[t as usize] = true;
+            available[t as usize] = true;
+        }
+    }
+    for &t in &g.outputs {
+        if t >= n || !produced[t as usize] {
+            return bad(format!("graph output tensor {t} is never produced"));
+        }
+    }
+    Ok(())
+}

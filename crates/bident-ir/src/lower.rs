@@ -1,0 +1,679 @@
+//! Import: ONNX bytes -> typed, constant-folded node list -> fused groups -> [`FusedGraph`].
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Component, Path, PathBuf};
+
+use bident_artifact::{Blob, ContentHash};
+use bident_tensor::{DType, HostTensor};
+use prost::Message;
+
+use crate::consts;
+use crate::ops::{self, Ctx, Fact, Role};
+use crate::proto::{
+    GraphProto, ModelProto, NodeProto, TensorShapeProto, TypeProto, ValueInfoProto, tensor_proto::DataLocation,
+    tensor_shape_proto, type_proto,
+};
+use crate::{FusedGraph, FusedOp, IrError, Source, TensorId, TensorInfo};
+
+/// Options of [`import`].
+#[derive(Clone, Debug)]
+pub struct ImportOptions {
+    /// Static shapes for graph inputs (`--input-shape NAME=D,D,...`); required for every input
+    /// that has a dynamic dim.
+    pub input_shapes: BTreeMap<String, Vec<u64>>,
+    /// Constant subgraphs are evaluated at import when their result has at most this many
+    /// elements; larger ones stay in the graph, attached to their consumer.
+    pub fold_limit: usize,
+}
+
+impl Default for ImportOptions {
+    fn default() -> Self {
+        Self { input_shapes: BTreeMap::new(), fold_limit: 1 << 16 }
+    }
+}
+
+impl ImportOptions {
+    /// Hash of the options, part of the fused graph's input hash.
+    pub fn hash_bytes(&self) -> Vec<u8> {
+        format!("{:?}|{}", self.input_shapes, self.fold_limit).into_bytes()
+    }
+}
+
+/// Import an ONNX model file. External data is resolved only inside the model's own folder.
+pub fn import(path: &Path, opts: &ImportOptions) -> Result<FusedGraph, IrError> {
+    let bytes = std::fs::read(path).map_err(|source| IrError::Io { path: path.to_path_buf(), source })?;
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    import_bytes(&bytes, &file, Some(&dir), opts).map_err(|e| match e {
+        IrError::NotOnnx { reason, .. } => IrError::NotOnnx { path: path.to_path_buf(), reason },
+        IrError::NoGraph { .. } => IrError::NoGraph { path: path.to_path_buf() },
+        e => e,
+    })
+}
+
+/// Import ONNX bytes. `dir` is where external data may be read from (None: not allowed).
+pub fn import_bytes(bytes: &[u8], file: &str, dir: Option<&Path>, opts: &ImportOptions) -> Result<FusedGraph, IrError> {
+    let path = PathBuf::from(file);
+    let mut model =
+        ModelProto::decode(bytes).map_err(|e| IrError::NotOnnx { path: path.clone(), reason: e.to_string() })?;
+    if model.graph.is_none() || model.ir_version.is_none() {
+        return Err(IrError::NoGraph { path });
+    }
+    let mut ext_bytes = vec![];
+    resolve_external_data(&mut model, dir, &mut ext_bytes)?;
+    let hash = ContentHash::of_parts(&[bytes, &ext_bytes]);
+    let name = Path::new(file).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
+    Lowering::new(model, opts)?.run(name, file.to_string(), hash)
+}
+
+/// Read every external-data initializer into `raw_data`, refusing locations outside `dir`.
+fn resolve_external_data(model: &mut ModelProto, dir: Option<&Path>, all: &mut Vec<u8>) -> Result<(), IrError> {
+    let Some(graph) = model.graph.as_mut() else { return Ok(()) };
+    for t in &mut graph.initializer {
+        if t.data_location != Some(DataLocation::External as i32) {
+            continue;
+        }
+        let name = t.name().to_string();
+        let ext = |reason: String| IrError::ExternalData { tensor: name.clone(), reason };
+        let kv: HashMap<&str, &str> = t.external_data.iter().map(|e| (e.key(), e.value())).collect();
+        let location = *kv.get("location").ok_or_else(|| ext("no location".into()))?;
+        let dir = dir.ok_or_else(|| ext("external data needs the model's folder (import from a file)".into()))?;
+        let rel = Path::new(location);
+        let escapes =
+            rel.is_absolute() || rel.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir));
+        let full = dir.join(rel);
+        let inside = !escapes
+            && match (full.canonicalize(), dir.canonicalize()) {
+                (Ok(f), Ok(d)) => f.starts_with(d),
+                _ => true, // missing file: reported below with its own message
+            };
+        if !inside {
+            return Err(IrError::ExternalDataEscapes {
+                tensor: name,
+                location: location.to_string(),
+                dir: dir.to_path_buf(),
+            });
+        }
+        let data = std::fs::read(&full).map_err(|e| ext(format!("{}: {e}", full.display())))?;
+        let num =
+            |k: &str| kv.get(k).map(|v| v.parse::<usize>().map_err(|_| ext(format!("bad {k} `{v}`")))).transpose();
+        let offset = num("offset")?.unwrap_or(0);
+        let length = num("length")?.unwrap_or(data.len().saturating_sub(offset));
+        let slice = data.get(offset..offset + length).ok_or_else(|| {
+            ext(format!("{}: bytes {offset}..{} beyond file size {}", full.display(), offset + length, data.len()))
+        })?;
+        all.extend_from_slice(slice);
+        t.raw_data = Some(slice.to_vec());
+        t.external_data.clear();
+        t.data_location = Some(DataLocation::Default as i32);
+    }
+    Ok(())
+}
+
+fn node_label(n: &NodeProto, idx: usize) -> String {
+    if n.name().is_empty() { format!("#{idx}") } else { n.name().to_string() }
+}
+
+fn static_type(vi: &ValueInfoProto) -> Option<(i32, Vec<Option<u64>>, Vec<String>)> {
+    let Some(type_proto::Value::TensorType(t)) = vi.r#type.as_ref()?.value.as_ref() else { return None };
+    let shape = t.shape.as_ref()?;
+    let mut dims = vec![];
+    let mut syms = vec![];
+    for d in &shape.dim {
+        match &d.value {
+            Some(tensor_shape_proto::dimension::Value::DimValue(v)) if *v >= 0 => {
+                dims.push(Some(*v as u64));
+                syms.push(String::new());
+            }
+            Some(tensor_shape_proto::dimension::Value::DimParam(p)) => {
+                dims.push(None);
+                syms.push(p.clone());
+            }
+            _ => {
+                dims.push(None);
+                syms.push("?".into());
+            }
+        }
+    }
+    Some((t.elem_type.unwrap_or(0), dims, syms))
+}
+
+pub(crate) fn value_info(name: &str, dtype: DType, shape: &[u64]) -> ValueInfoProto {
+    ValueInfoProto {
+        name: Some(name.to_string()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(dtype.onnx_code()),
+                shape: Some(TensorShapeProto {
+                    dim: shape
+                        .iter()
+                        .map(|&d| tensor_shape_proto::Dimension {
+                            value: Some(tensor_shape_proto::dimension::Value::DimValue(d as i64)),
+                            ..Default::default()
+                        })
+                        .collect(),
+                }),
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// How a node ends up after constant analysis.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Fate {
+    /// Computes on activations: becomes part of a fused op.
+    Compute,
+    /// All inputs constant but not evaluated here: copied into each consuming fused op.
+    ConstLike,
+    /// Evaluated at import; its outputs are constants now.
+    Folded,
+    /// Nothing it produces reaches a graph output.
+    Dead,
+}
+
+struct Lowering<'o> {
+    model: ModelProto,
+    reference: ModelProto,
+    opts: &'o ImportOptions,
+    opset: i64,
+    facts: HashMap<String, Fact>,
+    consts: HashMap<String, HostTensor>,
+    /// Names of original initializers.
+    initializers: HashSet<String>,
+    inputs: Vec<(String, Fact)>,
+    outputs: Vec<String>,
+    /// value_info and graph outputs with fully static shapes, for ops the registry lacks.
+    declared: HashMap<String, Fact>,
+}
+
+impl<'o> Lowering<'o> {
+    fn new(model: ModelProto, opts: &'o ImportOptions) -> Result<Self, IrError> {
+        let opset = model
+            .opset_import
+            .iter()
+            .find(|o| o.domain().is_empty() || o.domain() == "ai.onnx")
+            .and_then(|o| o.version)
+            .unwrap_or(1);
+        let reference = model.clone();
+        let mut me = Self {
+            model,
+            reference,
+            opts,
+            opset,
+            facts: HashMap::new(),
+            consts: HashMap::new(),
+            initializers: HashSet::new(),
+            inputs: vec![],
+            outputs: vec![],
+            declared: HashMap::new(),
+        };
+        me.read_boundary()?;
+        Ok(me)
+    }
+
+    fn graph(&self) -> &GraphProto {
+        self.model.graph.as_ref().expect("checked at import")
+    }
+
+    /// Initializers, inputs (with pinning), outputs, declared shapes.
+    fn read_boundary(&mut self) -> Result<(), IrError> {
+        let graph = self.model.graph.take().expect("checked at import");
+        for t in &graph.initializer {
+            let v = consts::from_proto(t).map_err(|reason| IrError::BadTensor { tensor: t.name().into(), reason })?;
+            self.facts.insert(t.name().into(), Fact::new(v.dtype, v.shape.clone()));
+            self.consts.insert(t.name().into(), v);
+            self.initializers.insert(t.name().into());
+        }
+        for c in self.opts.input_shapes.keys() {
+            if !graph.input.iter().any(|i| i.name() == c) || self.initializers.contains(c) {
+                return Err(IrError::BadInputShape {
+                    input: c.clone(),
+                    reason: format!(
+                        "the model has no input of that name (inputs: {})",
+                        graph
+                            .input
+                            .iter()
+                            .filter(|i| !self.initializers.contains(i.name()))
+                            .map(|i| i.name())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                });
+            }
+        }
+        for vi in &graph.input {
+            let name = vi.name().to_string();
+            if self.initializers.contains(&name) {
+                continue;
+            }
+            let (code, dims, syms) = static_type(vi).ok_or_else(|| IrError::BadInput {
+                input: name.clone(),
+                reason: "is not a tensor with a known rank".into(),
+            })?;
+            let dtype = DType::from_onnx(code).ok_or_else(|| IrError::BadInput {
+                input: name.clone(),
+                reason: format!("unsupported element type code {code}"),
+            })?;
+            let shape = match self.opts.input_shapes.get(&name) {
+                Some(pinned) => {
+                    if pinned.len() != dims.len() {
+                        return Err(IrError::BadInputShape {
+                            input: name,
+                            reason: format!("model says rank {}, given {}", dims.len(), pinned.len()),
+                        });
+                    }
+                    if let Some((i, d)) = dims.iter().enumerate().find(|(i, d)| d.is_some_and(|d| d != pinned[*i])) {
+                        return Err(IrError::BadInputShape {
+                            input: name,
+                            reason: format!("dim {i} is fixed at {} in the model, given {}", d.unwrap_or(0), pinned[i]),
+                        });
+                    }
+                    pinned.clone()
+                }
+                None => match dims.iter().position(Option::is_none) {
+                    Some(i) => {
+                        let example = dims
+                            .iter()
+                            .zip(&syms)
+                            .map(|(d, s)| d.map_or_else(|| s.clone(), |v| v.to_string()))
+                            .collect::<Vec<_>>()
+                            .join(",");
+                        return Err(IrError::DynamicInput { input: name, dim: i, symbol: syms[i].clone(), example });
+                    }
+                    None => dims.iter().map(|d| d.unwrap_or(0)).collect(),
+                },
+            };
+            self.facts.insert(name.clone(), Fact::new(dtype, shape.clone()));
+            self.inputs.push((name, Fact::new(dtype, shape)));
+        }
+        for vi in graph.value_info.iter().chain(&graph.output) {
+            if let Some((code, dims, _)) = static_type(vi)
+                && let (Some(dt), Some(shape)) =
+                    (DType::from_onnx(code), dims.into_iter().collect::<Option<Vec<u64>>>())
+            {
+                self.declared.insert(vi.name().to_string(), Fact::new(dt, shape));
+            }
+        }
+        self.outputs = graph.output.iter().map(|o| o.name().to_string()).collect();
+        self.model.graph = Some(graph);
+        // The reference keeps every node; only its input shapes are pinned.
+        if let Some(g) = self.reference.graph.as_mut() {
+            for vi in &mut g.input {
+                if let Some((_, fact)) = self.inputs.iter().find(|(n, _)| n == vi.name()) {
+                    *vi = value_info(vi.name(), fact.dtype, &fact.shape);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Topological order of the nodes, after checking producers.
+    fn topo_order(&self) -> Result<Vec<usize>, IrError> {
+        let nodes = &self.graph().node;
+        let mut producer: HashMap<&str, usize> = HashMap::new();
+        for (i, n) in nodes.iter().enumerate() {
+            if n.attribute.iter().any(|a| a.g.is_some() || !a.graphs.is_empty()) {
+                return Err(IrError::Unsupported {
+                    node: node_label(n, i),
+                    op: n.op_type().into(),
+                    reason: "control flow with subgraphs (If/Loop/Scan) is not supported yet".into(),
+                });
+            }
+            for o in n.output.iter().filter(|o| !o.is_empty()) {
+                let is_source = self.initializers.contains(o) || self.inputs.iter().any(|(name, _)| name == o);
+                if let Some(&first) = producer.get(o.as_str()) {
+                    return Err(IrError::DuplicateProducer {
+                        tensor: o.clone(),
+                        first: node_label(&nodes[first], first),
+                        second: node_label(n, i),
+                    });
+                }
+                if is_source {
+                    return Err(IrError::DuplicateProducer {
+                        tensor: o.clone(),
+                        first: "a graph input or initializer".into(),
+                        second: node_label(n, i),
+                    });
+                }
+                producer.insert(o, i);
+            }
+        }
+        let known = |t: &str| producer.contains_key(t) || self.facts.contains_key(t);
+        for (i, n) in nodes.iter().enumerate() {
+            if let Some(t) = n.input.iter().find(|t| !t.is_empty() && !known(t)) {
+                return Err(IrError::DanglingInput {
+                    node: node_label(n, i),
+                    op: n.op_type().into(),
+                    tensor: t.clone(),
+                });
+            }
+        }
+        if let Some(t) = self.outputs.iter().find(|t| !known(t)) {
+            return Err(IrError::DanglingOutput { tensor: t.clone() });
+        }
+        // Kahn's algorithm, stable in file order.
+        let mut indeg = vec![0usize; nodes.len()];
+        let mut users: Vec<Vec<usize>> = vec![vec![]; nodes.len()];
+        for (i, n) in nodes.iter().enumerate() {
+            for t in n.input.iter().filter(|t| !t.is_empty()) {
+                if let Some(&p) = producer.get(t.as_str()) {
+                    indeg[i] += 1;
+                    users[p].push(i);
+                }
+            }
+        }
+        let mut ready: std::collections::BTreeSet<usize> = (0..nodes.len()).filter(|&i| indeg[i] == 0).collect();
+        let mut order = Vec::with_capacity(nodes.len());
+        while let Some(i) = ready.pop_first() {
+            order.push(i);
+            for &u in &users[i] {
+                indeg[u] -= 1;
+                if indeg[u] == 0 {
+                    ready.insert(u);
+                }
+            }
+        }
+        if order.len() != nodes.len() {
+            let i = (0..nodes.len()).find(|&i| indeg[i] > 0).unwrap_or(0);
+            return Err(IrError::Cycle { node: node_label(&nodes[i], i), op: nodes[i].op_type().into() });
+        }
+        Ok(order)
+    }
+
+    /// Shape inference and constant folding, node by node in topological order.
+    fn analyse(&mut self, order: &[usize]) -> Result<Vec<Fate>, IrError> {
+        let graph = self.model.graph.take().expect("checked at import");
+        let outputs: HashSet<&str> = self.outputs.iter().map(String::as_str).collect();
+        let mut fates = vec![Fate::Compute; graph.node.len()];
+        for &i in order {
+            let n = &graph.node[i];
+            let label = node_label(n, i);
+            let err = |reason: String| IrError::Shape { node: label.clone(), op: n.op_type().into(), reason };
+            let present: Vec<Option<&str>> = n.input.iter().map(|t| (!t.is_empty()).then_some(t.as_str())).collect();
+            let rule = ops::lookup(n.domain(), n.op_type());
+            let all_const = present.iter().flatten().all(|t| self.consts.contains_key(*t));
+            // Shape and Size depend only on the (static) input shape.
+            let shape_only = matches!(n.op_type(), "Shape" | "Size") && rule.is_some();
+            let ctx = Ctx {
+                node: n,
+                opset: self.opset,
+                inputs: present.iter().map(|t| t.and_then(|t| self.facts.get(t))).collect(),
+                consts: present.iter().map(|t| t.and_then(|t| self.consts.get(t))).collect(),
+            };
+            let facts: Vec<Fact> = match rule {
+                Some(def) => (def.infer)(&ctx).map_err(err)?,
+                None => n
+                    .output
+                    .iter()
+                    .filter(|o| !o.is_empty())
+                    .map(|o| {
+                        self.declared.get(o).cloned().ok_or_else(|| IrError::UnknownOp {
+                            node: label.clone(),
+                            domain: if n.domain().is_empty() { "ai.onnx".into() } else { n.domain().into() },
+                            op: n.op_type().into(),
+                            tensor: o.clone(),
+                        })
+                    })
+                    .collect::<Result<_, _>>()?,
+            };
+            let foldable = (all_const || shape_only)
+                && !n.output.iter().any(|o| outputs.contains(o.as_str()))
+                && facts.iter().all(|f| bident_tensor::numel(&f.shape) as usize <= self.opts.fold_limit);
+            let values = match rule.and_then(|d| d.eval) {
+                Some(eval) if foldable => eval(&ctx).ok(),
+                _ => None,
+            };
+            let named = n.output.iter().enumerate().filter(|(_, o)| !o.is_empty());
+            match values {
+                Some(vals) => {
+                    fates[i] = Fate::Folded;
+                    for ((_, o), v) in named.zip(vals) {
+                        self.facts.insert(o.clone(), Fact::new(v.dtype, v.shape.clone()));
+                        self.consts.insert(o.clone(), v);
+                    }
+                }
+                None => {
+                    if all_const && rule.is_some() {
+                        fates[i] = Fate::ConstLike;
+                    }
+                    for (k, o) in named {
+                        let f = facts.get(k).ok_or_else(|| err(format!("no type inferred for output {k} `{o}`")))?;
+                        self.facts.insert(o.clone(), f.clone());
+                    }
+                }
+            }
+        }
+        self.model.graph = Some(graph);
+        // Const-like nodes hold their (unevaluated) outputs as "constants" for fusion purposes.
+        self.mark_dead(order, &mut fates);
+        Ok(fates)
+    }
+
+    /// Dead-code elimination: nodes none of whose outputs reach a graph output.
+    fn mark_dead(&self, order: &[usize], fates: &mut [Fate]) {
+        let nodes = &self.graph().node;
+        let mut live: HashSet<&str> = self.outputs.iter().map(String::as_str).collect();
+        for &i in order.iter().rev() {
+            if fates[i] == Fate::Folded {
+                continue;
+            }
+            let n = &nodes[i];
+            if n.output.iter().any(|o| live.contains(o.as_str())) {
+                live.extend(n.input.iter().filter(|t| !t.is_empty()).map(String::as_str));
+            } else {
+                fates[i] = Fate::Dead;
+            }
+        }
+    }
+
+    fn role(&self, n: &NodeProto) -> Role {
+        ops::lookup(n.domain(), n.op_type()).map_or(Role::Plain, |d| d.role)
+    }
+
+    /// Group compute nodes: an anchor absorbs its single-consumer affine successors (bias,
+    /// scale, BatchNorm with constant operands) and then one activation.
+    fn fuse(&self, order: &[usize], fates: &[Fate]) -> Vec<Vec<usize>> {
+        let nodes = &self.graph().node;
+        let outputs: HashSet<&str> = self.outputs.iter().map(String::as_str).collect();
+        let mut consumers: HashMap<&str, Vec<usize>> = HashMap::new();
+        for &i in order {
+            if fates[i] == Fate::Compute {
+                for t in nodes[i].input.iter().filter(|t| !t.is_empty()) {
+                    consumers.entry(t).or_default().push(i);
+                }
+            }
+        }
+        let is_const = |t: &str| t.is_empty() || self.consts.contains_key(t) || self.const_like_output(t, fates);
+        let mut assigned = vec![false; nodes.len()];
+        let mut groups = vec![];
+        for &i in order {
+            if fates[i] != Fate::Compute || assigned[i] {
+                continue;
+            }
+            assigned[i] = true;
+            let mut group = vec![i];
+            if self.role(&nodes[i]) == Role::Anchor {
+                let mut tail = i;
+                loop {
+                    let outs: Vec<&String> = nodes[tail].output.iter().filter(|o| !o.is_empty()).collect();
+                    let [out] = outs[..] else { break };
+                    if outputs.contains(out.as_str()) {
+                        break;
+                    }
+                    let Some([c]) = consumers.get(out.as_str()).map(Vec::as_slice) else { break };
+                    let c = *c;
+                    let cn = &nodes[c];
+                    let role = self.role(cn);
+                    let others_const = cn.input.iter().filter(|t| *t != out).all(|t| is_const(t))
+                        && cn.input.iter().filter(|t| *t == out).count() == 1;
+                    if assigned[c] || !others_const || !matches!(role, Role::Affine | Role::Activation) {
+                        break;
+                    }
+                    assigned[c] = true;
+                    group.push(c);
+                    tail = c;
+                    if role == Role::Activation {
+                        break;
+                    }
+                }
+            }
+            groups.push(group);
+        }
+        groups
+    }
+
+    fn const_like_output(&self, t: &str, fates: &[Fate]) -> bool {
+        self.graph()
+            .node
+            .iter()
+            .enumerate()
+            .any(|(i, n)| fates[i] == Fate::ConstLike && n.output.iter().any(|o| o == t))
+    }
+
+    fn run(mut self, name: String, file: String, hash: ContentHash) -> Result<FusedGraph, IrError> {
+        let order = self.topo_order()?;
+        let fates = self.analyse(&order)?;
+        let groups = self.fuse(&order, &fates);
+        let graph = self.graph();
+        let nodes = &graph.node;
+
+        // The lowered node list: const-like and compute nodes in topological order.
+        let kept: Vec<usize> =
+            order.iter().copied().filter(|&i| matches!(fates[i], Fate::Compute | Fate::ConstLike)).collect();
+        let new_index: HashMap<usize, u32> = kept.iter().enumerate().map(|(k, &i)| (i, k as u32)).collect();
+        let mut producer: HashMap<&str, usize> = HashMap::new();
+        for &i in &kept {
+            for o in nodes[i].output.iter().filter(|o| !o.is_empty()) {
+                producer.insert(o, i);
+            }
+        }
+
+        let mut tensors: Vec<TensorInfo> = vec![];
+        let mut tensor_ids: HashMap<String, TensorId> = HashMap::new();
+        let mut tid = |name: &str, facts: &HashMap<String, Fact>| -> TensorId {
+            if let Some(&id) = tensor_ids.get(name) {
+                return id;
+            }
+            let f = &facts[name];
+            let id = tensors.len() as TensorId;
+            tensors.push(TensorInfo { name: name.to_string(), dtype: f.dtype, shape: f.shape.clone() });
+            tensor_ids.insert(name.to_string(), id);
+            id
+        };
+        let inputs: Vec<TensorId> = self.inputs.iter().map(|(n, _)| tid(n, &self.facts)).collect();
+
+        // Which group consumes each tensor (to find group outputs).
+        let mut group_of = vec![usize::MAX; nodes.len()];
+        for (g, members) in groups.iter().enumerate() {
+            for &i in members {
+                group_of[i] = g;
+            }
+        }
+        let graph_outputs: HashSet<&str> = self.outputs.iter().map(String::as_str).collect();
+        let mut fused_ops = Vec::with_capacity(groups.len());
+        let mut used_consts: HashSet<String> = HashSet::new();
+        for (g, members) in groups.iter().enumerate() {
+            // attach the const-like producers this group needs, transitively
+            let mut all: Vec<usize> = members.clone();
+            let mut k = 0;
+            while k < all.len() {
+                for t in nodes[all[k]].input.iter().filter(|t| !t.is_empty()) {
+                    if let Some(&p) = producer.get(t.as_str())
+                        && fates[p] == Fate::ConstLike
+                        && !all.contains(&p)
+                    {
+                        all.push(p);
+                    }
+                }
+                k += 1;
+            }
+            all.sort_by_key(|i| new_index[i]);
+            let inside: HashSet<&str> = all.iter().flat_map(|&i| nodes[i].output.iter().map(String::as_str)).collect();
+            let mut op_inputs = vec![];
+            for &i in &all {
+                for t in nodes[i].input.iter().filter(|t| !t.is_empty()) {
+                    if inside.contains(t.as_str()) {
+                        continue;
+                    }
+                    if self.consts.contains_key(t) {
+                        used_consts.insert(t.clone());
+                        continue;
+                    }
+                    let id = tid(t, &self.facts);
+                    if !op_inputs.contains(&id) {
+                        op_inputs.push(id);
+                    }
+                }
+            }
+            let mut op_outputs = vec![];
+            for &i in members {
+                for o in nodes[i].output.iter().filter(|o| !o.is_empty()) {
+                    let used_outside = graph_outputs.contains(o.as_str())
+                        || kept.iter().any(|&j| {
+                            fates[j] == Fate::Compute && group_of[j] != g && nodes[j].input.iter().any(|t| t == o)
+                        });
+                    if used_outside {
+                        op_outputs.push(tid(o, &self.facts));
+                    }
+                }
+            }
+            let anchor = &nodes[members[0]];
+            fused_ops.push(FusedOp {
+                name: node_label(anchor, members[0]),
+                kind: members.iter().map(|&i| nodes[i].op_type()).collect::<Vec<_>>().join("+"),
+                nodes: all.iter().map(|i| new_index[i]).collect(),
+                inputs: op_inputs,
+                outputs: op_outputs,
+            });
+        }
+        let outputs: Vec<TensorId> = self.outputs.iter().map(|n| tid(n, &self.facts)).collect();
+
+        // Lowered model: kept nodes, needed constants as initializers, static boundary types.
+        let mut lowered = self.model.clone();
+        let mut lg = lowered.graph.take().expect("checked at import");
+        lg.node = kept.iter().map(|&i| nodes[i].clone()).collect();
+        let mut const_names: Vec<&String> = used_consts.iter().collect();
+        const_names.sort();
+        lg.initializer = const_names.iter().map(|n| consts::to_proto(n, &self.consts[*n])).collect();
+        lg.input = self.inputs.iter().map(|(n, f)| value_info(n, f.dtype, &f.shape)).collect();
+        lg.output = outputs
+            .iter()
+            .map(|&t| {
+                let t = &tensors[t as usize];
+                value_info(&t.name, t.dtype, &t.shape)
+            })
+            .collect();
+        lg.value_info = tensors
+            .iter()
+            .filter(|t| !graph_outputs.contains(t.name.as_str()))
+            .map(|t| value_info(&t.name, t.dtype, &t.shape))
+            .collect();
+        lowered.graph = Some(lg);
+
+        let source = Source {
+            file,
+            hash,
+            ir_version: self.model.ir_version.unwrap_or(0),
+            opsets: self.model.opset_import.iter().map(|o| (o.domain().to_string(), o.version.unwrap_or(0))).collect(),
+            producer: format!("{} {}", self.model.producer_name(), self.model.producer_version()).trim().to_string(),
+            nodes: nodes.len(),
+            folded_nodes: nodes.len() - kept.len(),
+        };
+        let fused = FusedGraph {
+            name,
+            source,
+            input_shapes: self.inputs.iter().map(|(n, f)| (n.clone(), f.shape.clone())).collect(),
+            fusion: "rules".into(),
+            tensors,
+            inputs,
+            outputs,
+            ops: fused_ops,
+            model: Blob(lowered.encode_to_vec()),
+            reference: Blob(self.reference.encode_to_vec()),
+        };
+        crate::verify(&fused)?;
+        Ok(fused)
+    }
+}

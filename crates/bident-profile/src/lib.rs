@@ -1,0 +1,272 @@
+//! bident-profile: the cost table (paper 3.1).
+//!
+//! For each fused op and each PU of a SoC: extract the op, compile it on the PU, warm up, time
+//! repeated runs on a thread pinned to the PU's cores, keep medians. An op a PU cannot compile
+//! or run gets no entry there, with the backend's reason kept.
+//!
+//! Owns the `CostTable` artifact. Written against `bident_backend::Backend` only: which backend
+//! measures is the caller's choice. Must not: decide mappings (that is bident-search).
+
+use bident_artifact::{Artifact, ContentHash};
+use bident_backend::{Backend, BackendError, Executable, PuSpec, SocSpec};
+use bident_ir::{Extractor, FusedGraph, OpId};
+use bident_tensor::HostTensor;
+use serde::{Deserialize, Serialize};
+
+/// Where a power figure comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PowerSource {
+    /// Declared in the SoC spec, not measured.
+    Declared,
+    Measured,
+}
+
+/// Profiled cost of one fused op on one PU. Times in microseconds, medians of `runs` runs.
+///
+/// On an OpenVINO CPU PU: `h2d_us` is wrapping and setting the input tensors, `exec_us` is the
+/// synchronous infer call (dispatch and execution together), `d2h_us` is reading the outputs
+/// back into host memory. The paper's node weight w(O, P) is `exec_us`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Cost {
+    pub h2d_us: f64,
+    pub exec_us: f64,
+    pub d2h_us: f64,
+    pub exec_p10_us: f64,
+    pub exec_p90_us: f64,
+    pub runs: u32,
+    pub power_w: f64,
+    pub power: PowerSource,
+}
+
+/// One op's row of the table: a cost per PU (None where it failed, with the reason).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OpCosts {
+    pub op: OpId,
+    pub name: String,
+    pub kind: String,
+    /// Indexed like `CostTable::soc.pus`.
+    pub per_pu: Vec<Option<Cost>>,
+    /// `(pu, reason)` for each PU without an entry.
+    pub failures: Vec<(String, String)>,
+}
+
+/// The cost table of one model on one SoC.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CostTable {
+    pub model: String,
+    /// Payload hash of the fused graph profiled.
+    pub graph: ContentHash,
+    pub soc: SocSpec,
+    /// True when the costs come from a model of a SoC rather than measurement.
+    pub simulated: bool,
+    /// Backend name and version that measured.
+    pub backend: String,
+    /// The machine the figures were measured on.
+    pub measured_on: String,
+    pub warmup: u32,
+    pub ops: Vec<OpCosts>,
+}
+
+impl Artifact for CostTable {
+    const KIND: &'static str = "cost-table";
+    const SCHEMA_VERSION: u32 = 1;
+}
+
+impl CostTable {
+    pub fn cost(&self, op: OpId, pu: usize) -> Option<&Cost> {
+        self.ops.get(op as usize).and_then(|o| o.per_pu.get(pu)).and_then(Option::as_ref)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ProfileConfig {
+    pub warmup: u32,
+    pub runs: u32,
+    /// Seed of the random op inputs.
+    pub seed: u64,
+}
+
+impl Default for ProfileConfig {
+    fn default() -> Self {
+        // the paper's protocol is 20 + 200; the skeleton keeps profiling quick
+        Self { warmup: 5, runs: 30, seed: 0 }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error(transparent)]
+    Ir(#[from] bident_ir::IrError),
+    #[error("op {op} `{name}` ({kind}) runs on no PU of SoC `{soc}`: {reasons}")]
+    NoPu { op: OpId, name: String, kind: String, soc: String, reasons: String },
+    #[error("SoC `{soc}` is for backend `{wanted}`, but the backend given is `{got}`")]
+    WrongBackend { soc: String, wanted: String, got: String },
+    #[error("a profiling thread for PU `{0}` panicked")]
+    Worker(String),
+}
+
+/// Progress of a profiling run, for the caller to display.
+pub struct Progress<'a> {
+    pub done: usize,
+    pub total: usize,
+    pub op: &'a str,
+}
+
+/// Profile every op of `g` on every PU of `soc`.
+pub fn profile(
+    g: &FusedGraph,
+    soc: &SocSpec,
+    backend: &dyn Backend,
+    cfg: &ProfileConfig,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<CostTable, ProfileError> {
+    if soc.backend != backend.name() {
+        return Err(ProfileError::WrongBackend {
+            soc: soc.name.clone(),
+            wanted: soc.backend.clone(),
+            got: backend.name().into(),
+        });
+    }
+    let ex = Extractor::new(g)?;
+    let mut ops = Vec::with_capacity(g.ops.len());
+    for (i, op) in g.ops.iter().enumerate() {
+        progress(Progress { done: i, total: g.ops.len(), op: &op.name });
+        let onnx = ex.extract(i as OpId)?;
+        let inputs: Vec<HostTensor> = op
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(k, &t)| {
+                let t = g.tensor(t);
+                HostTensor::seeded(t.dtype, t.shape.clone(), cfg.seed ^ ((i as u64) << 16) ^ k as u64)
+            })
+            .collect();
+        let mut per_pu = vec![];
+        let mut failures = vec![];
+        for pu in &soc.pus {
+            match measure_on(backend, pu, &onnx, &inputs, cfg)? {
+                Ok(c) => per_pu.push(Some(c)),
+                Err(e) => {
+                    per_pu.push(None);
+                    failures.push((pu.name.clone(), e.to_string()));
+                }
+            }
+        }
+        if per_pu.iter().all(Option::is_none) {
+            return Err(ProfileError::NoPu {
+                op: i as OpId,
+                name: op.name.clone(),
+                kind: op.kind.clone(),
+                soc: soc.name.clone(),
+                reasons: failures.iter().map(|(p, r)| format!("{p}: {r}")).collect::<Vec<_>>().join("; "),
+            });
+        }
+        ops.push(OpCosts { op: i as OpId, name: op.name.clone(), kind: op.kind.clone(), per_pu, failures });
+    }
+    progress(Progress { done: g.ops.len(), total: g.ops.len(), op: "" });
+    Ok(CostTable {
+        model: g.name.clone(),
+        graph: g.content_hash()?,
+        soc: soc.clone(),
+        simulated: soc.simulated,
+        backend: format!("{} {}", backend.name(), backend.version()),
+        measured_on: host_description(),
+        warmup: cfg.warmup,
+        ops,
+    })
+}
+
+/// Compile and time one op on one PU, on a thread pinned to the PU's cores. The outer error is
+/// a broken worker; the inner one is the PU refusing the op.
+fn measure_on(
+    backend: &dyn Backend,
+    pu: &PuSpec,
+    onnx: &[u8],
+    inputs: &[HostTensor],
+    cfg: &ProfileConfig,
+) -> Result<Result<Cost, BackendError>, ProfileError> {
+    std::thread::scope(|s| {
+        s.spawn(|| -> Result<Cost, BackendError> {
+            bident_backend::pin_current_thread(&pu.name, &pu.cores)?;
+            let mut exe = backend.compile(onnx, pu)?;
+            time_runs(exe.as_mut(), inputs, cfg, pu)
+        })
+        .join()
+        .map_err(|_| ProfileError::Worker(pu.name.clone()))
+    })
+}
+
+fn time_runs(
+    exe: &mut dyn Executable,
+    inputs: &[HostTensor],
+    cfg: &ProfileConfig,
+    pu: &PuSpec,
+) -> Result<Cost, BackendError> {
+    let refs: Vec<&HostTensor> = inputs.iter().collect();
+    for _ in 0..cfg.warmup {
+        exe.run(&refs)?;
+    }
+    let runs = cfg.runs.max(1);
+    let (mut h2d, mut exec, mut d2h) = (vec![], vec![], vec![]);
+    for _ in 0..runs {
+        let (_, t) = exe.run_timed(&refs)?;
+        h2d.push(t.h2d.as_secs_f64() * 1e6);
+        exec.push(t.infer.as_secs_f64() * 1e6);
+        d2h.push(t.d2h.as_secs_f64() * 1e6);
+    }
+    Ok(Cost {
+        h2d_us: quantile(&mut h2d, 0.5),
+        exec_us: quantile(&mut exec, 0.5),
+        d2h_us: quantile(&mut d2h, 0.5),
+        exec_p10_us: quantile(&mut exec, 0.1),
+        exec_p90_us: quantile(&mut exec, 0.9),
+        runs,
+        power_w: pu.declared_power_w,
+        power: PowerSource::Declared,
+    })
+}
+
+/// Quantile by nearest rank (sorts in place); 0 for an empty sample.
+pub fn quantile(xs: &mut [f64], q: f64) -> f64 {
+    if xs.is_empty() {
+        return 0.0;
+    }
+    xs.sort_by(f64::total_cmp);
+    let k = ((xs.len() - 1) as f64 * q).round() as usize;
+    xs[k]
+}
+
+/// `<cpu model>, <n> cores` of this machine, for labelling measurements.
+pub fn host_description() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    format!("{model}, {cores} cores")
+}
+
+/// Input hash of a cost table: the fused graph, the SoC and the protocol.
+pub fn input_hash(graph: ContentHash, soc: &SocSpec, cfg: &ProfileConfig) -> ContentHash {
+    ContentHash::of_parts(&[&graph.0, format!("{soc:?}").as_bytes(), format!("{cfg:?}").as_bytes()])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::quantile;
+
+    #[test]
+    fn quantiles_by_nearest_rank() {
+        let mut v = vec![5.0, 1.0, 3.0, 2.0, 4.0];
+        assert_eq!(quantile(&mut v, 0.5), 3.0);
+        assert_eq!(quantile(&mut v, 0.0), 1.0);
+        assert_eq!(quantile(&mut v, 1.0), 5.0);
+        assert_eq!(quantile(&mut [], 0.5), 0.0);
+    }
+}

@@ -1,0 +1,193 @@
+//! Models bident builds itself, so nothing has to be downloaded: the pipeline's example model,
+//! the models tests import, and deliberately broken models for the bad-input tests. Weights are
+//! seeded pseudo-random numbers: scheduling depends on shapes, not on weight values.
+//!
+//! Must not: depend on any backend or on stages after bident-ir.
+
+mod builder;
+
+use bident_ir::proto::{ModelProto, tensor_proto::DataLocation};
+use prost::Message;
+
+pub use builder::Builder;
+
+/// Names of the models [`build`] knows, with one line each.
+pub const MODELS: &[(&str, &str)] = &[
+    ("example", "small CNN with a fork/join (stem, two branches, add, head): the pipeline's default"),
+    ("mlp", "three MatMul+Add+Relu layers: a plain chain"),
+    (
+        "attention",
+        "single-head self-attention block with LayerNorm and GELU (Erf), shape arithmetic via Shape/Gather/Concat",
+    ),
+    ("dynamic-batch", "the mlp with a symbolic batch dim `N`"),
+    ("bad-dangling-input", "a node reads a tensor nothing produces"),
+    ("bad-cycle", "two nodes feed each other"),
+    ("bad-unknown-op", "an op bident does not know, with no value_info for its output"),
+    ("bad-external-escape", "an initializer whose external data location is ../outside.bin"),
+];
+
+/// Build a model by name; `None` for an unknown name.
+pub fn build(name: &str, seed: u64) -> Option<ModelProto> {
+    Some(match name {
+        "example" => example(seed),
+        "mlp" => mlp(seed, 1),
+        "attention" => attention(seed),
+        "dynamic-batch" => {
+            let mut b = mlp_builder(seed, None);
+            b.finish("dynamic_batch")
+        }
+        "bad-dangling-input" => {
+            let mut b = Builder::new(seed);
+            let x = b.input("x", &[1, 8]);
+            let y = b.node("Add", &[&x, "ghost"], &[]);
+            b.output(&y);
+            b.finish("bad_dangling_input")
+        }
+        "bad-cycle" => {
+            let mut b = Builder::new(seed);
+            let x = b.input("x", &[1, 8]);
+            b.node_named("a", "Add", &[&x, "b_out"], &["a_out"], &[]);
+            b.node_named("b", "Relu", &["a_out"], &["b_out"], &[]);
+            b.output("b_out");
+            b.finish("bad_cycle")
+        }
+        "bad-unknown-op" => {
+            let mut b = Builder::new(seed);
+            let x = b.input("x", &[1, 8]);
+            let y = b.node_domain("Frobnicate", "com.example", &[&x], &[]);
+            b.output_untyped(&y);
+            let mut m = b.finish("bad_unknown_op");
+            m.opset_import
+                .push(bident_ir::proto::OperatorSetIdProto { domain: Some("com.example".into()), version: Some(1) });
+            m
+        }
+        "bad-external-escape" => {
+            let mut b = Builder::new(seed);
+            let x = b.input("x", &[1, 4]);
+            let w = b.weight("w", &[1, 4]);
+            let y = b.node("Add", &[&x, &w], &[]);
+            b.output(&y);
+            let mut m = b.finish("bad_external_escape");
+            let t = &mut m.graph.as_mut().expect("built").initializer[0];
+            t.raw_data = None;
+            t.data_location = Some(DataLocation::External as i32);
+            t.external_data = vec![bident_ir::proto::StringStringEntryProto {
+                key: Some("location".into()),
+                value: Some("../outside.bin".into()),
+            }];
+            m
+        }
+        _ => return None,
+    })
+}
+
+/// Serialized bytes of [`build`].
+pub fn build_bytes(name: &str, seed: u64) -> Option<Vec<u8>> {
+    build(name, seed).map(|m| m.encode_to_vec())
+}
+
+fn example(seed: u64) -> ModelProto {
+    let mut b = Builder::new(seed);
+    let x = b.input("image", &[1, 3, 32, 32]);
+    let stem = b.conv_bn_relu(&x, 3, 16, 3, 1);
+    // two branches from the stem
+    let a1 = b.conv_bn_relu(&stem, 16, 16, 3, 1);
+    let a2 = b.conv(&a1, 16, 16, 3, 1);
+    let b1 = b.conv(&stem, 16, 16, 1, 0);
+    let b2 = b.node("Sigmoid", &[&b1], &[]);
+    let j = b.node("Add", &[&a2, &b2], &[]);
+    let r = b.node("Relu", &[&j], &[]);
+    let p = b.node("GlobalAveragePool", &[&r], &[]);
+    let f = b.node("Flatten", &[&p], &[("axis", 1i64.into())]);
+    let w = b.weight("head.w", &[16, 10]);
+    let bias = b.weight("head.b", &[10]);
+    let g = b.node("Gemm", &[&f, &w, &bias], &[]);
+    let s = b.node("Softmax", &[&g], &[("axis", 1i64.into())]);
+    b.output(&s);
+    b.finish("example")
+}
+
+fn mlp_builder(seed: u64, batch: Option<u64>) -> Builder {
+    let mut b = Builder::new(seed);
+    let mut h = match batch {
+        Some(n) => b.input("x", &[n, 64]),
+        None => b.input_dyn("x", &[None, Some(64)], "N"),
+    };
+    for (i, (k, n)) in [(64u64, 128u64), (128, 128), (128, 32)].into_iter().enumerate() {
+        let w = b.weight(&format!("fc{i}.w"), &[k, n]);
+        let bias = b.weight(&format!("fc{i}.b"), &[n]);
+        let m = b.node("MatMul", &[&h, &w], &[]);
+        let a = b.node("Add", &[&m, &bias], &[]);
+        h = b.node("Relu", &[&a], &[]);
+    }
+    b.output(&h);
+    b
+}
+
+fn mlp(seed: u64, batch: u64) -> ModelProto {
+    mlp_builder(seed, Some(batch)).finish("mlp")
+}
+
+fn attention(seed: u64) -> ModelProto {
+    let (t, d) = (16u64, 32u64);
+    let mut b = Builder::new(seed);
+    let x = b.input("tokens", &[1, t, d]);
+    let gamma = b.weight("ln.g", &[d]);
+    let beta = b.weight("ln.b", &[d]);
+    let ln = b.node("LayerNormalization", &[&x, &gamma, &beta], &[("axis", (-1i64).into())]);
+    let proj = |b: &mut Builder, name: &str| {
+        let w = b.weight(&format!("{name}.w"), &[d, d]);
+        let bias = b.weight(&format!("{name}.b"), &[d]);
+        let m = b.node("MatMul", &[&ln, &w], &[]);
+        b.node("Add", &[&m, &bias], &[])
+    };
+    let q = proj(&mut b, "q");
+    let k = proj(&mut b, "k");
+    let v = proj(&mut b, "v");
+    let kt = b.node("Transpose", &[&k], &[("perm", vec![0i64, 2, 1].into())]);
+    let s = b.node("MatMul", &[&q, &kt], &[]);
+    let scale = b.scalar_f32("scale", 1.0 / (d as f32).sqrt());
+    let s = b.node("Mul", &[&s, &scale], &[]);
+    let p = b.node("Softmax", &[&s], &[("axis", (-1i64).into())]);
+    let o = b.node("MatMul", &[&p, &v], &[]);
+    // shape arithmetic as exporters write it: reshape back through Shape -> Gather -> Concat
+    let shp = b.node("Shape", &[&x], &[]);
+    let i0 = b.const_i64("i0", &[], &[0]);
+    let i1 = b.const_i64("i1", &[], &[1]);
+    let n0 = b.node("Gather", &[&shp, &i0], &[("axis", 0i64.into())]);
+    let n1 = b.node("Gather", &[&shp, &i1], &[("axis", 0i64.into())]);
+    let ax = b.const_i64("ax0", &[1], &[0]);
+    let u0 = b.node("Unsqueeze", &[&n0, &ax], &[]);
+    let u1 = b.node("Unsqueeze", &[&n1, &ax], &[]);
+    let minus1 = b.const_i64("minus1", &[1], &[-1]);
+    let target = b.node("Concat", &[&u0, &u1, &minus1], &[("axis", 0i64.into())]);
+    let o = b.node("Reshape", &[&o, &target], &[]);
+    let res = b.node("Add", &[&o, &x], &[]);
+    // GELU as exported: x * 0.5 * (1 + erf(x / sqrt 2))
+    let sqrt2 = b.scalar_f32("sqrt2", std::f32::consts::SQRT_2);
+    let half = b.scalar_f32("half", 0.5);
+    let one = b.scalar_f32("one", 1.0);
+    let dv = b.node("Div", &[&res, &sqrt2], &[]);
+    let e = b.node("Erf", &[&dv], &[]);
+    let e1 = b.node("Add", &[&e, &one], &[]);
+    let m = b.node("Mul", &[&res, &e1], &[]);
+    let g = b.node("Mul", &[&m, &half], &[]);
+    b.output(&g);
+    b.finish("attention")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_model_builds_deterministically() {
+        for (name, _) in MODELS {
+            let a = build_bytes(name, 7).expect(name);
+            assert_eq!(a, build_bytes(name, 7).expect(name), "{name}");
+            assert!(!a.is_empty());
+        }
+        assert_ne!(build_bytes("example", 1), build_bytes("example", 2));
+        assert!(build("nope", 0).is_none());
+    }
+}

@@ -1,0 +1,1 @@
+//! Shared harness for the workspace-level integration tests (see `tests/*.rs`).

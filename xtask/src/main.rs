@@ -1,0 +1,98 @@
+//! `cargo xtask`: bident's command surface. The pipeline's stages are listed in order in one
+//! place, [`pipeline::run_stages`]; every stage also has its own subcommand that reads the
+//! previous artifact and writes its own.
+
+mod codegen;
+mod pipeline;
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "cargo xtask",
+    about = "bident: operator-level orchestration over heterogeneous PUs",
+    arg_required_else_help = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run every stage on a model: import, partition, profile, search, run.
+    Pipeline(pipeline::PipelineArgs),
+    /// Stage 1: ONNX -> fused-graph.bin
+    Import(pipeline::ImportArgs),
+    /// Stage 2: fused-graph.bin -> phased-graph.bin
+    Partition(pipeline::DirArgs),
+    /// Stage 3: fused-graph.bin -> cost-table.bin (measures on the SoC's PUs)
+    Profile(pipeline::ProfileArgs),
+    /// Stage 4: phased-graph.bin + cost-table.bin -> plan.bin
+    Search(pipeline::SearchArgs),
+    /// Stage 5: fused-graph.bin + plan.bin -> run-report.bin (executes on the PUs)
+    Run(pipeline::RunArgs),
+    /// Print any artifact as YAML.
+    Show { file: PathBuf },
+    /// Write a model the project builds itself as .onnx (list them without NAME).
+    Zoo {
+        name: Option<String>,
+        #[arg(long, default_value = "target/bident/zoo")]
+        out: PathBuf,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+    /// Regenerate the ONNX protobuf bindings (with --check: fail if they are stale).
+    Codegen {
+        #[arg(long)]
+        check: bool,
+    },
+    /// Install the pinned OpenVINO runtime into target/ if it is missing.
+    Setup,
+    /// What CI runs: setup, codegen check, format check, the whole test suite.
+    Ci,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Cmd::Pipeline(a) => pipeline::pipeline(a),
+        Cmd::Import(a) => pipeline::import_cmd(a).map(|_| ()),
+        Cmd::Partition(a) => pipeline::partition_cmd(a),
+        Cmd::Profile(a) => pipeline::profile_cmd(a),
+        Cmd::Search(a) => pipeline::search_cmd(a),
+        Cmd::Run(a) => pipeline::run_cmd(a),
+        Cmd::Show { file } => pipeline::show(&file),
+        Cmd::Zoo { name, out, seed } => pipeline::zoo(name.as_deref(), &out, seed),
+        Cmd::Codegen { check } => codegen::codegen(check),
+        Cmd::Setup => pipeline::backend().map(|_| ()),
+        Cmd::Ci => ci(),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+/// Workspace root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().map(PathBuf::from).unwrap_or_default()
+}
+
+fn ci() -> Result<()> {
+    use std::process::Command;
+    let step = |name: &str, cmd: &mut Command| -> Result<()> {
+        eprintln!("== {name}");
+        let st = cmd.current_dir(root()).status()?;
+        anyhow::ensure!(st.success(), "{name} failed");
+        Ok(())
+    };
+    pipeline::backend()?;
+    codegen::codegen(true)?;
+    step("format", Command::new("cargo").args(["fmt", "--all", "--", "--check"]))?;
+    step("tests", Command::new("cargo").args(["test", "--workspace", "--no-fail-fast"]).env("INSTA_UPDATE", "no"))?;
+    Ok(())
+}

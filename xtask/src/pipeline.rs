@@ -1,0 +1,408 @@
+//! The pipeline and its stage subcommands.
+//!
+//! Stage order lives in [`run_stages`]; each stage reads its inputs, runs the crate's entry
+//! function, runs the verifier, and writes its artifact (`.bin` + `.yaml`) into the output
+//! folder. A failing stage removes its own stale artifact first, so nothing that looks valid is
+//! left behind.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use bident_artifact::{self as artifact, Artifact, ContentHash, Stamped};
+use bident_backend::{Backend, SocSpec, openvino::OpenVino};
+use bident_ir::FusedGraph;
+use bident_partition::PhasedGraph;
+use bident_profile::{CostTable, ProfileConfig};
+use bident_runtime::{RunConfig, RunReport};
+use bident_search::{Objective, Plan, SearchConfig};
+use clap::Args;
+
+const FUSED: &str = "fused-graph.bin";
+const PHASED: &str = "phased-graph.bin";
+const COSTS: &str = "cost-table.bin";
+const PLAN: &str = "plan.bin";
+const REPORT: &str = "run-report.bin";
+
+#[derive(Args, Clone)]
+pub struct ImportArgs {
+    /// ONNX model file, or `zoo:NAME` for a model the project builds (default: zoo:example).
+    pub model: Option<String>,
+    /// Pin an input's shape: NAME=D,D,... (repeatable).
+    #[arg(long = "input-shape", value_name = "NAME=D,D,...")]
+    pub input_shape: Vec<String>,
+    /// Output folder (default: target/bident/<model-name>/).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Args, Clone)]
+pub struct DirArgs {
+    /// Folder holding the previous stage's artifacts.
+    pub dir: PathBuf,
+}
+
+#[derive(Args, Clone)]
+pub struct SocArgs {
+    /// SoC preset: local (one PU per OpenVINO device) or cores (one pinned PU per CPU core).
+    #[arg(long, default_value = "local")]
+    pub soc: String,
+}
+
+#[derive(Args, Clone)]
+pub struct ProfileArgs {
+    pub dir: PathBuf,
+    #[command(flatten)]
+    pub soc: SocArgs,
+    /// Timed runs per (op, PU).
+    #[arg(long, default_value_t = ProfileConfig::default().runs)]
+    pub profile_runs: u32,
+}
+
+#[derive(Args, Clone)]
+pub struct SearchArgs {
+    pub dir: PathBuf,
+    /// latency or energy
+    #[arg(long, default_value = "latency")]
+    pub objective: String,
+}
+
+#[derive(Args, Clone)]
+pub struct RunArgs {
+    pub dir: PathBuf,
+    /// Measured inferences (after warm-up).
+    #[arg(long, default_value_t = RunConfig::default().runs)]
+    pub runs: u32,
+}
+
+#[derive(Args)]
+pub struct PipelineArgs {
+    #[command(flatten)]
+    pub import: ImportArgs,
+    #[command(flatten)]
+    pub soc: SocArgs,
+    #[arg(long, default_value = "latency")]
+    pub objective: String,
+    #[arg(long, default_value_t = ProfileConfig::default().runs)]
+    pub profile_runs: u32,
+    #[arg(long, default_value_t = RunConfig::default().runs)]
+    pub runs: u32,
+    /// Print one JSON object as the last line of stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The OpenVINO backend, installing the pinned runtime first if needed.
+pub fn backend() -> Result<Arc<OpenVino>> {
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| crate::root().join("target"));
+    let lib = bident_backend::openvino::install::ensure(&target, &mut |line| eprintln!("{line}"))?;
+    Ok(Arc::new(OpenVino::load(&lib)?))
+}
+
+fn write<A: Artifact>(dir: &Path, file: &str, value: &A, inputs: ContentHash) -> Result<ContentHash> {
+    let h = artifact::write(&dir.join(file), value, inputs)?;
+    Ok(h.payload_hash)
+}
+
+fn read<A: Artifact>(dir: &Path, file: &str) -> Result<Stamped<A>> {
+    let p = dir.join(file);
+    if !p.exists() {
+        bail!("{} does not exist: run the stage that writes it first", p.display());
+    }
+    Ok(artifact::read(&p)?)
+}
+
+/// Resolve the MODEL argument to a file on disk (zoo models are written out first).
+fn model_path(import: &ImportArgs) -> Result<(PathBuf, String)> {
+    let spec = import.model.clone().unwrap_or_else(|| "zoo:example".into());
+    if let Some(name) = spec.strip_prefix("zoo:") {
+        let bytes = bident_zoo::build_bytes(name, 0)
+            .with_context(|| format!("no zoo model `{name}` (try `cargo xtask zoo`)"))?;
+        let dir = crate::root().join("target/bident/zoo");
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join(format!("{name}.onnx"));
+        std::fs::write(&path, bytes)?;
+        return Ok((path, name.to_string()));
+    }
+    let path = PathBuf::from(&spec);
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
+    Ok((path, stem))
+}
+
+fn parse_shapes(items: &[String]) -> Result<BTreeMap<String, Vec<u64>>> {
+    let mut out = BTreeMap::new();
+    for it in items {
+        let (name, dims) =
+            it.split_once('=').with_context(|| format!("--input-shape `{it}`: expected NAME=D,D,..."))?;
+        let dims = dims
+            .split(',')
+            .map(|d| d.trim().parse::<u64>().ok().filter(|&v| v > 0))
+            .collect::<Option<Vec<_>>>()
+            .with_context(|| format!("--input-shape `{it}`: dims must be positive integers"))?;
+        out.insert(name.to_string(), dims);
+    }
+    Ok(out)
+}
+
+fn out_dir(import: &ImportArgs, name: &str) -> PathBuf {
+    import.out.clone().unwrap_or_else(|| crate::root().join("target/bident").join(name))
+}
+
+fn clear(dir: &Path, files: &[&str]) -> Result<()> {
+    for f in files {
+        artifact::remove(&dir.join(f))?;
+    }
+    Ok(())
+}
+
+/// Stage 1.
+pub fn import_cmd(a: ImportArgs) -> Result<(PathBuf, FusedGraph, ContentHash)> {
+    let (path, name) = model_path(&a)?;
+    let dir = out_dir(&a, &name);
+    clear(&dir, &[FUSED, PHASED, COSTS, PLAN, REPORT])?;
+    let opts = bident_ir::ImportOptions { input_shapes: parse_shapes(&a.input_shape)?, ..Default::default() };
+    let g = bident_ir::import(&path, &opts)?;
+    bident_ir::verify(&g)?;
+    let inputs = ContentHash::of_parts(&[&g.source.hash.0, &opts.hash_bytes()]);
+    let h = write(&dir, FUSED, &g, inputs)?;
+    eprintln!(
+        "import: {} -> {} fused ops ({} ONNX nodes, {} folded) -> {}",
+        path.display(),
+        g.ops.len(),
+        g.source.nodes,
+        g.source.folded_nodes,
+        dir.join(FUSED).display()
+    );
+    Ok((dir, g, h))
+}
+
+fn read_fused(dir: &Path) -> Result<(FusedGraph, ContentHash)> {
+    let s = read::<FusedGraph>(dir, FUSED)?;
+    bident_ir::verify(&s.value)?;
+    Ok((s.value, s.header.payload_hash))
+}
+
+/// Stage 2.
+fn partition_stage(dir: &Path, g: &FusedGraph, gh: ContentHash) -> Result<(PhasedGraph, ContentHash)> {
+    artifact::remove(&dir.join(PHASED))?;
+    let p = bident_partition::partition(g)?;
+    let h = write(dir, PHASED, &p, gh)?;
+    eprintln!("partition: {} phases, {} with parallel branches", p.phases.len(), p.parallel_phases());
+    Ok((p, h))
+}
+
+pub fn partition_cmd(a: DirArgs) -> Result<()> {
+    let (g, gh) = read_fused(&a.dir)?;
+    partition_stage(&a.dir, &g, gh).map(|_| ())
+}
+
+/// Stage 3.
+fn profile_stage(
+    dir: &Path,
+    g: &FusedGraph,
+    gh: ContentHash,
+    soc: &SocSpec,
+    be: &dyn Backend,
+    runs: u32,
+) -> Result<(CostTable, ContentHash)> {
+    artifact::remove(&dir.join(COSTS))?;
+    let cfg = ProfileConfig { runs, ..Default::default() };
+    let tty = std::io::stderr().is_terminal();
+    let mut last = std::time::Instant::now();
+    let t0 = std::time::Instant::now();
+    let table = bident_profile::profile(g, soc, be, &cfg, &mut |p| {
+        if tty {
+            eprint!("\rprofile: [{}/{}] {:<40.40}", p.done, p.total, p.op);
+        } else if last.elapsed().as_secs() >= 5 || p.done == p.total {
+            eprintln!("profile: {}/{} ops", p.done, p.total);
+            last = std::time::Instant::now();
+        }
+    })?;
+    if tty {
+        eprintln!();
+    }
+    let h = write(dir, COSTS, &table, bident_profile::input_hash(gh, soc, &cfg))?;
+    let failed: usize = table.ops.iter().map(|o| o.failures.len()).sum();
+    eprintln!(
+        "profile: {} ops x {} PUs in {:.1} s on {} ({}), {failed} (op, PU) pairs without an entry",
+        table.ops.len(),
+        soc.pus.len(),
+        t0.elapsed().as_secs_f64(),
+        table.measured_on,
+        if table.simulated { "simulated" } else { "measured" }
+    );
+    Ok((table, h))
+}
+
+pub fn profile_cmd(a: ProfileArgs) -> Result<()> {
+    let (g, gh) = read_fused(&a.dir)?;
+    let be = backend()?;
+    let soc = SocSpec::preset(&a.soc.soc, be.as_ref())?;
+    profile_stage(&a.dir, &g, gh, &soc, be.as_ref(), a.profile_runs).map(|_| ())
+}
+
+fn objective(s: &str) -> Result<Objective> {
+    Ok(match s {
+        "latency" => Objective::Latency,
+        "energy" => Objective::Energy,
+        o => bail!("unknown objective `{o}` (latency or energy)"),
+    })
+}
+
+/// Stage 4.
+fn search_stage(
+    dir: &Path,
+    phased: (&PhasedGraph, ContentHash),
+    costs: (&CostTable, ContentHash),
+    obj: Objective,
+) -> Result<(Plan, ContentHash)> {
+    artifact::remove(&dir.join(PLAN))?;
+    let plan = bident_search::search(phased.0, costs.0, &SearchConfig { objective: obj })?;
+    let inputs = ContentHash::of_parts(&[&phased.1.0, &costs.1.0, obj.name().as_bytes()]);
+    let h = write(dir, PLAN, &plan, inputs)?;
+    eprintln!(
+        "search: {} objective, predicted {:.1} µs vs best single PU {} {:.1} µs",
+        obj.name(),
+        plan.predicted_us,
+        plan.best_single_pu.as_deref().unwrap_or("-"),
+        plan.best_single_pu_us.unwrap_or(f64::NAN)
+    );
+    Ok((plan, h))
+}
+
+pub fn search_cmd(a: SearchArgs) -> Result<()> {
+    let p = read::<PhasedGraph>(&a.dir, PHASED)?;
+    let c = read::<CostTable>(&a.dir, COSTS)?;
+    search_stage(&a.dir, (&p.value, p.header.payload_hash), (&c.value, c.header.payload_hash), objective(&a.objective)?)
+        .map(|_| ())
+}
+
+/// Stage 5.
+fn run_stage(
+    dir: &Path,
+    g: &FusedGraph,
+    plan: (&Plan, ContentHash),
+    soc: &SocSpec,
+    be: Arc<dyn Backend>,
+    runs: u32,
+) -> Result<RunReport> {
+    artifact::remove(&dir.join(REPORT))?;
+    let cfg = RunConfig { runs, ..Default::default() };
+    let report = bident_runtime::run(g, plan.0, soc, be, &cfg)?;
+    write(dir, REPORT, &report, bident_runtime::input_hash(plan.1, &cfg))?;
+    Ok(report)
+}
+
+pub fn run_cmd(a: RunArgs) -> Result<()> {
+    let (g, _) = read_fused(&a.dir)?;
+    let plan = read::<Plan>(&a.dir, PLAN)?;
+    let costs = read::<CostTable>(&a.dir, COSTS)?;
+    let be = backend()?;
+    let r = run_stage(&a.dir, &g, (&plan.value, plan.header.payload_hash), &costs.value.soc, be, a.runs)?;
+    print_summary(&g, &plan.value, &r);
+    Ok(())
+}
+
+/// All stages in order.
+fn run_stages(a: &PipelineArgs) -> Result<(FusedGraph, Plan, RunReport)> {
+    let (dir, g, gh) = import_cmd(a.import.clone())?;
+    let (phased, ph) = partition_stage(&dir, &g, gh)?;
+    let be = backend()?;
+    let soc = SocSpec::preset(&a.soc.soc, be.as_ref())?;
+    let (costs, ch) = profile_stage(&dir, &g, gh, &soc, be.as_ref(), a.profile_runs)?;
+    let (plan, plan_h) = search_stage(&dir, (&phased, ph), (&costs, ch), objective(&a.objective)?)?;
+    let report = run_stage(&dir, &g, (&plan, plan_h), &soc, be, a.runs)?;
+    Ok((g, plan, report))
+}
+
+pub fn pipeline(a: PipelineArgs) -> Result<()> {
+    let (g, plan, report) = run_stages(&a)?;
+    print_summary(&g, &plan, &report);
+    if a.json {
+        let best_us = plan.best_single_pu_us.unwrap_or(f64::NAN);
+        let j = serde_json::json!({
+            "model": g.name,
+            "soc": plan.soc,
+            "simulated": plan.simulated,
+            "pus": plan.pus,
+            "mode": "sequential",
+            "objective": plan.objective.name(),
+            "fused_ops": g.ops.len(),
+            "predicted_us": plan.predicted_us,
+            "best_single_pu": plan.best_single_pu,
+            "best_single_pu_us": best_us,
+            "predicted_speedup": best_us / plan.predicted_us,
+            "measured_us": report.measured_us,
+            "measured_best_single_pu_us": report.measured_best_single_pu_us,
+            "measured_speedup": report.measured_speedup(),
+            "max_abs_err": report.max_abs_err,
+            "measured_on": report.measured_on,
+        });
+        println!("{j}");
+    }
+    Ok(())
+}
+
+fn print_summary(g: &FusedGraph, plan: &Plan, r: &RunReport) {
+    let mix: Vec<String> = plan.ops_per_pu.iter().map(|(pu, n)| format!("{n} on {pu}")).collect();
+    let label = if plan.simulated { "simulated" } else { "measured" };
+    println!("model      {} ({} fused ops from {} ONNX nodes)", g.name, g.ops.len(), g.source.nodes);
+    println!("soc        {} [{}], PUs: {}", plan.soc, label, plan.pus.join(", "));
+    println!("plan       sequential ({} objective): {}", plan.objective.name(), mix.join(", "));
+    println!(
+        "predicted  {:.1} µs   best single PU {} {:.1} µs   speedup {:.2}x",
+        plan.predicted_us,
+        plan.best_single_pu.as_deref().unwrap_or("-"),
+        plan.best_single_pu_us.unwrap_or(f64::NAN),
+        plan.best_single_pu_us.unwrap_or(f64::NAN) / plan.predicted_us
+    );
+    println!(
+        "measured   {:.1} µs (p10 {:.1}, p90 {:.1})   whole model on {} {:.1} µs   speedup {:.2}x   [{}]",
+        r.measured_us,
+        r.measured_p10_us,
+        r.measured_p90_us,
+        r.best_single_pu,
+        r.measured_best_single_pu_us,
+        r.measured_speedup(),
+        r.measured_on
+    );
+    println!("outputs    max abs error vs whole model: {:.3e}", r.max_abs_err);
+}
+
+pub fn show(file: &Path) -> Result<()> {
+    let bytes = std::fs::read(file).with_context(|| file.display().to_string())?;
+    let (header, _) = artifact::read_header(file, &bytes)?;
+    let yaml = match header.kind.as_str() {
+        FusedGraph::KIND => twin::<FusedGraph>(file, &bytes)?,
+        PhasedGraph::KIND => twin::<PhasedGraph>(file, &bytes)?,
+        CostTable::KIND => twin::<CostTable>(file, &bytes)?,
+        Plan::KIND => twin::<Plan>(file, &bytes)?,
+        RunReport::KIND => twin::<RunReport>(file, &bytes)?,
+        k => bail!("{}: unknown artifact kind `{k}`", file.display()),
+    };
+    print!("{yaml}");
+    Ok(())
+}
+
+fn twin<A: Artifact>(file: &Path, bytes: &[u8]) -> Result<String> {
+    let s = artifact::decode::<A>(file, bytes)?;
+    Ok(artifact::to_yaml(&s.header, &s.value)?)
+}
+
+pub fn zoo(name: Option<&str>, out: &Path, seed: u64) -> Result<()> {
+    let Some(name) = name else {
+        for (n, what) in bident_zoo::MODELS {
+            println!("{n:<22} {what}");
+        }
+        return Ok(());
+    };
+    let bytes = bident_zoo::build_bytes(name, seed).with_context(|| format!("no zoo model `{name}`"))?;
+    std::fs::create_dir_all(out)?;
+    let path = out.join(format!("{name}.onnx"));
+    std::fs::write(&path, bytes)?;
+    println!("{}", path.display());
+    Ok(())
+}
