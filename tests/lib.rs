@@ -1,1 +1,105 @@
-//! Shared harness for the workspace-level integration tests (see `tests/*.rs`).
+//! Shared harness for the workspace-level integration tests. Test cases are files under
+//! `tests/data/<area>/`; the test bodies only call this harness.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use bident_backend::openvino::OpenVino;
+use bident_ir::FusedGraph;
+use serde::{Deserialize, Serialize};
+
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// The OpenVINO backend, installing the pinned runtime into `target/` on first use.
+pub fn backend() -> Arc<OpenVino> {
+    static BE: OnceLock<Arc<OpenVino>> = OnceLock::new();
+    BE.get_or_init(|| {
+        let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"));
+        let lib = bident_backend::openvino::install::ensure(&target, &mut |l| eprintln!("{l}"))
+            .expect("the OpenVINO runtime is needed by these tests");
+        Arc::new(OpenVino::load(&lib).expect("loading OpenVINO"))
+    })
+    .clone()
+}
+
+/// A model case: `tests/data/<area>/<name>.yaml`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelCase {
+    /// `zoo:NAME` or a path relative to the case file.
+    pub model: String,
+    #[serde(default)]
+    pub input_shape: BTreeMap<String, Vec<u64>>,
+}
+
+/// All cases of an area, sorted by name.
+pub fn cases(area: &str) -> Vec<(String, PathBuf)> {
+    let dir = root().join("tests/data").join(area);
+    let mut out: Vec<(String, PathBuf)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .map(|p| (p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(), p))
+        .collect();
+    out.sort();
+    assert!(!out.is_empty(), "no cases in {}", dir.display());
+    out
+}
+
+pub fn read_case<T: for<'de> Deserialize<'de>>(path: &Path) -> T {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_norway::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Import the case's model.
+pub fn import(case: &ModelCase, case_path: &Path) -> FusedGraph {
+    let opts = bident_ir::ImportOptions { input_shapes: case.input_shape.clone(), ..Default::default() };
+    let g = match case.model.strip_prefix("zoo:") {
+        Some(name) => {
+            let bytes = bident_zoo::build_bytes(name, 0).unwrap_or_else(|| panic!("no zoo model {name}"));
+            bident_ir::import_bytes(&bytes, &format!("{name}.onnx"), None, &opts)
+        }
+        None => bident_ir::import(&case_path.parent().unwrap_or(Path::new(".")).join(&case.model), &opts),
+    };
+    let g = g.unwrap_or_else(|e| panic!("{}: {e}", case_path.display()));
+    bident_ir::verify(&g).expect("verifier");
+    g
+}
+
+/// A readable, stable summary of a fused graph for snapshots.
+#[derive(Serialize)]
+pub struct GraphSummary {
+    pub source_nodes: usize,
+    pub folded_nodes: usize,
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
+    pub ops: Vec<String>,
+    pub phases: Vec<Vec<Vec<u32>>>,
+}
+
+fn tensor_line(g: &FusedGraph, t: u32) -> String {
+    let t = g.tensor(t);
+    format!("{}: {}{:?}", t.name, t.dtype, t.shape)
+}
+
+pub fn summary(g: &FusedGraph, p: &bident_partition::PhasedGraph) -> GraphSummary {
+    GraphSummary {
+        source_nodes: g.source.nodes,
+        folded_nodes: g.source.folded_nodes,
+        inputs: g.inputs.iter().map(|&t| tensor_line(g, t)).collect(),
+        outputs: g.outputs.iter().map(|&t| tensor_line(g, t)).collect(),
+        ops: g
+            .ops
+            .iter()
+            .enumerate()
+            .map(|(i, o)| {
+                let shapes: Vec<String> = o.outputs.iter().map(|&t| format!("{:?}", g.tensor(t).shape)).collect();
+                format!("{i}: {} -> {}", o.kind, shapes.join(", "))
+            })
+            .collect(),
+        phases: p.phases.iter().map(|ph| ph.branches.iter().map(|b| b.ops.clone()).collect()).collect(),
+    }
+}

@@ -93,6 +93,20 @@ fn ci() -> Result<()> {
     pipeline::backend()?;
     codegen::codegen(true)?;
     step("format", Command::new("cargo").args(["fmt", "--all", "--", "--check"]))?;
-    step("tests", Command::new("cargo").args(["test", "--workspace", "--no-fail-fast"]).env("INSTA_UPDATE", "no"))?;
+    step("clippy", Command::new("cargo").args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
+    let have_insta = Command::new("cargo").args(["insta", "--version"]).output().is_ok_and(|o| o.status.success());
+    if !have_insta {
+        step(
+            "install cargo-insta",
+            Command::new("cargo").args(["install", "cargo-insta", "--locked", "--version", "1.49.0"]),
+        )?;
+    }
+    // --check fails on any snapshot change; unreferenced snapshot files are errors too
+    step(
+        "tests",
+        Command::new("cargo")
+            .args(["insta", "test", "--workspace", "--check", "--unreferenced=reject"])
+            .env("INSTA_UPDATE", "no"),
+    )?;
     Ok(())
 }

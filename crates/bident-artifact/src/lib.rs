@@ -213,8 +213,11 @@ pub fn encode<A: Artifact>(value: &A, input_hash: ContentHash) -> Result<Vec<u8>
 /// Split a framed artifact into its header and raw payload, checking magic and payload hash.
 pub fn read_header<'a>(path: &Path, bytes: &'a [u8]) -> Result<(Header, &'a [u8]), ArtifactError> {
     let path_buf = || path.to_path_buf();
-    if bytes.len() < MAGIC.len() + 4 || bytes[..MAGIC.len()] != MAGIC {
+    if bytes.len() < MAGIC.len() || bytes[..MAGIC.len()] != MAGIC {
         return Err(ArtifactError::BadMagic { path: path_buf() });
+    }
+    if bytes.len() < MAGIC.len() + 4 {
+        return Err(ArtifactError::BadHeader { path: path_buf(), reason: "file ends inside the header".into() });
     }
     let rest = &bytes[MAGIC.len()..];
     let mut len = [0u8; 4];

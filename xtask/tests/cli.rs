@@ -1,0 +1,153 @@
+//! The command a user types, end to end: bad inputs (data-driven from
+//! `tests/data/bad-input/*.yaml`), the pipeline on the example model, stage subcommands,
+//! `show`, and rejection of corrupt or mismatched artifacts.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde::Deserialize;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+fn xtask(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_xtask")).args(args).current_dir(root()).output().expect("xtask runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BadCase {
+    /// `zoo:NAME` or a file beside the case.
+    model: String,
+    /// Write only the first N bytes of the model.
+    truncate_to: Option<usize>,
+    #[serde(default)]
+    args: Vec<String>,
+    /// Expected part of the one-line error.
+    error: String,
+}
+
+#[test]
+fn bad_inputs_fail_with_one_clear_line_and_leave_no_artifact() {
+    let dir = root().join("tests/data/bad-input");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("case folder")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    paths.sort();
+    assert!(paths.len() >= 7, "expected the bad-input cases, found {}", paths.len());
+    for path in paths {
+        let case: BadCase = serde_norway::from_str(&std::fs::read_to_string(&path).expect("case")).expect("case yaml");
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let model = match (case.model.strip_prefix("zoo:"), case.truncate_to) {
+            (Some(name), Some(n)) => {
+                let bytes = bident_zoo::build_bytes(name, 0).expect("zoo model");
+                let p = tmp.path().join("model.onnx");
+                std::fs::write(&p, &bytes[..n.min(bytes.len())]).expect("write");
+                p.display().to_string()
+            }
+            (Some(_), None) => case.model.clone(),
+            (None, _) => dir.join(&case.model).display().to_string(),
+        };
+        let out = tmp.path().join("out");
+        let out_s = out.display().to_string();
+        let mut args = vec!["import", model.as_str(), "--out", out_s.as_str()];
+        args.extend(case.args.iter().map(String::as_str));
+        let o = xtask(&args);
+        let err = stderr(&o);
+        let name = path.display();
+        assert_eq!(o.status.code(), Some(1), "{name}: exit code; stderr:\n{err}");
+        assert!(!err.contains("panicked"), "{name}: panicked:\n{err}");
+        let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{name}: expected one line, got:\n{err}");
+        assert!(lines[0].starts_with("error: "), "{name}: {err}");
+        assert!(lines[0].contains(&case.error), "{name}: expected `{}` in:\n{err}", case.error);
+        assert!(!out.join("fused-graph.bin").exists(), "{name}: left an artifact");
+    }
+}
+
+#[test]
+fn pipeline_end_to_end_on_the_example() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().display().to_string();
+    let o = xtask(&["pipeline", "--out", &dir, "--json", "--runs", "3", "--profile-runs", "3"]);
+    assert!(o.status.success(), "pipeline failed:\n{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let last = stdout.lines().last().expect("output");
+    let j: serde_norway::Value = serde_norway::from_str(last).expect("last line is JSON");
+    for key in [
+        "model",
+        "soc",
+        "simulated",
+        "pus",
+        "mode",
+        "objective",
+        "fused_ops",
+        "predicted_us",
+        "best_single_pu",
+        "best_single_pu_us",
+        "predicted_speedup",
+        "measured_us",
+        "measured_best_single_pu_us",
+        "measured_speedup",
+        "max_abs_err",
+    ] {
+        assert!(j.get(key).is_some(), "missing `{key}` in {last}");
+    }
+    assert_eq!(j["model"].as_str(), Some("example"));
+    assert_eq!(j["simulated"].as_bool(), Some(false));
+    assert_eq!(j["mode"].as_str(), Some("sequential"));
+    assert_eq!(j["fused_ops"].as_u64(), Some(10));
+    assert!(j["max_abs_err"].as_f64().is_some_and(|e| e <= 1e-4), "{last}");
+    assert!(j["measured_us"].as_f64().is_some_and(|t| t > 0.0), "{last}");
+    for f in ["fused-graph", "phased-graph", "cost-table", "plan", "run-report"] {
+        assert!(tmp.path().join(format!("{f}.bin")).exists(), "{f}.bin");
+        assert!(tmp.path().join(format!("{f}.yaml")).exists(), "{f}.yaml");
+    }
+
+    // every stage reruns on its own from the artifacts
+    for stage in [vec!["partition", &dir], vec!["search", &dir, "--objective", "energy"]] {
+        let o = xtask(&stage);
+        assert!(o.status.success(), "{stage:?}:\n{}", stderr(&o));
+    }
+
+    // show prints any artifact as YAML
+    let plan = tmp.path().join("plan.bin");
+    let o = xtask(&["show", &plan.display().to_string()]);
+    assert!(o.status.success());
+    let yaml = String::from_utf8_lossy(&o.stdout);
+    assert!(yaml.contains("kind: plan") && yaml.contains("objective: energy"), "{yaml}");
+
+    // a corrupt artifact is rejected, saying which and why
+    let mut bytes = std::fs::read(&plan).expect("plan");
+    let n = bytes.len();
+    bytes[n - 2] ^= 0x55;
+    std::fs::write(&plan, &bytes).expect("write");
+    let o = xtask(&["show", &plan.display().to_string()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("plan.bin: payload is corrupt"), "{}", stderr(&o));
+
+    // a cost table of another model is refused by the search
+    let other = tempfile::tempdir().expect("tempdir");
+    let od = other.path().display().to_string();
+    let o = xtask(&["import", "zoo:mlp", "--out", &od]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(xtask(&["partition", &od]).status.success());
+    std::fs::copy(tmp.path().join("cost-table.bin"), other.path().join("cost-table.bin")).expect("copy");
+    let o = xtask(&["search", &od]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("cost table is for `example`"), "{}", stderr(&o));
+}
+
+#[test]
+fn bare_xtask_prints_help() {
+    let o = xtask(&[]);
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert!(text.contains("pipeline") && text.contains("codegen"), "{text}");
+}
