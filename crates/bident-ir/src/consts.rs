@@ -46,6 +46,17 @@ pub(crate) fn to_f64(t: &HostTensor) -> Vec<f64> {
     (0..t.numel()).map(|i| t.get_f64(i)).collect()
 }
 
+/// Integer view: exact for i64/i32 (shape arithmetic uses i64::MAX as "to the end").
+pub(crate) fn to_i64(t: &HostTensor) -> Vec<i64> {
+    match t.dtype {
+        DType::I64 => t.data.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect(),
+        DType::I32 => {
+            t.data.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap_or([0; 4])) as i64).collect()
+        }
+        _ => to_f64(t).into_iter().map(|v| v as i64).collect(),
+    }
+}
+
 pub(crate) fn from_f64(dtype: DType, shape: Vec<u64>, values: &[f64]) -> HostTensor {
     let mut data = Vec::with_capacity(values.len() * dtype.size());
     for &v in values {

@@ -485,7 +485,12 @@ impl<'o> Lowering<'o> {
                 }
             }
         }
-        let is_const = |t: &str| t.is_empty() || self.consts.contains_key(t) || self.const_like_output(t, fates);
+        let const_like: HashSet<&str> = order
+            .iter()
+            .filter(|&&i| fates[i] == Fate::ConstLike)
+            .flat_map(|&i| nodes[i].output.iter().map(String::as_str))
+            .collect();
+        let is_const = |t: &str| t.is_empty() || self.consts.contains_key(t) || const_like.contains(t);
         let mut assigned = vec![false; nodes.len()];
         let mut groups = vec![];
         for &i in order {
@@ -522,14 +527,6 @@ impl<'o> Lowering<'o> {
             groups.push(group);
         }
         groups
-    }
-
-    fn const_like_output(&self, t: &str, fates: &[Fate]) -> bool {
-        self.graph()
-            .node
-            .iter()
-            .enumerate()
-            .any(|(i, n)| fates[i] == Fate::ConstLike && n.output.iter().any(|o| o == t))
     }
 
     fn run(mut self, name: String, file: String, hash: ContentHash) -> Result<FusedGraph, IrError> {
@@ -572,6 +569,14 @@ impl<'o> Lowering<'o> {
             }
         }
         let graph_outputs: HashSet<&str> = self.outputs.iter().map(String::as_str).collect();
+        let mut consumer_groups: HashMap<&str, Vec<usize>> = HashMap::new();
+        for &j in &kept {
+            if fates[j] == Fate::Compute {
+                for t in nodes[j].input.iter().filter(|t| !t.is_empty()) {
+                    consumer_groups.entry(t).or_default().push(group_of[j]);
+                }
+            }
+        }
         let mut fused_ops = Vec::with_capacity(groups.len());
         let mut used_consts: HashSet<String> = HashSet::new();
         for (g, members) in groups.iter().enumerate() {
@@ -611,9 +616,7 @@ impl<'o> Lowering<'o> {
             for &i in members {
                 for o in nodes[i].output.iter().filter(|o| !o.is_empty()) {
                     let used_outside = graph_outputs.contains(o.as_str())
-                        || kept.iter().any(|&j| {
-                            fates[j] == Fate::Compute && group_of[j] != g && nodes[j].input.iter().any(|t| t == o)
-                        });
+                        || consumer_groups.get(o.as_str()).is_some_and(|gs| gs.iter().any(|&c| c != g));
                     if used_outside {
                         op_outputs.push(tid(o, &self.facts));
                     }

@@ -93,7 +93,8 @@ pub fn partition(g: &FusedGraph) -> Result<PhasedGraph, PartitionError> {
     for seg in segments {
         // components restricted to the segment: union only edges inside it
         let mut local = UnionFind::<usize>::new(seg.len());
-        let pos = |op: OpId| seg.iter().position(|&o| o == op);
+        let index: std::collections::HashMap<OpId, usize> = seg.iter().enumerate().map(|(k, &o)| (o, k)).collect();
+        let pos = |op: OpId| index.get(&op).copied();
         for (k, &op) in seg.iter().enumerate() {
             for &c in &consumers[op as usize] {
                 if let Some(j) = pos(c) {

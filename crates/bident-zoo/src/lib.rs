@@ -81,6 +81,26 @@ pub fn build(name: &str, seed: u64) -> Option<ModelProto> {
     })
 }
 
+/// Move every initializer's bytes into one external-data file named `location` (beside the
+/// model), as exporters do for large models. Returns that file's contents.
+pub fn externalize(model: &mut ModelProto, location: &str) -> Vec<u8> {
+    let mut blob = vec![];
+    let Some(graph) = model.graph.as_mut() else { return blob };
+    for t in &mut graph.initializer {
+        let Some(raw) = t.raw_data.take() else { continue };
+        let entry =
+            |k: &str, v: String| bident_ir::proto::StringStringEntryProto { key: Some(k.into()), value: Some(v) };
+        t.external_data = vec![
+            entry("location", location.to_string()),
+            entry("offset", blob.len().to_string()),
+            entry("length", raw.len().to_string()),
+        ];
+        t.data_location = Some(DataLocation::External as i32);
+        blob.extend_from_slice(&raw);
+    }
+    blob
+}
+
 /// Serialized bytes of [`build`].
 pub fn build_bytes(name: &str, seed: u64) -> Option<Vec<u8>> {
     build(name, seed).map(|m| m.encode_to_vec())
@@ -189,5 +209,15 @@ mod tests {
         }
         assert_ne!(build_bytes("example", 1), build_bytes("example", 2));
         assert!(build("nope", 0).is_none());
+    }
+
+    #[test]
+    fn externalize_moves_every_initializer() {
+        let mut m = build("mlp", 0).unwrap();
+        let inline: usize =
+            m.graph.as_ref().unwrap().initializer.iter().map(|t| t.raw_data.as_ref().unwrap().len()).sum();
+        let blob = externalize(&mut m, "w.bin");
+        assert_eq!(blob.len(), inline);
+        assert!(m.graph.unwrap().initializer.iter().all(|t| t.raw_data.is_none() && t.external_data.len() == 3));
     }
 }

@@ -126,25 +126,17 @@ impl<'a> Ctx<'a> {
         Ok(self.input(i)?.dtype)
     }
 
-    /// Value of input `i` as integers; it must be a constant.
+    fn required_const(&self, i: usize, what: &str) -> Result<&'a HostTensor, String> {
+        self.const_at(i).ok_or_else(|| format!("{what} (input {i}) must be a constant to infer shapes"))
+    }
+
+    /// Value of input `i` as integers (exact for integer tensors); it must be a constant.
     pub fn const_ints(&self, i: usize, what: &str) -> Result<Vec<i64>, String> {
-        let t = self
-            .consts
-            .get(i)
-            .copied()
-            .flatten()
-            .ok_or_else(|| format!("{what} (input {i}) must be a constant to infer shapes"))?;
-        Ok(consts::to_f64(t).into_iter().map(|v| v as i64).collect())
+        Ok(consts::to_i64(self.required_const(i, what)?))
     }
 
     pub fn const_f64(&self, i: usize, what: &str) -> Result<Vec<f64>, String> {
-        let t = self
-            .consts
-            .get(i)
-            .copied()
-            .flatten()
-            .ok_or_else(|| format!("{what} (input {i}) must be a constant to infer shapes"))?;
-        Ok(consts::to_f64(t))
+        Ok(consts::to_f64(self.required_const(i, what)?))
     }
 
     pub fn const_at(&self, i: usize) -> Option<&'a HostTensor> {

