@@ -214,10 +214,11 @@ fn profile_stage(
     let mut last = std::time::Instant::now();
     let t0 = std::time::Instant::now();
     let table = bident_profile::profile(g, soc, be, &cfg, &mut |p| {
+        let line = format!("profile: {} {} [{}/{}]", p.pu, p.phase, p.done, p.total);
         if tty {
-            eprint!("\rprofile: [{}/{}] {:<40.40}", p.done, p.total, p.op);
-        } else if last.elapsed().as_secs() >= 5 || p.done == p.total {
-            eprintln!("profile: {}/{} ops", p.done, p.total);
+            eprint!("\r{line:<60}");
+        } else if last.elapsed().as_secs() >= 5 {
+            eprintln!("{line}");
             last = std::time::Instant::now();
         }
     })?;

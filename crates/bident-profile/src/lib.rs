@@ -108,12 +108,20 @@ pub enum ProfileError {
 
 /// Progress of a profiling run, for the caller to display.
 pub struct Progress<'a> {
+    pub pu: &'a str,
+    /// What is happening: `compiling` or `timing`.
+    pub phase: &'static str,
     pub done: usize,
     pub total: usize,
-    pub op: &'a str,
 }
 
 /// Profile every op of `g` on every PU of `soc`.
+///
+/// Protocol, per PU in turn (never two PUs at once, so they do not disturb each other): on a
+/// thread pinned to the PU's cores, compile every op, then run `warmup + runs` rounds, each
+/// round executing every op once in the graph's order with seeded inputs. Timing ops in rounds
+/// rather than each op back to back keeps caches and the backend's threads in the state the
+/// runtime meets them in.
 pub fn profile(
     g: &FusedGraph,
     soc: &SocSpec,
@@ -129,27 +137,37 @@ pub fn profile(
         });
     }
     let ex = Extractor::new(g)?;
+    let models: Vec<Vec<u8>> = (0..g.ops.len()).map(|i| ex.extract(i as OpId)).collect::<Result<_, _>>()?;
+    let inputs: Vec<Vec<HostTensor>> = g
+        .ops
+        .iter()
+        .enumerate()
+        .map(|(i, op)| {
+            op.inputs
+                .iter()
+                .enumerate()
+                .map(|(k, &t)| {
+                    let t = g.tensor(t);
+                    HostTensor::seeded(t.dtype, t.shape.clone(), cfg.seed ^ ((i as u64) << 16) ^ k as u64)
+                })
+                .collect()
+        })
+        .collect();
+    // per_pu[j][i]: op i on PU j
+    let mut columns: Vec<Vec<Result<Cost, String>>> = Vec::with_capacity(soc.pus.len());
+    for pu in &soc.pus {
+        columns.push(profile_pu(backend, pu, &models, &inputs, cfg, progress)?);
+    }
     let mut ops = Vec::with_capacity(g.ops.len());
     for (i, op) in g.ops.iter().enumerate() {
-        progress(Progress { done: i, total: g.ops.len(), op: &op.name });
-        let onnx = ex.extract(i as OpId)?;
-        let inputs: Vec<HostTensor> = op
-            .inputs
-            .iter()
-            .enumerate()
-            .map(|(k, &t)| {
-                let t = g.tensor(t);
-                HostTensor::seeded(t.dtype, t.shape.clone(), cfg.seed ^ ((i as u64) << 16) ^ k as u64)
-            })
-            .collect();
         let mut per_pu = vec![];
         let mut failures = vec![];
-        for pu in &soc.pus {
-            match measure_on(backend, pu, &onnx, &inputs, cfg)? {
+        for (pu, col) in soc.pus.iter().zip(&mut columns) {
+            match std::mem::replace(&mut col[i], Err(String::new())) {
                 Ok(c) => per_pu.push(Some(c)),
-                Err(e) => {
+                Err(reason) => {
                     per_pu.push(None);
-                    failures.push((pu.name.clone(), e.to_string()));
+                    failures.push((pu.name.clone(), reason));
                 }
             }
         }
@@ -164,7 +182,6 @@ pub fn profile(
         }
         ops.push(OpCosts { op: i as OpId, name: op.name.clone(), kind: op.kind.clone(), per_pu, failures });
     }
-    progress(Progress { done: g.ops.len(), total: g.ops.len(), op: "" });
     Ok(CostTable {
         model: g.name.clone(),
         graph: g.content_hash()?,
@@ -177,53 +194,80 @@ pub fn profile(
     })
 }
 
-/// Compile and time one op on one PU, on a thread pinned to the PU's cores. The outer error is
-/// a broken worker; the inner one is the PU refusing the op.
-fn measure_on(
+/// One PU's column of the table: a cost, or the backend's reason, per op.
+fn profile_pu(
     backend: &dyn Backend,
     pu: &PuSpec,
-    onnx: &[u8],
-    inputs: &[HostTensor],
+    models: &[Vec<u8>],
+    inputs: &[Vec<HostTensor>],
     cfg: &ProfileConfig,
-) -> Result<Result<Cost, BackendError>, ProfileError> {
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Vec<Result<Cost, String>>, ProfileError> {
+    let (tx, rx) = std::sync::mpsc::channel::<(&'static str, usize, usize)>();
     std::thread::scope(|s| {
-        s.spawn(|| -> Result<Cost, BackendError> {
+        let worker = s.spawn(move || -> Result<Vec<Result<Cost, String>>, BackendError> {
             bident_backend::pin_current_thread(&pu.name, &pu.cores)?;
-            let mut exe = backend.compile(onnx, pu)?;
-            time_runs(exe.as_mut(), inputs, cfg, pu)
-        })
-        .join()
-        .map_err(|_| ProfileError::Worker(pu.name.clone()))
-    })
-}
-
-fn time_runs(
-    exe: &mut dyn Executable,
-    inputs: &[HostTensor],
-    cfg: &ProfileConfig,
-    pu: &PuSpec,
-) -> Result<Cost, BackendError> {
-    let refs: Vec<&HostTensor> = inputs.iter().collect();
-    for _ in 0..cfg.warmup {
-        exe.run(&refs)?;
-    }
-    let runs = cfg.runs.max(1);
-    let (mut h2d, mut exec, mut d2h) = (vec![], vec![], vec![]);
-    for _ in 0..runs {
-        let (_, t) = exe.run_timed(&refs)?;
-        h2d.push(t.h2d.as_secs_f64() * 1e6);
-        exec.push(t.infer.as_secs_f64() * 1e6);
-        d2h.push(t.d2h.as_secs_f64() * 1e6);
-    }
-    Ok(Cost {
-        h2d_us: quantile(&mut h2d, 0.5),
-        exec_us: quantile(&mut exec, 0.5),
-        d2h_us: quantile(&mut d2h, 0.5),
-        exec_p10_us: quantile(&mut exec, 0.1),
-        exec_p90_us: quantile(&mut exec, 0.9),
-        runs,
-        power_w: pu.declared_power_w,
-        power: PowerSource::Declared,
+            let n = models.len();
+            let mut exes: Vec<Result<Box<dyn Executable>, String>> = Vec::with_capacity(n);
+            for (i, m) in models.iter().enumerate() {
+                let _ = tx.send(("compiling", i, n));
+                exes.push(backend.compile(m, pu).map_err(|e| e.to_string()));
+            }
+            let runs = cfg.runs.max(1);
+            let rounds = cfg.warmup + runs;
+            let mut samples: Vec<[Vec<f64>; 3]> = vec![Default::default(); n];
+            let mut failed: Vec<Option<String>> = vec![None; n];
+            for r in 0..rounds {
+                let _ = tx.send(("timing", r as usize, rounds as usize));
+                for i in 0..n {
+                    let Ok(exe) = exes[i].as_mut() else { continue };
+                    if failed[i].is_some() {
+                        continue;
+                    }
+                    let refs: Vec<&HostTensor> = inputs[i].iter().collect();
+                    match exe.run_timed(&refs) {
+                        Ok((_, t)) if r >= cfg.warmup => {
+                            samples[i][0].push(t.h2d.as_secs_f64() * 1e6);
+                            samples[i][1].push(t.infer.as_secs_f64() * 1e6);
+                            samples[i][2].push(t.d2h.as_secs_f64() * 1e6);
+                        }
+                        Ok(_) => {}
+                        Err(e) => failed[i] = Some(e.to_string()),
+                    }
+                }
+            }
+            let _ = tx.send(("timing", rounds as usize, rounds as usize));
+            Ok(exes
+                .into_iter()
+                .zip(samples)
+                .zip(failed)
+                .map(|((exe, [mut h2d, mut exec, mut d2h]), failed)| {
+                    exe?;
+                    if let Some(e) = failed {
+                        return Err(e);
+                    }
+                    Ok(Cost {
+                        h2d_us: quantile(&mut h2d, 0.5),
+                        exec_us: quantile(&mut exec, 0.5),
+                        d2h_us: quantile(&mut d2h, 0.5),
+                        exec_p10_us: quantile(&mut exec, 0.1),
+                        exec_p90_us: quantile(&mut exec, 0.9),
+                        runs,
+                        power_w: pu.declared_power_w,
+                        power: PowerSource::Declared,
+                    })
+                })
+                .collect())
+        });
+        for (phase, done, total) in rx {
+            progress(Progress { pu: &pu.name, phase, done, total });
+        }
+        match worker.join() {
+            Ok(Ok(col)) => Ok(col),
+            // the PU itself is unusable (e.g. cannot pin): every op fails there with that reason
+            Ok(Err(e)) => Ok(models.iter().map(|_| Err(e.to_string())).collect()),
+            Err(_) => Err(ProfileError::Worker(pu.name.clone())),
+        }
     })
 }
 
