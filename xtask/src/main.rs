@@ -3,6 +3,7 @@
 //! previous artifact and writes its own.
 
 mod codegen;
+mod conformance;
 mod pipeline;
 mod thirdparty;
 
@@ -54,6 +55,8 @@ enum Cmd {
         #[arg(long)]
         check: bool,
     },
+    /// ONNX backend node tests through bident's path beside OpenVINO running them whole.
+    Conformance(conformance::ConformanceArgs),
     /// The pipeline on the third-party models of tests/data/thirdparty (fetched from PyPI).
     Thirdparty {
         #[arg(long, default_value = "local")]
@@ -84,6 +87,7 @@ fn main() {
         Cmd::Show { file } => pipeline::show(&file),
         Cmd::Zoo { name, out, seed, external_data } => pipeline::zoo(name.as_deref(), &out, seed, external_data),
         Cmd::Codegen { check } => codegen::codegen(check),
+        Cmd::Conformance(a) => conformance::conformance(a),
         Cmd::Thirdparty { soc, runs, profile_runs, json } => thirdparty::thirdparty(&soc, runs, profile_runs, json),
         Cmd::Setup => pipeline::backend().map(|_| ()),
         Cmd::Ci => ci(),

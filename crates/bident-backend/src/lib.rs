@@ -45,12 +45,13 @@ pub struct DeviceInfo {
     pub full_name: String,
 }
 
-/// Name, element type and static shape of one model input or output.
+/// Name, element type and shape of one model input or output.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PortInfo {
     pub name: String,
     pub dtype: DType,
-    pub shape: Vec<u64>,
+    /// None when the shape is dynamic (fixed only when the model runs).
+    pub shape: Option<Vec<u64>>,
 }
 
 /// Where the time of one timed run went. What each part means depends on the backend and PU

@@ -13,8 +13,15 @@ pub(crate) fn from_proto(t: &TensorProto) -> Result<HostTensor, String> {
         return Err(format!("negative dim in {:?}", t.dims));
     }
     let shape: Vec<u64> = t.dims.iter().map(|&d| d as u64).collect();
-    let n = bident_tensor::numel(&shape) as usize;
-    let mut data = Vec::with_capacity(n * dtype.size());
+    // checked: dims come from the file and may be absurd
+    let n = shape
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|n| n.checked_mul(dtype.size()).is_some())
+        .ok_or_else(|| format!("element count of dims {:?} overflows", t.dims))?;
+    // never allocate from the declared size: HostTensor::new checks it against the data
+    let mut data = Vec::new();
     if let Some(raw) = t.raw_data.as_ref().filter(|r| !r.is_empty() || n == 0) {
         data.extend_from_slice(raw);
     } else {

@@ -44,6 +44,24 @@ impl TensorInfo {
     }
 }
 
+/// A constant tensor stored in an artifact.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConstTensor {
+    pub dtype: DType,
+    pub shape: Vec<u64>,
+    pub data: Blob,
+}
+
+impl ConstTensor {
+    pub fn from_host(t: &bident_tensor::HostTensor) -> Self {
+        Self { dtype: t.dtype, shape: t.shape.clone(), data: Blob(t.data.clone()) }
+    }
+
+    pub fn to_host(&self) -> bident_tensor::HostTensor {
+        bident_tensor::HostTensor { dtype: self.dtype, shape: self.shape.clone(), data: self.data.0.clone() }
+    }
+}
+
 /// A group of ONNX nodes executed as one unit (e.g. `Conv+BatchNormalization+Relu`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FusedOp {
@@ -82,6 +100,8 @@ pub struct FusedGraph {
     pub source: Source,
     /// Input shapes after pinning dynamic dims.
     pub input_shapes: BTreeMap<String, Vec<u64>>,
+    /// Inputs pinned to fixed values (see `ImportOptions::input_values`); fed with these values.
+    pub input_values: BTreeMap<String, ConstTensor>,
     /// Which fusion produced the grouping (`rules`).
     pub fusion: String,
     pub tensors: Vec<TensorInfo>,
@@ -151,6 +171,16 @@ impl FusedGraph {
             .map_err(|e| IrError::Verify(e.to_string()))?;
         Ok(h.payload_hash)
     }
+}
+
+/// Decode a serialized ONNX `TensorProto` (a `.pb` file of the ONNX test suites) into its name
+/// and value.
+pub fn read_tensor(bytes: &[u8]) -> Result<(String, bident_tensor::HostTensor), IrError> {
+    use prost::Message;
+    let t = proto::TensorProto::decode(bytes)
+        .map_err(|e| IrError::BadTensor { tensor: "<file>".into(), reason: e.to_string() })?;
+    let v = consts::from_proto(&t).map_err(|reason| IrError::BadTensor { tensor: t.name().into(), reason })?;
+    Ok((t.name().to_string(), v))
 }
 
 /// Check the invariants every stage relies on: ops in topological order, one producer per

@@ -21,6 +21,10 @@ pub struct ImportOptions {
     /// Static shapes for graph inputs (`--input-shape NAME=D,D,...`); required for every input
     /// that has a dynamic dim.
     pub input_shapes: BTreeMap<String, Vec<u64>>,
+    /// Fixed values for graph inputs (their shape pinned too). Such an input is still fed at
+    /// run time, but bident treats it as the constant it will always be: shape parameters given
+    /// as inputs (Reshape's shape, Resize's scales, TopK's k) become known.
+    pub input_values: BTreeMap<String, HostTensor>,
     /// Constant subgraphs are evaluated at import when their result has at most this many
     /// elements; larger ones stay in the graph, attached to their consumer.
     pub fold_limit: usize,
@@ -28,14 +32,19 @@ pub struct ImportOptions {
 
 impl Default for ImportOptions {
     fn default() -> Self {
-        Self { input_shapes: BTreeMap::new(), fold_limit: 1 << 16 }
+        Self { input_shapes: BTreeMap::new(), input_values: BTreeMap::new(), fold_limit: 1 << 16 }
     }
 }
 
 impl ImportOptions {
     /// Hash of the options, part of the fused graph's input hash.
     pub fn hash_bytes(&self) -> Vec<u8> {
-        format!("{:?}|{}", self.input_shapes, self.fold_limit).into_bytes()
+        let mut out = format!("{:?}|{}", self.input_shapes, self.fold_limit).into_bytes();
+        for (name, v) in &self.input_values {
+            out.extend_from_slice(format!("|{name}:{}{:?}:", v.dtype, v.shape).as_bytes());
+            out.extend_from_slice(&v.data);
+        }
+        out
     }
 }
 
@@ -226,7 +235,7 @@ impl<'o> Lowering<'o> {
             self.consts.insert(t.name().into(), v);
             self.initializers.insert(t.name().into());
         }
-        for c in self.opts.input_shapes.keys() {
+        for c in self.opts.input_shapes.keys().chain(self.opts.input_values.keys()) {
             if !graph.input.iter().any(|i| i.name() == c) || self.initializers.contains(c) {
                 return Err(IrError::BadInputShape {
                     input: c.clone(),
@@ -256,7 +265,22 @@ impl<'o> Lowering<'o> {
                 input: name.clone(),
                 reason: format!("unsupported element type code {code}"),
             })?;
-            let shape = match self.opts.input_shapes.get(&name) {
+            let value = self.opts.input_values.get(&name);
+            if let Some(v) = value {
+                if v.dtype != dtype {
+                    return Err(IrError::BadInputShape {
+                        input: name,
+                        reason: format!("the model's input is {dtype}, the value given is {}", v.dtype),
+                    });
+                }
+                if self.opts.input_shapes.get(&name).is_some_and(|s| *s != v.shape) {
+                    return Err(IrError::BadInputShape {
+                        input: name,
+                        reason: "the pinned shape and the pinned value's shape differ".into(),
+                    });
+                }
+            }
+            let shape = match self.opts.input_shapes.get(&name).or(value.map(|v| &v.shape)) {
                 Some(pinned) => {
                     if pinned.len() != dims.len() {
                         return Err(IrError::BadInputShape {
@@ -286,6 +310,9 @@ impl<'o> Lowering<'o> {
                 },
             };
             self.facts.insert(name.clone(), Fact::new(dtype, shape.clone()));
+            if let Some(v) = value {
+                self.consts.insert(name.clone(), v.clone());
+            }
             self.inputs.push((name, Fact::new(dtype, shape)));
         }
         for vi in graph.value_info.iter().chain(&graph.output) {
@@ -668,6 +695,12 @@ impl<'o> Lowering<'o> {
             name,
             source,
             input_shapes: self.inputs.iter().map(|(n, f)| (n.clone(), f.shape.clone())).collect(),
+            input_values: self
+                .opts
+                .input_values
+                .iter()
+                .map(|(n, v)| (n.clone(), crate::ConstTensor::from_host(v)))
+                .collect(),
             fusion: "rules".into(),
             tensors,
             inputs,

@@ -232,7 +232,10 @@ pub fn run(
         .enumerate()
         .map(|(k, &t)| {
             let t = g.tensor(t);
-            Arc::new(HostTensor::seeded(t.dtype, t.shape.clone(), cfg.seed.wrapping_add(k as u64)))
+            Arc::new(match g.input_values.get(&t.name) {
+                Some(v) => v.to_host(),
+                None => HostTensor::seeded(t.dtype, t.shape.clone(), cfg.seed.wrapping_add(k as u64)),
+            })
         })
         .collect();
 

@@ -88,9 +88,10 @@ impl fmt::Display for DType {
     }
 }
 
-/// Number of elements of a static shape (1 for a scalar).
+/// Number of elements of a static shape (1 for a scalar), saturating instead of overflowing:
+/// shapes come from files and can be absurd.
 pub fn numel(shape: &[u64]) -> u64 {
-    shape.iter().product()
+    shape.iter().fold(1u64, |acc, &d| acc.saturating_mul(d))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -117,7 +118,7 @@ impl fmt::Debug for HostTensor {
 
 impl HostTensor {
     pub fn new(name: &str, dtype: DType, shape: Vec<u64>, data: Vec<u8>) -> Result<Self, TensorError> {
-        let expected = numel(&shape) as usize * dtype.size();
+        let expected = (numel(&shape) as usize).saturating_mul(dtype.size());
         if expected != data.len() {
             return Err(TensorError::SizeMismatch { name: name.to_string(), dtype, shape, expected, got: data.len() });
         }
@@ -217,6 +218,34 @@ impl HostTensor {
             worst = worst.max(d);
         }
         Ok(worst)
+    }
+}
+
+impl HostTensor {
+    /// `None` when every element satisfies `|got - want| <= atol + rtol * |want|` (NaN equal to
+    /// NaN, as the ONNX test runner treats them); otherwise the worst element, described.
+    pub fn mismatch(&self, want: &HostTensor, rtol: f64, atol: f64) -> Option<String> {
+        if self.dtype != want.dtype {
+            return Some(format!("dtype {} vs expected {}", self.dtype, want.dtype));
+        }
+        if self.shape != want.shape {
+            return Some(format!("shape {:?} vs expected {:?}", self.shape, want.shape));
+        }
+        let mut worst: Option<(usize, f64, f64, f64)> = None;
+        for i in 0..self.numel() {
+            let (g, w) = (self.get_f64(i), want.get_f64(i));
+            let excess = if g.is_nan() || w.is_nan() {
+                if g.is_nan() && w.is_nan() { 0.0 } else { f64::INFINITY }
+            } else if g == w {
+                0.0
+            } else {
+                (g - w).abs() - (atol + rtol * w.abs())
+            };
+            if excess > 0.0 && worst.is_none_or(|(_, _, _, e)| excess > e) {
+                worst = Some((i, g, w, excess));
+            }
+        }
+        worst.map(|(i, g, w, _)| format!("element {i}: {g} vs expected {w}"))
     }
 }
 

@@ -342,15 +342,20 @@ unsafe fn read_port(port: *mut sys::ov_output_const_port_t) -> Result<PortInfo, 
         let mut et = Et::DYNAMIC;
         check(sys::ov_port_get_element_type(port, &mut et))?;
         let dtype = from_ov(et).ok_or_else(|| format!("port `{name}`: unsupported element type {et:?}"))?;
-        let mut shape = sys::ov_shape_t { rank: 0, dims: ptr::null_mut() };
-        // A dynamic port has no static shape; outputs take their shape from the run.
-        let dims = if sys::ov_const_port_get_shape(port, &mut shape) == ov_status_e::OK {
-            let d = (0..shape.rank as usize).map(|i| *shape.dims.add(i) as u64).collect();
-            sys::ov_shape_free(&mut shape);
-            d
+        // the partial shape, not ov_const_port_get_shape: the C API refuses rank-0 (scalar) shapes
+        let mut ps = sys::ov_partial_shape_t { rank: sys::ov_dimension_t { min: 0, max: 0 }, dims: ptr::null_mut() };
+        check(sys::ov_port_get_partial_shape(port, &mut ps))?;
+        let dims = if ps.rank.min == ps.rank.max && ps.rank.min >= 0 {
+            (0..ps.rank.min as usize)
+                .map(|i| {
+                    let d = *ps.dims.add(i);
+                    (d.min == d.max && d.min >= 0).then_some(d.min as u64)
+                })
+                .collect::<Option<Vec<u64>>>()
         } else {
-            vec![]
+            None
         };
+        sys::ov_partial_shape_free(&mut ps);
         Ok(PortInfo { name, dtype, shape: dims })
     }
 }
@@ -393,21 +398,20 @@ impl Executable for OvExecutable {
             if t.data.len() != t.numel() * t.dtype.size() {
                 return Err(bad("buffer size does not match shape".into()));
             }
-            let dims: Vec<i64> = t.shape.iter().map(|&d| d as i64).collect();
-            let mut shape = sys::ov_shape_t { rank: 0, dims: ptr::null_mut() };
+            let mut dims: Vec<i64> = t.shape.iter().map(|&d| d as i64).collect();
+            // built by hand: ov_shape_create refuses rank 0, and the tensor copies the dims
+            let shape = sys::ov_shape_t { rank: dims.len() as i64, dims: dims.as_mut_ptr() };
             let mut tensor = ptr::null_mut();
             // SAFETY: the host buffer outlives the infer call below (held by the caller) and
-            // is only read by OpenVINO for an input.
+            // is only read by OpenVINO for an input; `dims` outlives the create call.
             unsafe {
-                check(sys::ov_shape_create(dims.len() as i64, dims.as_ptr(), &mut shape)).map_err(bad)?;
-                let st = sys::ov_tensor_create_from_host_ptr(
+                check(sys::ov_tensor_create_from_host_ptr(
                     to_ov(t.dtype),
                     shape,
                     t.data.as_ptr() as *mut c_void,
                     &mut tensor,
-                );
-                sys::ov_shape_free(&mut shape);
-                check(st).map_err(bad)?;
+                ))
+                .map_err(bad)?;
                 let tensor = TensorGuard(tensor);
                 check(sys::ov_infer_request_set_input_tensor_by_index(self.request, i, tensor.0)).map_err(bad)?;
                 held.push(tensor);
@@ -426,9 +430,16 @@ impl Executable for OvExecutable {
                     .map_err(|e| run_err("output", e))?;
                 let tensor = TensorGuard(tensor);
                 let mut shape = sys::ov_shape_t { rank: 0, dims: ptr::null_mut() };
-                check(sys::ov_tensor_get_shape(tensor.0, &mut shape)).map_err(|e| run_err("output", e))?;
-                let dims: Vec<u64> = (0..shape.rank as usize).map(|k| *shape.dims.add(k) as u64).collect();
-                sys::ov_shape_free(&mut shape);
+                let dims: Vec<u64> = if sys::ov_tensor_get_shape(tensor.0, &mut shape) == ov_status_e::OK {
+                    let d = (0..shape.rank as usize).map(|k| *shape.dims.add(k) as u64).collect();
+                    sys::ov_shape_free(&mut shape);
+                    d
+                } else if port.shape.as_deref() == Some(&[]) {
+                    // the C API cannot return a rank-0 shape: a scalar port gives a scalar
+                    vec![]
+                } else {
+                    return Err(run_err("output", last_error(ov_status_e::GENERAL_ERROR)));
+                };
                 let mut bytes = 0usize;
                 check(sys::ov_tensor_get_byte_size(tensor.0, &mut bytes)).map_err(|e| run_err("output", e))?;
                 let mut data = ptr::null_mut();

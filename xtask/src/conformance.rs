@@ -1,0 +1,356 @@
+//! `cargo xtask conformance`: the ONNX backend node tests through bident's path (import ->
+//! extraction -> every fused op compiled and run on its own) beside OpenVINO running each test
+//! model whole. The test cases are generated from the pinned `onnx` pip package into
+//! `target/conformance/` on first use.
+//!
+//! parity = (tests passing through bident's path among those OpenVINO passes whole) / (tests
+//! OpenVINO passes whole): bident must not lose anything the backend can do.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use bident_backend::{Backend, PuSpec, SocSpec};
+use bident_tensor::HostTensor;
+use clap::Args;
+
+/// The `onnx` release whose test cases are used; its `onnx.proto` is the one vendored.
+const ONNX_VERSION: &str = "1.23.2";
+/// Inputs up to this many elements may be pinned to their test values.
+const PIN_LIMIT: usize = 4096;
+/// The ONNX backend test runner's default tolerances.
+const RTOL: f64 = 1e-3;
+const ATOL: f64 = 1e-7;
+
+#[derive(Args)]
+pub struct ConformanceArgs {
+    /// Folder of node test cases (default: generated under target/conformance/).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Only tests whose name contains this.
+    #[arg(long)]
+    pub filter: Option<String>,
+    /// Only the tests listed in this file (one name a line, `#` comments).
+    #[arg(long)]
+    pub subset: Option<PathBuf>,
+    /// Print a line for every test, not only failures.
+    #[arg(long)]
+    pub verbose: bool,
+    /// Last stdout line: one JSON object with total, whole_pass, extracted_pass, parity.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Outcome {
+    Pass,
+    Mismatch(String),
+    Error(String),
+}
+
+impl Outcome {
+    fn word(&self) -> &'static str {
+        match self {
+            Outcome::Pass => "pass",
+            Outcome::Mismatch(_) => "mismatch",
+            Outcome::Error(_) => "error",
+        }
+    }
+    fn reason(&self) -> Option<&str> {
+        match self {
+            Outcome::Pass => None,
+            Outcome::Mismatch(r) | Outcome::Error(r) => Some(r),
+        }
+    }
+}
+
+/// Generate the node test cases with the pinned onnx package in a private venv.
+fn generated_dir() -> Result<PathBuf> {
+    let base = crate::root().join("target/conformance");
+    let out = base.join(format!("onnx-{ONNX_VERSION}")).join("node");
+    if out.join("test_add").join("model.onnx").is_file() {
+        return Ok(out);
+    }
+    eprintln!("conformance: generating the ONNX node tests with onnx=={ONNX_VERSION} (pip, into {})", base.display());
+    let venv = base.join("venv");
+    let python = venv.join("bin/python");
+    if !python.is_file() {
+        let st = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().context("python3 -m venv")?;
+        anyhow::ensure!(st.success(), "could not create a Python venv in {}", venv.display());
+    }
+    let st = Command::new(&python)
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+        .arg(format!("onnx=={ONNX_VERSION}"))
+        .status()?;
+    anyhow::ensure!(st.success(), "pip could not install onnx=={ONNX_VERSION}");
+    let script = crate::root().join("xtask/conformance/gen_node_tests.py");
+    let o = Command::new(&python).arg(&script).arg(&out).output()?;
+    if !o.status.success() {
+        bail!("generating node tests failed: {}", String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or(""));
+    }
+    Ok(out)
+}
+
+fn read_pb(path: &Path) -> Result<(String, HostTensor), String> {
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    bident_ir::read_tensor(&bytes).map_err(|e| format!("test data: {e}"))
+}
+
+/// Inputs and expected outputs of `test_data_set_0`.
+type DataSet = (Vec<(String, HostTensor)>, Vec<(String, HostTensor)>);
+
+fn data_set(dir: &Path) -> Result<DataSet, String> {
+    let d = dir.join("test_data_set_0");
+    let list = |prefix: &str| -> Result<Vec<(String, HostTensor)>, String> {
+        let mut out = vec![];
+        for j in 0.. {
+            let p = d.join(format!("{prefix}_{j}.pb"));
+            if !p.is_file() {
+                break;
+            }
+            out.push(read_pb(&p)?);
+        }
+        Ok(out)
+    };
+    Ok((list("input")?, list("output")?))
+}
+
+fn compare(got: &[HostTensor], names: &[String], want: &[(String, HostTensor)]) -> Outcome {
+    if got.len() != want.len() {
+        return Outcome::Mismatch(format!("{} outputs, expected {}", got.len(), want.len()));
+    }
+    for (k, (wname, w)) in want.iter().enumerate() {
+        // match by name where the backend kept it, else by position
+        let g = names.iter().position(|n| n == wname).map_or(&got[k], |i| &got[i]);
+        if let Some(m) = g.mismatch(w, RTOL, ATOL) {
+            return Outcome::Mismatch(format!("output `{wname}`: {m}"));
+        }
+    }
+    Outcome::Pass
+}
+
+fn whole(
+    be: &dyn Backend,
+    pu: &PuSpec,
+    model: &[u8],
+    inputs: &[(String, HostTensor)],
+    want: &[(String, HostTensor)],
+) -> Outcome {
+    let mut exe = match be.compile(model, pu) {
+        Ok(e) => e,
+        Err(e) => return Outcome::Error(format!("compile: {e}")),
+    };
+    // feed by name where every port kept its name, else in graph order
+    let by_name: Option<Vec<&HostTensor>> =
+        exe.inputs().iter().map(|p| inputs.iter().find(|(n, _)| *n == p.name).map(|(_, t)| t)).collect();
+    let ordered = match by_name {
+        Some(v) => v,
+        None if exe.inputs().len() == inputs.len() => inputs.iter().map(|(_, t)| t).collect(),
+        None => return Outcome::Error(format!("{} ports for {} test inputs", exe.inputs().len(), inputs.len())),
+    };
+    let names: Vec<String> = exe.outputs().iter().map(|p| p.name.clone()).collect();
+    match exe.run(&ordered) {
+        Ok(out) => compare(&out, &names, want),
+        Err(e) => Outcome::Error(format!("run: {e}")),
+    }
+}
+
+fn through_bident(
+    be: &dyn Backend,
+    pu: &PuSpec,
+    model: &[u8],
+    inputs: &[(String, HostTensor)],
+    want: &[(String, HostTensor)],
+) -> Outcome {
+    let mut opts = bident_ir::ImportOptions {
+        input_shapes: inputs.iter().map(|(n, t)| (n.clone(), t.shape.clone())).collect(),
+        ..Default::default()
+    };
+    let g = match bident_ir::import_bytes(model, "model.onnx", None, &opts) {
+        Ok(g) => g,
+        // the node tests feed shape parameters (Reshape's shape, TopK's k) as inputs: pin the
+        // small inputs to the test's values, as a user would with fixed parameters
+        Err(e) if e.to_string().contains("must be a constant") => {
+            opts.input_values =
+                inputs.iter().filter(|(_, t)| t.numel() <= PIN_LIMIT).map(|(n, t)| (n.clone(), t.clone())).collect();
+            match bident_ir::import_bytes(model, "model.onnx", None, &opts) {
+                Ok(g) => g,
+                Err(e) => return Outcome::Error(format!("import: {e}")),
+            }
+        }
+        Err(e) => return Outcome::Error(format!("import: {e}")),
+    };
+    let ex = match bident_ir::Extractor::new(&g) {
+        Ok(x) => x,
+        Err(e) => return Outcome::Error(format!("extract: {e}")),
+    };
+    let mut env: HashMap<u32, HostTensor> = HashMap::new();
+    for &t in &g.inputs {
+        match inputs.iter().find(|(n, _)| *n == g.tensor(t).name) {
+            Some((_, v)) => env.insert(t, v.clone()),
+            None => return Outcome::Error(format!("no test input for `{}`", g.tensor(t).name)),
+        };
+    }
+    for (i, op) in g.ops.iter().enumerate() {
+        let bytes = match ex.extract(i as u32) {
+            Ok(b) => b,
+            Err(e) => return Outcome::Error(format!("extract: {e}")),
+        };
+        let mut exe = match be.compile(&bytes, pu) {
+            Ok(e) => e,
+            Err(e) => return Outcome::Error(format!("compile op {} ({}): {e}", i, op.kind)),
+        };
+        let ins: Vec<&HostTensor> = op.inputs.iter().map(|t| &env[t]).collect();
+        match exe.run(&ins) {
+            Ok(outs) => {
+                for (&t, o) in op.outputs.iter().zip(outs) {
+                    if o.shape != g.tensor(t).shape || o.dtype != g.tensor(t).dtype {
+                        return Outcome::Mismatch(format!(
+                            "op {i} ({}): backend gives {}{:?} for `{}`, bident inferred {}{:?}",
+                            op.kind,
+                            o.dtype,
+                            o.shape,
+                            g.tensor(t).name,
+                            g.tensor(t).dtype,
+                            g.tensor(t).shape
+                        ));
+                    }
+                    env.insert(t, o);
+                }
+            }
+            Err(e) => return Outcome::Error(format!("run op {i} ({}): {e}", op.kind)),
+        }
+    }
+    let got: Vec<HostTensor> = g.outputs.iter().map(|t| env[t].clone()).collect();
+    let names: Vec<String> = g.outputs.iter().map(|&t| g.tensor(t).name.clone()).collect();
+    compare(&got, &names, want)
+}
+
+/// A failure reason without the specifics (names, numbers), to group similar failures.
+fn group_key(reason: &str) -> String {
+    let mut out = String::new();
+    let mut in_tick = false;
+    for c in reason.chars() {
+        match c {
+            '`' => {
+                in_tick = !in_tick;
+                if in_tick {
+                    out.push_str("`…`");
+                }
+            }
+            _ if in_tick => {}
+            '0'..='9' => {
+                if !out.ends_with('#') {
+                    out.push('#');
+                }
+            }
+            _ => out.push(c),
+        }
+    }
+    out.chars().take(110).collect()
+}
+
+pub fn conformance(a: ConformanceArgs) -> Result<()> {
+    let dir = match a.dir {
+        Some(d) => d,
+        None => generated_dir()?,
+    };
+    let subset: Option<Vec<String>> = match &a.subset {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .with_context(|| p.display().to_string())?
+                .lines()
+                .map(|l| l.split('#').next().unwrap_or("").trim().to_string())
+                .filter(|l| !l.is_empty())
+                .collect(),
+        ),
+        None => None,
+    };
+    let mut tests: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .with_context(|| dir.display().to_string())?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("model.onnx").is_file())
+        .filter(|p| {
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            a.filter.as_ref().is_none_or(|f| name.contains(f.as_str()))
+                && subset.as_ref().is_none_or(|s| s.contains(&name))
+        })
+        .collect();
+    tests.sort();
+    if let Some(s) = &subset {
+        let missing: Vec<&String> = s
+            .iter()
+            .filter(|t| !tests.iter().any(|p| p.file_name().is_some_and(|n| n.to_string_lossy() == t.as_str())))
+            .collect();
+        anyhow::ensure!(missing.is_empty(), "subset names tests that do not exist: {missing:?}");
+    }
+    let be = crate::pipeline::backend()?;
+    let soc = SocSpec::preset("local", be.as_ref())?;
+    let pu = soc.pus.iter().find(|p| p.device == "CPU").context("no CPU device")?.clone();
+
+    let (mut whole_pass, mut bident_pass, mut both) = (0usize, 0usize, 0usize);
+    let mut groups: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    let t0 = std::time::Instant::now();
+    for (k, path) in tests.iter().enumerate() {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let model = std::fs::read(path.join("model.onnx"))?;
+        let (w, b) = match data_set(path) {
+            Ok((inputs, want)) => (
+                whole(be.as_ref(), &pu, &model, &inputs, &want),
+                through_bident(be.as_ref(), &pu, &model, &inputs, &want),
+            ),
+            Err(e) => (Outcome::Error(e.clone()), Outcome::Error(e)),
+        };
+        whole_pass += (w == Outcome::Pass) as usize;
+        bident_pass += (b == Outcome::Pass) as usize;
+        both += (w == Outcome::Pass && b == Outcome::Pass) as usize;
+        let lost = w == Outcome::Pass && b != Outcome::Pass;
+        if a.verbose || lost {
+            println!(
+                "{name:<60} whole: {:<8} bident: {:<8} {}",
+                w.word(),
+                b.word(),
+                b.reason().or(w.reason()).unwrap_or("")
+            );
+        }
+        for (path_name, o) in [("whole", &w), ("bident", &b)] {
+            if let Some(r) = o.reason() {
+                groups.entry((path_name.to_string(), group_key(r))).or_default().push(name.clone());
+            }
+        }
+        if !a.json && (k + 1) % 200 == 0 {
+            eprintln!("conformance: {}/{} tests", k + 1, tests.len());
+        }
+    }
+    let total = tests.len();
+    let parity = if whole_pass == 0 { 1.0 } else { both as f64 / whole_pass as f64 };
+    println!();
+    println!("reasons, grouped (count, path, reason, examples):");
+    let mut rows: Vec<_> = groups.into_iter().collect();
+    rows.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
+    for ((path_name, key), names) in rows.iter().take(40) {
+        let ex: Vec<&str> = names.iter().take(3).map(String::as_str).collect();
+        println!("{:>5}  {path_name:<6} {key}  [{}]", names.len(), ex.join(", "));
+    }
+    println!();
+    println!(
+        "conformance: {total} tests in {:.0} s; OpenVINO whole: {whole_pass} pass; through bident: {bident_pass} pass; parity {:.4} ({both}/{whole_pass})",
+        t0.elapsed().as_secs_f64(),
+        parity
+    );
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "total": total,
+                "whole_pass": whole_pass,
+                "extracted_pass": bident_pass,
+                "both_pass": both,
+                "parity": parity,
+                "onnx_version": ONNX_VERSION,
+            })
+        );
+    }
+    Ok(())
+}
