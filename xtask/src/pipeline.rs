@@ -187,7 +187,7 @@ fn read_fused(dir: &Path) -> Result<(FusedGraph, ContentHash)> {
 
 /// Stage 2.
 fn partition_stage(dir: &Path, g: &FusedGraph, gh: ContentHash) -> Result<(PhasedGraph, ContentHash)> {
-    artifact::remove(&dir.join(PHASED))?;
+    clear(dir, &[PHASED, PLAN, REPORT])?;
     let p = bident_partition::partition(g)?;
     let h = write(dir, PHASED, &p, gh)?;
     eprintln!("partition: {} phases, {} with parallel branches", p.phases.len(), p.parallel_phases());
@@ -208,7 +208,7 @@ fn profile_stage(
     be: &dyn Backend,
     runs: u32,
 ) -> Result<(CostTable, ContentHash)> {
-    artifact::remove(&dir.join(COSTS))?;
+    clear(dir, &[COSTS, PLAN, REPORT])?;
     let cfg = ProfileConfig { runs, ..Default::default() };
     let tty = std::io::stderr().is_terminal();
     let mut last = std::time::Instant::now();
@@ -260,10 +260,9 @@ fn search_stage(
     costs: (&CostTable, ContentHash),
     obj: Objective,
 ) -> Result<(Plan, ContentHash)> {
-    artifact::remove(&dir.join(PLAN))?;
+    clear(dir, &[PLAN, REPORT])?;
     let plan = bident_search::search(phased.0, costs.0, &SearchConfig { objective: obj })?;
-    let inputs = ContentHash::of_parts(&[&phased.1.0, &costs.1.0, obj.name().as_bytes()]);
-    let h = write(dir, PLAN, &plan, inputs)?;
+    let h = write(dir, PLAN, &plan, plan_inputs(phased.1, costs.1, obj))?;
     eprintln!(
         "search: {} objective, predicted {:.1} µs vs best single PU {} {:.1} µs",
         obj.name(),
@@ -272,6 +271,10 @@ fn search_stage(
         plan.best_single_pu_us.unwrap_or(f64::NAN)
     );
     Ok((plan, h))
+}
+
+fn plan_inputs(phased: ContentHash, costs: ContentHash, obj: Objective) -> ContentHash {
+    ContentHash::of_parts(&[&phased.0, &costs.0, obj.name().as_bytes()])
 }
 
 pub fn search_cmd(a: SearchArgs) -> Result<()> {
@@ -301,6 +304,10 @@ pub fn run_cmd(a: RunArgs) -> Result<()> {
     let (g, _) = read_fused(&a.dir)?;
     let plan = read::<Plan>(&a.dir, PLAN)?;
     let costs = read::<CostTable>(&a.dir, COSTS)?;
+    let phased = read::<PhasedGraph>(&a.dir, PHASED)?;
+    // the plan must come from exactly these phases and costs
+    let expected = plan_inputs(phased.header.payload_hash, costs.header.payload_hash, plan.value.objective);
+    artifact::expect_inputs(&a.dir.join(PLAN), &plan.header, expected)?;
     let be = backend()?;
     let r = run_stage(&a.dir, &g, (&plan.value, plan.header.payload_hash), &costs.value.soc, be, a.runs)?;
     print_summary(&g, &plan.value, &r);

@@ -113,12 +113,14 @@ impl SocSpec {
                     .collect(),
             },
             "cores" => {
-                let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+                let cpus = crate::allowed_cpus();
+                let n = cpus.len();
                 SocSpec {
                     name: "cores".into(),
                     backend: backend.name().into(),
                     simulated: false,
-                    pus: (0..n)
+                    pus: cpus
+                        .into_iter()
                         .map(|c| PuSpec {
                             name: format!("core{c}"),
                             kind: PuKind::Cpu,

@@ -60,8 +60,18 @@ pub(crate) fn to_i64(t: &HostTensor) -> Vec<i64> {
         DType::I32 => {
             t.data.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap_or([0; 4])) as i64).collect()
         }
+        DType::U64 => {
+            t.data.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as i64).collect()
+        }
         _ => to_f64(t).into_iter().map(|v| v as i64).collect(),
     }
+}
+
+/// Integers into an integer type, keeping the low bits (two's complement wrap).
+pub(crate) fn from_i64_wrapping(dtype: DType, shape: Vec<u64>, values: &[i64]) -> HostTensor {
+    let size = dtype.size();
+    let data = values.iter().flat_map(|v| v.to_le_bytes()[..size].to_vec()).collect();
+    HostTensor { dtype, shape, data }
 }
 
 pub(crate) fn from_f64(dtype: DType, shape: Vec<u64>, values: &[f64]) -> HostTensor {

@@ -36,6 +36,8 @@ pub enum IrError {
     BadInput { input: String, reason: String },
     #[error("node `{node}` ({op}): {reason}")]
     Shape { node: String, op: String, reason: String },
+    #[error("node `{node}` ({op}): needs the value of `{tensor}` to infer shapes, and {hint}")]
+    NeedsValue { node: String, op: String, tensor: String, hint: String },
     #[error(
         "node `{node}` ({domain}::{op}): unknown operator and its output `{tensor}` has no static shape in value_info; cannot infer it"
     )]

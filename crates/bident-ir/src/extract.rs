@@ -53,6 +53,8 @@ impl<'g> Extractor<'g> {
         let sub = ModelProto {
             ir_version: Some(self.model.ir_version.unwrap_or(8).max(4)),
             opset_import: self.model.opset_import.clone(),
+            // model-local functions an op's nodes may call
+            functions: self.model.functions.clone(),
             producer_name: Some("bident".into()),
             graph: Some(GraphProto {
                 name: Some(f.name.clone()),

@@ -108,9 +108,11 @@ fn resolve_external_data(model: &mut ModelProto, dir: Option<&Path>, all: &mut V
             |k: &str| kv.get(k).map(|v| v.parse::<usize>().map_err(|_| ext(format!("bad {k} `{v}`")))).transpose();
         let offset = num("offset")?.unwrap_or(0);
         let length = num("length")?.unwrap_or(data.len().saturating_sub(offset));
-        let slice = data.get(offset..offset + length).ok_or_else(|| {
-            ext(format!("{}: bytes {offset}..{} beyond file size {}", full.display(), offset + length, data.len()))
-        })?;
+        let end =
+            offset.checked_add(length).ok_or_else(|| ext(format!("offset {offset} + length {length} overflows")))?;
+        let slice = data
+            .get(offset..end)
+            .ok_or_else(|| ext(format!("{}: bytes {offset}..{end} beyond file size {}", full.display(), data.len())))?;
         all.extend_from_slice(slice);
         t.raw_data = Some(slice.to_vec());
         t.external_data.clear();
@@ -167,6 +169,13 @@ pub(crate) fn value_info(name: &str, dtype: DType, shape: &[u64]) -> ValueInfoPr
         }),
         ..Default::default()
     }
+}
+
+/// Largest tensor bident accepts (16 GiB): a larger one is a malformed or mis-pinned model.
+const MAX_TENSOR_BYTES: u64 = 1 << 34;
+
+fn tensor_bytes(f: &Fact) -> u64 {
+    bident_tensor::numel(&f.shape).saturating_mul(f.dtype.size() as u64)
 }
 
 /// How a node ends up after constant analysis.
@@ -380,6 +389,15 @@ impl<'o> Lowering<'o> {
         if let Some(t) = self.outputs.iter().find(|t| !known(t)) {
             return Err(IrError::DanglingOutput { tensor: t.clone() });
         }
+        if let Some(t) = self.outputs.iter().find(|t| !producer.contains_key(t.as_str())) {
+            return Err(IrError::Unsupported {
+                node: "-".into(),
+                op: "-".into(),
+                reason: format!(
+                    "graph output `{t}` is a graph input or initializer passed through unchanged; not supported yet"
+                ),
+            });
+        }
         // Kahn's algorithm, stable in file order.
         let mut indeg = vec![0usize; nodes.len()];
         let mut users: Vec<Vec<usize>> = vec![vec![]; nodes.len()];
@@ -414,13 +432,17 @@ impl<'o> Lowering<'o> {
         let graph = self.model.graph.take().expect("checked at import");
         let outputs: HashSet<&str> = self.outputs.iter().map(String::as_str).collect();
         let mut fates = vec![Fate::Compute; graph.node.len()];
+        // outputs of const-like nodes: constant, but with no value known here
+        let mut const_like: HashSet<String> = HashSet::new();
         for &i in order {
             let n = &graph.node[i];
             let label = node_label(n, i);
             let err = |reason: String| IrError::Shape { node: label.clone(), op: n.op_type().into(), reason };
             let present: Vec<Option<&str>> = n.input.iter().map(|t| (!t.is_empty()).then_some(t.as_str())).collect();
             let rule = ops::lookup(n.domain(), n.op_type());
-            let all_const = present.iter().flatten().all(|t| self.consts.contains_key(*t));
+            let all_values = present.iter().flatten().all(|t| self.consts.contains_key(*t));
+            let all_const = present.iter().flatten().all(|t| self.consts.contains_key(*t) || const_like.contains(*t));
+            let feeds_output = n.output.iter().any(|o| outputs.contains(o.as_str()));
             // Shape and Size depend only on the (static) input shape.
             let shape_only = matches!(n.op_type(), "Shape" | "Size") && rule.is_some();
             let ctx = Ctx {
@@ -428,9 +450,24 @@ impl<'o> Lowering<'o> {
                 opset: self.opset,
                 inputs: present.iter().map(|t| t.and_then(|t| self.facts.get(t))).collect(),
                 consts: present.iter().map(|t| t.and_then(|t| self.consts.get(t))).collect(),
+                missing_const: std::cell::Cell::new(None),
             };
             let facts: Vec<Fact> = match rule {
-                Some(def) => (def.infer)(&ctx).map_err(err)?,
+                Some(def) => {
+                    (def.infer)(&ctx).map_err(|reason| match ctx.missing_const.get().and_then(|k| present[k]) {
+                        Some(t) => IrError::NeedsValue {
+                            node: label.clone(),
+                            op: n.op_type().into(),
+                            tensor: t.to_string(),
+                            hint: if self.inputs.iter().any(|(name, _)| name == t) {
+                                "it is a graph input: pin its value (ImportOptions::input_values)".to_string()
+                            } else {
+                                "it is computed from run-time data".into()
+                            },
+                        },
+                        None => err(reason),
+                    })?
+                }
                 None => n
                     .output
                     .iter()
@@ -445,25 +482,36 @@ impl<'o> Lowering<'o> {
                     })
                     .collect::<Result<_, _>>()?,
             };
-            let foldable = (all_const || shape_only)
-                && !n.output.iter().any(|o| outputs.contains(o.as_str()))
+            let named: Vec<(usize, &String)> = n.output.iter().enumerate().filter(|(_, o)| !o.is_empty()).collect();
+            if let Some((f, o)) = facts.iter().zip(&n.output).find(|(f, _)| tensor_bytes(f) > MAX_TENSOR_BYTES) {
+                return Err(err(format!(
+                    "output `{o}` would be {}{:?}, {} bytes; bident refuses tensors over {MAX_TENSOR_BYTES} bytes",
+                    f.dtype,
+                    f.shape,
+                    tensor_bytes(f)
+                )));
+            }
+            let foldable = (all_values || shape_only)
+                && !feeds_output
                 && facts.iter().all(|f| bident_tensor::numel(&f.shape) as usize <= self.opts.fold_limit);
             let values = match rule.and_then(|d| d.eval) {
-                Some(eval) if foldable => eval(&ctx).ok(),
+                // an evaluator must give one value per named output, else it is not trusted
+                Some(eval) if foldable => eval(&ctx).ok().filter(|v| v.len() == named.len()),
                 _ => None,
             };
-            let named = n.output.iter().enumerate().filter(|(_, o)| !o.is_empty());
             match values {
                 Some(vals) => {
                     fates[i] = Fate::Folded;
-                    for ((_, o), v) in named.zip(vals) {
+                    for ((_, o), v) in named.into_iter().zip(vals) {
                         self.facts.insert(o.clone(), Fact::new(v.dtype, v.shape.clone()));
                         self.consts.insert(o.clone(), v);
                     }
                 }
                 None => {
-                    if all_const && rule.is_some() {
+                    // a constant that is a graph output must be computed by some op
+                    if all_const && rule.is_some() && !feeds_output {
                         fates[i] = Fate::ConstLike;
+                        const_like.extend(named.iter().map(|(_, o)| (*o).clone()));
                     }
                     for (k, o) in named {
                         let f = facts.get(k).ok_or_else(|| err(format!("no type inferred for output {k} `{o}`")))?;
@@ -580,6 +628,7 @@ impl<'o> Lowering<'o> {
             if let Some(&id) = tensor_ids.get(name) {
                 return id;
             }
+            // analyse gave every graph input and every produced tensor a fact
             let f = &facts[name];
             let id = tensors.len() as TensorId;
             tensors.push(TensorInfo { name: name.to_string(), dtype: f.dtype, shape: f.shape.clone() });

@@ -116,6 +116,8 @@ struct Worker {
     pu: String,
     tx: Option<mpsc::Sender<Job>>,
     handle: Option<std::thread::JoinHandle<()>>,
+    /// Set when a job outlived its timeout: the thread is abandoned, never joined.
+    hung: std::cell::Cell<bool>,
 }
 
 impl Worker {
@@ -139,7 +141,7 @@ impl Worker {
             })
             .map_err(|_| RuntimeError::Worker { pu: pu.name.clone(), secs: 0 })?;
         match ready_rx.recv() {
-            Ok(Ok(())) => Ok(Self { pu: pu.name.clone(), tx: Some(tx), handle: Some(handle) }),
+            Ok(Ok(())) => Ok(Self { pu: pu.name.clone(), tx: Some(tx), handle: Some(handle), hung: false.into() }),
             Ok(Err(e)) => {
                 Err(RuntimeError::Op { op: 0, name: "<pinning>".into(), pu: pu.name.clone(), source: Box::new(e) })
             }
@@ -159,14 +161,19 @@ impl Worker {
         });
         let lost = || RuntimeError::Worker { pu: self.pu.clone(), secs: timeout.as_secs() };
         self.tx.as_ref().ok_or_else(lost)?.send(job).map_err(|_| lost())?;
-        rx.recv_timeout(timeout).map_err(|_| lost())
+        rx.recv_timeout(timeout).map_err(|_| {
+            self.hung.set(true);
+            lost()
+        })
     }
 }
 
 impl Drop for Worker {
     fn drop(&mut self) {
         self.tx.take();
-        if let Some(h) = self.handle.take() {
+        if let Some(h) = self.handle.take()
+            && !self.hung.get()
+        {
             let _ = h.join();
         }
     }
@@ -253,16 +260,24 @@ pub fn run(
         outputs = outs;
     }
     let mut mono_times = vec![];
-    let mut mono_out = vec![];
+    let mut mono_out = (vec![], vec![]);
     for r in 0..cfg.warmup + cfg.runs.max(1) {
         let ins: Vec<Arc<HostTensor>> = inputs.clone();
+        let names: Vec<String> = g.inputs.iter().map(|&t| g.tensor(t).name.clone()).collect();
         let (outs, us) = workers[&best_idx]
             .call(cfg.op_timeout, move |exes| {
                 let exe = exes.get_mut(&WHOLE).expect("compiled above");
-                let refs: Vec<&HostTensor> = ins.iter().map(|t| t.as_ref()).collect();
+                // by name where the backend kept the names, else in graph order
+                let by_name: Option<Vec<&HostTensor>> = exe
+                    .inputs()
+                    .iter()
+                    .map(|p| names.iter().position(|n| *n == p.name).map(|k| ins[k].as_ref()))
+                    .collect();
+                let refs = by_name.unwrap_or_else(|| ins.iter().map(|t| t.as_ref()).collect());
+                let out_names: Vec<String> = exe.outputs().iter().map(|p| p.name.clone()).collect();
                 let t = Instant::now();
                 let out = exe.run(&refs);
-                out.map(|o| (o, t.elapsed().as_secs_f64() * 1e6))
+                out.map(|o| ((o, out_names), t.elapsed().as_secs_f64() * 1e6))
             })?
             .map_err(|e| RuntimeError::Monolithic { pu: best.clone(), source: Box::new(e) })?;
         if r >= cfg.warmup {
@@ -365,13 +380,21 @@ fn run_segment(
     Ok((env, times))
 }
 
-/// Largest absolute difference over all outputs, matched by position.
-fn compare(g: &FusedGraph, got: &[Arc<HostTensor>], want: &[HostTensor]) -> Result<f64, RuntimeError> {
+/// Largest absolute difference over all outputs, matched by name (by position where the
+/// backend renamed them).
+fn compare(
+    g: &FusedGraph,
+    got: &[Arc<HostTensor>],
+    want: &(Vec<HostTensor>, Vec<String>),
+) -> Result<f64, RuntimeError> {
+    let (want, names) = want;
     if got.len() != want.len() {
         return Err(RuntimeError::Outputs(format!("plan gives {} outputs, the model {}", got.len(), want.len())));
     }
     let mut worst = 0.0f64;
-    for (k, (a, b)) in got.iter().zip(want).enumerate() {
+    for (k, a) in got.iter().enumerate() {
+        let name = &g.tensor(g.outputs[k]).name;
+        let b = names.iter().position(|n| n == name).map_or(&want[k], |i| &want[i]);
         let d = a
             .max_abs_diff(b)
             .map_err(|e| RuntimeError::Outputs(format!("output `{}`: {e}", g.tensor(g.outputs[k]).name)))?;

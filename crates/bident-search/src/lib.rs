@@ -418,4 +418,23 @@ mod tests {
         assert_eq!(c.evaluate(&[1, 0], Objective::Latency), Some(3.0 + 1.0 + 13.0 + 10.0 + 17.0));
         assert_eq!(c.evaluate(&[0, 0], Objective::Latency), Some(2.0 + 10.0 + 10.0 + 17.0));
     }
+
+    #[test]
+    fn accelerator_to_accelerator_pays_both_ways() {
+        // GPU(0) -> NPU(1): D2H of the GPU op and H2D of the NPU op; CPU(2) -> CPU is not here.
+        let c = chain(
+            vec![vec![Some(4.0), Some(6.0), Some(9.0)], vec![Some(8.0), Some(3.0), Some(9.0)]],
+            vec![vec![1.0, 2.0, 0.5], vec![5.0, 7.0, 0.5]],
+            vec![vec![11.0, 13.0, 0.5], vec![17.0, 19.0, 0.5]],
+            vec![true, true, false],
+        );
+        assert_eq!(c.evaluate(&[0, 1], Objective::Latency), Some(1.0 + 4.0 + (11.0 + 7.0) + 3.0 + 19.0));
+        // energy: each term at the power of the PU that spends it (power j+1 in this fixture)
+        assert_eq!(
+            c.evaluate(&[0, 1], Objective::Energy),
+            Some(1.0 * 1.0 + 4.0 * 1.0 + 11.0 * 1.0 + 7.0 * 2.0 + 3.0 * 2.0 + 19.0 * 2.0)
+        );
+        let (assign, v) = c.dp(Objective::Latency).unwrap();
+        assert_eq!(c.evaluate(&assign, Objective::Latency), Some(v));
+    }
 }

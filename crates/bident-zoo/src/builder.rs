@@ -147,6 +147,17 @@ impl Builder {
         )
     }
 
+    pub fn const_i32(&mut self, name: &str, shape: &[u64], v: &[i32]) -> String {
+        self.add_initializer(
+            name,
+            &HostTensor {
+                dtype: DType::I32,
+                shape: shape.to_vec(),
+                data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            },
+        )
+    }
+
     pub fn node(&mut self, op: &str, inputs: &[&str], attrs: &[(&str, Attr)]) -> String {
         self.node_domain_attrs(op, "", inputs, attrs)
     }

@@ -24,6 +24,13 @@ pub const MODELS: &[(&str, &str)] = &[
     ("bad-cycle", "two nodes feed each other"),
     ("bad-unknown-op", "an op bident does not know, with no value_info for its output"),
     ("bad-external-escape", "an initializer whose external data location is ../outside.bin"),
+    ("bad-conv-kernel-zero", "a Conv whose kernel_shape is [0, 0]"),
+    ("bad-pool-rank", "a MaxPool on a 1-d tensor"),
+    ("bad-slice-lengths", "a Slice whose ends are shorter than its starts"),
+    ("bad-concat-dtypes", "a Concat of an i64 and an i32 constant"),
+    ("bad-range-huge", "a Range of 2^34 elements"),
+    ("bad-gather-scalar", "a Gather on a scalar"),
+    ("bad-split-negative", "a Split with a negative part"),
 ];
 
 /// Build a model by name; `None` for an unknown name.
@@ -77,8 +84,76 @@ pub fn build(name: &str, seed: u64) -> Option<ModelProto> {
             }];
             m
         }
+        "bad-conv-kernel-zero" => {
+            let mut b = Builder::new(seed);
+            let x = b.input("x", &[1, 1, 4, 4]);
+            let w = b.weight("w", &[1, 1, 1, 1]);
+            let y = b.node("Conv", &[&x, &w], &[("kernel_shape", vec![0i64, 0].into())]);
+            b.output(&y);
+            b.finish("bad_conv_kernel_zero")
+        }
+        "bad-pool-rank" => one_op(seed, "MaxPool", &[8], &[], &[("kernel_shape", vec![2i64].into())]),
+        "bad-slice-lengths" => {
+            let mut b = Builder::new(seed);
+            let x = b.input("x", &[4, 4]);
+            let starts = b.const_i64("starts", &[2], &[0, 0]);
+            let ends = b.const_i64("ends", &[1], &[2]);
+            let y = b.node("Slice", &[&x, &starts, &ends], &[]);
+            b.output(&y);
+            b.finish("bad_slice_lengths")
+        }
+        "bad-concat-dtypes" => {
+            let mut b = Builder::new(seed);
+            let x = b.input("x", &[2]);
+            let a = b.const_i64("a", &[2], &[1, 2]);
+            let c = b.const_i32("c", &[2], &[3, 4]);
+            let j = b.node("Concat", &[&a, &c], &[("axis", 0i64.into())]);
+            let y = b.node("Reshape", &[&x, &j], &[]);
+            b.output(&y);
+            b.finish("bad_concat_dtypes")
+        }
+        "bad-range-huge" => {
+            let mut b = Builder::new(seed);
+            let x = b.input("x", &[1]);
+            let start = b.const_i64("start", &[], &[0]);
+            let limit = b.const_i64("limit", &[], &[1 << 34]);
+            let delta = b.const_i64("delta", &[], &[1]);
+            let r = b.node("Range", &[&start, &limit, &delta], &[]);
+            let c = b.node("Cast", &[&r], &[("to", 1i64.into())]);
+            let y = b.node("Add", &[&x, &c], &[]);
+            b.output(&y);
+            b.finish("bad_range_huge")
+        }
+        "bad-gather-scalar" => {
+            let mut b = Builder::new(seed);
+            let x = b.input("x", &[]);
+            let i = b.const_i64("i", &[], &[0]);
+            let y = b.node("Gather", &[&x, &i], &[("axis", 0i64.into())]);
+            b.output(&y);
+            b.finish("bad_gather_scalar")
+        }
+        "bad-split-negative" => {
+            let mut b = Builder::new(seed);
+            let x = b.input("x", &[10]);
+            let parts = b.const_i64("parts", &[2], &[-1, 11]);
+            b.node_named("split", "Split", &[&x, &parts], &["y0", "y1"], &[("axis", 0i64.into())]);
+            b.output("y0");
+            b.output("y1");
+            b.finish("bad_split_negative")
+        }
         _ => return None,
     })
+}
+
+/// A model of one op on one input of the given shape.
+fn one_op(seed: u64, op: &str, shape: &[u64], extra: &[&str], attrs: &[(&str, builder::Attr)]) -> ModelProto {
+    let mut b = Builder::new(seed);
+    let x = b.input("x", shape);
+    let mut inputs = vec![x.as_str()];
+    inputs.extend_from_slice(extra);
+    let y = b.node(op, &inputs, attrs);
+    b.output(&y);
+    b.finish(&op.to_lowercase())
 }
 
 /// Move every initializer's bytes into one external-data file named `location` (beside the

@@ -129,6 +129,18 @@ impl OpenVino {
     /// Load `libopenvino_c` from its full path (the wheel ships only the versioned name, which
     /// the crate's own finder does not look for) and create a core.
     pub fn load(library: &Path) -> Result<Self, BackendError> {
+        // openvino-sys keeps the first library it loads for the whole process, and panics on a
+        // call to a symbol the library lacks: refuse both situations up front
+        static LOADED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+        let first = LOADED.get_or_init(|| library.to_path_buf());
+        if first != library {
+            return Err(BackendError::Library(format!(
+                "{} is already loaded in this process; cannot also load {}",
+                first.display(),
+                library.display()
+            )));
+        }
+        check_symbols(library)?;
         sys::library::load_from(library).map_err(|e| BackendError::Library(format!("{}: {e}", library.display())))?;
         let mut core = ptr::null_mut();
         // SAFETY: out-pointer to a fresh core.
@@ -149,6 +161,39 @@ impl OpenVino {
             check(sys::ov_core_get_property(self.core, d.as_ptr(), k.as_ptr(), &mut value))?;
             Ok(take_string(value))
         }
+    }
+}
+
+/// C API functions bident calls; a library without them is too old.
+const REQUIRED_SYMBOLS: &[&str] = &[
+    "ov_core_create",
+    "ov_core_compile_model_props",
+    "ov_core_read_model_from_memory_buffer",
+    "ov_compiled_model_get_property",
+    "ov_port_get_partial_shape",
+    "ov_tensor_create_from_host_ptr",
+    "ov_infer_request_get_profiling_info",
+];
+
+fn check_symbols(library: &Path) -> Result<(), BackendError> {
+    // SAFETY: opening the library runs its initialisers, exactly as the later load does.
+    let lib = unsafe { libloading::Library::new(library) }
+        .map_err(|e| BackendError::Library(format!("{}: {e}", library.display())))?;
+    let missing: Vec<&str> = REQUIRED_SYMBOLS
+        .iter()
+        .copied()
+        // SAFETY: only the symbol's presence is checked; it is never called through this handle.
+        .filter(|s| unsafe { lib.get::<*const c_void>(s.as_bytes()) }.is_err())
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(BackendError::Library(format!(
+            "{} lacks {} (OpenVINO too old? bident needs {})",
+            library.display(),
+            missing.join(", "),
+            install::OPENVINO_VERSION
+        )))
     }
 }
 
@@ -403,7 +448,11 @@ impl Executable for OvExecutable {
             let shape = sys::ov_shape_t { rank: dims.len() as i64, dims: dims.as_mut_ptr() };
             let mut tensor = ptr::null_mut();
             // SAFETY: the host buffer outlives the infer call below (held by the caller) and
-            // is only read by OpenVINO for an input; `dims` outlives the create call.
+            // is only read by OpenVINO for an input; `dims` outlives the create call. Inputs may
+            // be shared with other consumers, so nothing may write through this pointer: OpenVINO
+            // never writes to input tensors. After this call returns, the request may still hold
+            // these tensors; every run sets all inputs again before inferring, so a stale
+            // pointer is never read.
             unsafe {
                 check(sys::ov_tensor_create_from_host_ptr(
                     to_ov(t.dtype),

@@ -226,6 +226,10 @@ fn eval_where(c: &Ctx) -> Result<Vec<HostTensor>, String> {
 fn eval_cast(c: &Ctx) -> Result<Vec<HostTensor>, String> {
     let x = all_consts(c)?[0];
     let to = cast_target(c)?;
+    if !x.dtype.is_float() && !to.is_float() && to != DType::Bool {
+        // integer to integer keeps the low bits, as the ONNX spec says
+        return Ok(vec![crate::consts::from_i64_wrapping(to, x.shape.clone(), &crate::consts::to_i64(x))]);
+    }
     let mut v = to_f64(x);
     if !to.is_float() && x.dtype.is_float() {
         v.iter_mut().for_each(|e| *e = e.trunc());

@@ -39,6 +39,8 @@ pub(crate) struct Ctx<'a> {
     pub inputs: Vec<Option<&'a Fact>>,
     /// Value of each input when it is a known constant.
     pub consts: Vec<Option<&'a HostTensor>>,
+    /// Set by a rule that needed the value of an input that is not constant.
+    pub missing_const: std::cell::Cell<Option<usize>>,
 }
 
 pub(crate) type Rule<T> = fn(&Ctx) -> Result<T, String>;
@@ -127,7 +129,10 @@ impl<'a> Ctx<'a> {
     }
 
     fn required_const(&self, i: usize, what: &str) -> Result<&'a HostTensor, String> {
-        self.const_at(i).ok_or_else(|| format!("{what} (input {i}) must be a constant to infer shapes"))
+        self.const_at(i).ok_or_else(|| {
+            self.missing_const.set(Some(i));
+            format!("{what} (input {i}) must be a constant to infer shapes")
+        })
     }
 
     /// Value of input `i` as integers (exact for integer tensors); it must be a constant.
@@ -152,11 +157,7 @@ impl<'a> Ctx<'a> {
 pub(crate) fn axis(a: i64, rank: usize) -> Result<usize, String> {
     let r = rank as i64;
     let v = if a < 0 { a + r } else { a };
-    if (0..r.max(1)).contains(&v) || (r == 0 && v == 0) {
-        Ok(v as usize)
-    } else {
-        Err(format!("axis {a} out of range for rank {rank}"))
-    }
+    if (0..r).contains(&v) { Ok(v as usize) } else { Err(format!("axis {a} out of range for rank {rank}")) }
 }
 
 /// Numpy-style broadcast of several shapes.

@@ -51,25 +51,26 @@ fn window_out(c: &Ctx, x: &[u64], kernel: &[u64], ceil_mode: bool) -> Result<Vec
     if strides.len() != n || dil.len() != n || pads.len() != 2 * n {
         return Err("strides, dilations or pads do not match the kernel rank".into());
     }
+    if strides.iter().chain(&dil).any(|&v| v < 1) || kernel.contains(&0) || pads.iter().any(|&p| p < 0) {
+        return Err(format!("kernel {kernel:?}, strides {strides:?} and dilations {dil:?} must be >= 1, pads >= 0"));
+    }
     (0..n)
         .map(|i| {
             let (s, d, k) = (strides[i] as u64, dil[i] as u64, kernel[i]);
-            if s == 0 {
-                return Err("stride 0".to_string());
-            }
-            let ek = d * (k - 1) + 1;
+            let ek = d.checked_mul(k - 1).and_then(|v| v.checked_add(1)).ok_or("kernel extent overflows")?;
             Ok(match auto_pad.as_str() {
                 "SAME_UPPER" | "SAME_LOWER" => spatial[i].div_ceil(s),
-                "VALID" => (spatial[i].saturating_sub(ek)) / s + 1,
                 _ => {
-                    let total = spatial[i] as i64 + pads[i] + pads[i + n] - ek as i64;
+                    // VALID is explicit padding of zero (ceil_mode still applies)
+                    let (p0, p1) = if auto_pad == "VALID" { (0, 0) } else { (pads[i], pads[i + n]) };
+                    let total = (spatial[i] as i64).saturating_add(p0).saturating_add(p1) - ek as i64;
                     if total < 0 {
                         return Err(format!("kernel {k} larger than padded input {}", spatial[i]));
                     }
                     let q = if ceil_mode { (total as u64).div_ceil(s) } else { total as u64 / s };
                     let mut o = q + 1;
                     // ceil mode: the last window must start inside the input or left padding
-                    if ceil_mode && (o - 1) * s >= spatial[i] + pads[i] as u64 {
+                    if ceil_mode && (o - 1) * s >= spatial[i] + p0 as u64 {
                         o -= 1;
                     }
                     o
@@ -98,12 +99,16 @@ fn infer_conv_transpose(c: &Ctx) -> Result<Vec<Fact>, String> {
         return Err(format!("input {x:?} and weight {w:?} ranks do not fit"));
     }
     let n = x.len() - 2;
-    let group = c.attr_i("group", 1) as u64;
+    let group = c.attr_i("group", 1);
+    if group < 1 {
+        return Err(format!("group {group} must be >= 1"));
+    }
+    let group = group as u64;
     let kernel = c
         .attr_ints("kernel_shape")
         .map(|k| k.iter().map(|&v| v as u64).collect::<Vec<_>>())
         .unwrap_or_else(|| w[2..].to_vec());
-    let mut out = vec![x[0], w[1] * group];
+    let mut out = vec![x[0], w[1].checked_mul(group).ok_or("output channels overflow")?];
     if let Some(os) = c.attr_ints("output_shape") {
         out.extend(os.iter().rev().take(n).rev().map(|&v| v as u64));
         return Ok(vec![Fact::new(c.dtype(0)?, out)]);
@@ -113,6 +118,9 @@ fn infer_conv_transpose(c: &Ctx) -> Result<Vec<Fact>, String> {
     let pads = c.attr_ints("pads").unwrap_or_else(|| vec![0; 2 * n]);
     let opad = c.attr_ints("output_padding").unwrap_or_else(|| vec![0; n]);
     let auto_pad = c.attr_s("auto_pad").unwrap_or_else(|| "NOTSET".into());
+    if kernel.len() != n || strides.len() != n || dil.len() != n || pads.len() != 2 * n || opad.len() != n {
+        return Err("kernel_shape, strides, dilations, pads or output_padding do not match the spatial rank".into());
+    }
     for i in 0..n {
         let o = if auto_pad.starts_with("SAME") {
             x[2 + i] as i64 * strides[i]
@@ -129,6 +137,9 @@ fn infer_conv_transpose(c: &Ctx) -> Result<Vec<Fact>, String> {
 
 fn infer_pool(c: &Ctx) -> Result<Vec<Fact>, String> {
     let x = c.shape(0)?;
+    if x.len() < 3 {
+        return Err(format!("input must be N x C x spatial..., got {x:?}"));
+    }
     let kernel: Vec<u64> =
         c.attr_ints("kernel_shape").ok_or("kernel_shape is required")?.iter().map(|&v| v as u64).collect();
     let mut out = vec![x[0], x[1]];

@@ -29,12 +29,21 @@ pub(super) fn register(r: &mut Registry) {
     r.add(&["Shape"], Role::Plain, infer_shape_op, Some(eval_shape_op));
     r.add(&["Size"], Role::Plain, |_| Ok(vec![Fact::new(DType::I64, vec![])]), Some(eval_size));
     r.add(&["ConstantOfShape"], Role::Plain, infer_constant_of_shape, Some(eval_constant_of_shape));
-    r.add(&["Range"], Role::Plain, |c| Ok(vec![fact_of(&range(c)?)]), Some(|c| Ok(vec![range(c)?])));
+    r.add(
+        &["Range"],
+        Role::Plain,
+        |c| Ok(vec![Fact::new(c.dtype(0)?, vec![range_params(c)?.2])]),
+        Some(|c| Ok(vec![range(c)?])),
+    );
     r.add(&["Constant"], Role::Plain, |c| Ok(vec![fact_of(&constant(c)?)]), Some(|c| Ok(vec![constant(c)?])));
 }
 
 fn fact_of(t: &HostTensor) -> Fact {
     Fact::new(t.dtype, t.shape.clone())
+}
+
+fn non_negative(v: &[i64], what: &str) -> Result<Vec<u64>, String> {
+    v.iter().map(|&d| u64::try_from(d).map_err(|_| format!("{what} {v:?} has a negative entry"))).collect()
 }
 
 fn to_u64(v: &[i64]) -> Vec<u64> {
@@ -142,6 +151,9 @@ fn infer_concat(c: &Ctx) -> Result<Vec<Fact>, String> {
     out[ax] = 0;
     for i in 0..c.inputs.len() {
         let s = c.shape(i)?;
+        if c.dtype(i)? != c.dtype(0)? {
+            return Err(format!("inputs of types {} and {} cannot be concatenated", c.dtype(0)?, c.dtype(i)?));
+        }
         if s.len() != first.len() || s.iter().enumerate().any(|(k, &d)| k != ax && d != first[k]) {
             return Err(format!("input shapes {first:?} and {s:?} do not concatenate on axis {ax}"));
         }
@@ -171,15 +183,16 @@ fn infer_split(c: &Ctx) -> Result<Vec<Fact>, String> {
     let ax = axis(c.attr_i("axis", 0), x.len())?;
     let n = c.n_outputs() as u64;
     let split: Vec<u64> = if c.opset >= 13 && c.has_input(1) {
-        to_u64(&c.const_ints(1, "split")?)
+        non_negative(&c.const_ints(1, "split")?, "split")?
     } else if let Some(s) = c.attr_ints("split").filter(|_| c.opset < 13) {
-        to_u64(&s)
+        non_negative(&s, "split")?
     } else {
         let d = x[ax];
         let chunk = d.div_ceil(n.max(1));
         (0..n).map(|i| chunk.min(d.saturating_sub(i * chunk))).collect()
     };
-    if split.len() as u64 != n || split.iter().sum::<u64>() != x[ax] {
+    let total = split.iter().try_fold(0u64, |a, &v| a.checked_add(v));
+    if split.len() as u64 != n || total != Some(x[ax]) {
         return Err(format!("split {split:?} does not divide dim {} into {n} outputs", x[ax]));
     }
     Ok(split
@@ -212,6 +225,9 @@ fn slice_params(c: &Ctx) -> Result<Vec<(i64, i64, u64)>, String> {
     };
     let axes = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
     let steps = steps.unwrap_or_else(|| vec![1; starts.len()]);
+    if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
+        return Err("starts, ends, axes and steps differ in length".into());
+    }
     let mut params: Vec<(i64, i64, u64)> = x.iter().map(|&d| (0, 1, d)).collect();
     for k in 0..starts.len() {
         let a = axis(axes[k], x.len())?;
@@ -225,7 +241,7 @@ fn slice_params(c: &Ctx) -> Result<Vec<(i64, i64, u64)>, String> {
         let (s, e) = if step > 0 {
             (clamp(norm(starts[k]), 0, d), clamp(norm(ends[k]), 0, d))
         } else {
-            (clamp(norm(starts[k]), -1, d - 1), clamp(norm(ends[k]), -1, d - 1))
+            (clamp(norm(starts[k]), 0, d - 1), clamp(norm(ends[k]), -1, d - 1))
         };
         let span = if step > 0 { (e - s).max(0) as u64 } else { (s - e).max(0) as u64 };
         let count = span.div_ceil(step.unsigned_abs());
@@ -324,7 +340,12 @@ fn infer_tile(c: &Ctx) -> Result<Vec<Fact>, String> {
     if reps.len() != x.len() {
         return Err("repeats length differs from rank".into());
     }
-    Ok(vec![Fact::new(c.dtype(0)?, x.iter().zip(&reps).map(|(&d, &r)| d * r as u64).collect())])
+    let out = x
+        .iter()
+        .zip(&reps)
+        .map(|(&d, &r)| u64::try_from(r).ok().and_then(|r| d.checked_mul(r)).ok_or(format!("bad repeats {reps:?}")))
+        .collect::<Result<_, _>>()?;
+    Ok(vec![Fact::new(c.dtype(0)?, out)])
 }
 
 fn infer_pad(c: &Ctx) -> Result<Vec<Fact>, String> {
@@ -340,10 +361,10 @@ fn infer_pad(c: &Ctx) -> Result<Vec<Fact>, String> {
     }
     let mut out = x.to_vec();
     for (k, &a) in axes.iter().enumerate() {
-        let v = out[a] as i64 + pads[k] + pads[k + axes.len()];
-        if v < 0 {
-            return Err("negative padded size".into());
-        }
+        let v = (out[a] as i64).checked_add(pads[k]).and_then(|v| v.checked_add(pads[k + axes.len()]));
+        let Some(v) = v.filter(|&v| v >= 0) else {
+            return Err("padded size is negative or overflows".into());
+        };
         out[a] = v as u64;
     }
     Ok(vec![Fact::new(c.dtype(0)?, out)])
@@ -367,7 +388,7 @@ fn infer_resize(c: &Ctx) -> Result<Vec<Fact>, String> {
         if scales.len() != x.len() {
             return Err(format!("{} scales for rank {}", scales.len(), x.len()));
         }
-        x.iter().zip(&scales).map(|(&d, &s)| (d as f64 * s).floor() as u64).collect()
+        x.iter().zip(&scales).map(|(&d, &s)| ((d as f32 * s as f32) as f64 + 1e-5).floor().max(0.0) as u64).collect()
     };
     Ok(vec![Fact::new(c.dtype(0)?, out)])
 }
@@ -375,7 +396,7 @@ fn infer_resize(c: &Ctx) -> Result<Vec<Fact>, String> {
 fn infer_depth_space(c: &Ctx) -> Result<Vec<Fact>, String> {
     let x = c.shape(0)?;
     let b = c.attr_i("blocksize", 0) as u64;
-    if x.len() != 4 || b == 0 {
+    if x.len() != 4 || b == 0 || b > u32::MAX as u64 {
         return Err("needs a 4-d input and a blocksize".into());
     }
     let out = if c.node.op_type() == "DepthToSpace" {
@@ -429,16 +450,24 @@ fn eval_constant_of_shape(c: &Ctx) -> Result<Vec<HostTensor>, String> {
     Ok(vec![HostTensor { dtype: v.dtype, shape, data }])
 }
 
-fn range(c: &Ctx) -> Result<HostTensor, String> {
+fn range_params(c: &Ctx) -> Result<(f64, f64, u64), String> {
     let scalar =
         |i: usize, what: &str| c.const_f64(i, what).and_then(|v| v.first().copied().ok_or(format!("{what} is empty")));
     let (start, limit, delta) = (scalar(0, "start")?, scalar(1, "limit")?, scalar(2, "delta")?);
-    if delta == 0.0 {
-        return Err("delta is 0".into());
+    if delta == 0.0 || !delta.is_finite() {
+        return Err("delta must be a non-zero number".into());
     }
-    let n = ((limit - start) / delta).ceil().max(0.0) as usize;
+    let n = ((limit - start) / delta).ceil().max(0.0);
+    if !n.is_finite() || n > (1u64 << 40) as f64 {
+        return Err(format!("Range of {n} elements"));
+    }
+    Ok((start, delta, n as u64))
+}
+
+fn range(c: &Ctx) -> Result<HostTensor, String> {
+    let (start, delta, n) = range_params(c)?;
     let vals: Vec<f64> = (0..n).map(|i| start + i as f64 * delta).collect();
-    Ok(from_f64(c.dtype(0)?, vec![n as u64], &vals))
+    Ok(from_f64(c.dtype(0)?, vec![n], &vals))
 }
 
 fn constant(c: &Ctx) -> Result<HostTensor, String> {
