@@ -167,19 +167,31 @@ fn through_bident(
         input_shapes: inputs.iter().map(|(n, t)| (n.clone(), t.shape.clone())).collect(),
         ..Default::default()
     };
-    let g = match bident_ir::import_bytes(model, "model.onnx", None, &opts) {
-        Ok(g) => g,
-        // the node tests feed shape parameters (Reshape's shape, TopK's k) as inputs: pin the
-        // small inputs to the test's values, as a user would with fixed parameters
-        Err(e) if e.to_string().contains("must be a constant") => {
-            opts.input_values =
-                inputs.iter().filter(|(_, t)| t.numel() <= PIN_LIMIT).map(|(n, t)| (n.clone(), t.clone())).collect();
-            match bident_ir::import_bytes(model, "model.onnx", None, &opts) {
-                Ok(g) => g,
-                Err(e) => return Outcome::Error(format!("import: {e}")),
+    // The node tests feed shape parameters (Reshape's shape, TopK's k) as inputs. Pin the
+    // inputs bident asks for to the test's values, as a user pins fixed parameters; where the
+    // value is computed from inputs, pin the small integer inputs it may come from.
+    let g = loop {
+        match bident_ir::import_bytes(model, "model.onnx", None, &opts) {
+            Ok(g) => break g,
+            Err(bident_ir::IrError::NeedsValue { tensor, .. }) => {
+                let before = opts.input_values.len();
+                match inputs.iter().find(|(n, _)| *n == tensor) {
+                    Some((n, t)) => {
+                        opts.input_values.insert(n.clone(), t.clone());
+                    }
+                    None => opts.input_values.extend(
+                        inputs
+                            .iter()
+                            .filter(|(_, t)| !t.dtype.is_float() && t.numel() <= PIN_LIMIT)
+                            .map(|(n, t)| (n.clone(), t.clone())),
+                    ),
+                }
+                if opts.input_values.len() == before {
+                    return Outcome::Error(format!("import: `{tensor}` must be known and cannot be pinned"));
+                }
             }
+            Err(e) => return Outcome::Error(format!("import: {e}")),
         }
-        Err(e) => return Outcome::Error(format!("import: {e}")),
     };
     let ex = match bident_ir::Extractor::new(&g) {
         Ok(x) => x,

@@ -187,3 +187,18 @@ fn thirdparty_models_run_end_to_end() {
         assert!(r["fused_ops"].as_u64().is_some_and(|n| n > 50), "{stdout}");
     }
 }
+
+/// The fixed CI subset of the ONNX backend node tests: every test OpenVINO passes whole must also
+/// pass through bident's path (import, extraction, op-by-op execution).
+#[test]
+fn conformance_subset_keeps_parity() {
+    let subset = root().join("tests/data/conformance/subset.txt");
+    let o = xtask(&["conformance", "--subset", &subset.display().to_string(), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let j: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON");
+    let listed = std::fs::read_to_string(&subset).expect("subset").lines().filter(|l| !l.starts_with('#')).count();
+    assert_eq!(j["total"].as_u64(), Some(listed as u64), "{stdout}");
+    assert_eq!(j["whole_pass"].as_u64(), Some(listed as u64), "OpenVINO changed?\n{stdout}");
+    assert_eq!(j["parity"].as_f64(), Some(1.0), "{stdout}");
+}

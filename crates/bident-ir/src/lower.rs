@@ -468,11 +468,14 @@ impl<'o> Lowering<'o> {
                         None => err(reason),
                     })?
                 }
+                // one fact per output position; an omitted (empty) output gets a placeholder
                 None => n
                     .output
                     .iter()
-                    .filter(|o| !o.is_empty())
                     .map(|o| {
+                        if o.is_empty() {
+                            return Ok(Fact::new(DType::F32, vec![]));
+                        }
                         self.declared.get(o).cloned().ok_or_else(|| IrError::UnknownOp {
                             node: label.clone(),
                             domain: if n.domain().is_empty() { "ai.onnx".into() } else { n.domain().into() },

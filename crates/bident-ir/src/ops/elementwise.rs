@@ -12,6 +12,7 @@ const ACTIVATIONS: &[&str] = &[
     "Sigmoid",
     "HardSigmoid",
     "HardSwish",
+    "Swish",
     "Tanh",
     "Clip",
     "Elu",
@@ -197,6 +198,19 @@ pub(super) fn broadcast_map(
 fn eval_binary(c: &Ctx) -> Result<Vec<HostTensor>, String> {
     let xs = all_consts(c)?;
     let op = c.node.op_type();
+    if op == "Mod" {
+        // fmod=0: the result takes the divisor's sign (integers only); fmod=1: C fmod
+        let fmod = c.attr_i("fmod", 0) != 0;
+        return Ok(vec![broadcast_map(&xs, xs[0].dtype, |a| {
+            if a[1] == 0.0 {
+                0.0
+            } else if fmod {
+                a[0] % a[1]
+            } else {
+                a[0] - a[1] * (a[0] / a[1]).floor()
+            }
+        })?]);
+    }
     let int = !xs[0].dtype.is_float();
     let dtype = if COMPARE.contains(&op) { DType::Bool } else { xs[0].dtype };
     let f: fn(&[f64], bool) -> f64 = match op {

@@ -373,23 +373,45 @@ fn infer_pad(c: &Ctx) -> Result<Vec<Fact>, String> {
 fn infer_resize(c: &Ctx) -> Result<Vec<Fact>, String> {
     let x = c.shape(0)?;
     let (scales_at, sizes_at) = if c.node.op_type() == "Upsample" || c.opset < 11 { (1, usize::MAX) } else { (2, 3) };
-    let out: Vec<u64> = if c.has_input(sizes_at) && c.const_at(sizes_at).is_some_and(|t| t.numel() > 0) {
-        let sizes = to_u64(&c.const_ints(sizes_at, "sizes")?);
-        if c.attr_ints("axes").is_some() {
-            return Err("Resize with axes is not supported yet".into());
+    // opset 18: scales and sizes may cover only the listed axes
+    let axes: Vec<usize> = match c.attr_ints("axes") {
+        Some(a) => a.iter().map(|&v| axis(v, x.len())).collect::<Result<_, _>>()?,
+        None => (0..x.len()).collect(),
+    };
+    let mut out = x.to_vec();
+    let sizes_given = c.has_input(sizes_at) && c.const_at(sizes_at).is_none_or(|t| t.numel() > 0);
+    if sizes_given {
+        let sizes = non_negative(&c.const_ints(sizes_at, "sizes")?, "sizes")?;
+        if sizes.len() != axes.len() {
+            return Err(format!("{} sizes for {} axes", sizes.len(), axes.len()));
         }
-        sizes
+        let policy = c.attr_s("keep_aspect_ratio_policy").unwrap_or_else(|| "stretch".into());
+        let ratios = axes.iter().zip(&sizes).map(|(&a, &s)| s as f64 / x[a].max(1) as f64);
+        let scale = match policy.as_str() {
+            "not_larger" => Some(ratios.fold(f64::INFINITY, f64::min)),
+            "not_smaller" => Some(ratios.fold(0.0, f64::max)),
+            _ => None,
+        };
+        for (k, &a) in axes.iter().enumerate() {
+            out[a] = match scale {
+                Some(r) => (r * x[a] as f64).round_ties_even().max(0.0) as u64,
+                None => sizes[k],
+            };
+        }
     } else {
         let scales = if c.opset < 9 && c.node.op_type() == "Upsample" {
             c.attr("scales").map(|a| a.floats.iter().map(|&f| f as f64).collect()).ok_or("scales required")?
         } else {
             c.const_f64(scales_at, "scales")?
         };
-        if scales.len() != x.len() {
-            return Err(format!("{} scales for rank {}", scales.len(), x.len()));
+        if scales.len() != axes.len() {
+            return Err(format!("{} scales for {} axes", scales.len(), axes.len()));
         }
-        x.iter().zip(&scales).map(|(&d, &s)| ((d as f32 * s as f32) as f64 + 1e-5).floor().max(0.0) as u64).collect()
-    };
+        for (&a, &sc) in axes.iter().zip(&scales) {
+            // in f32 with a small epsilon, as ONNX Runtime and OpenVINO compute it
+            out[a] = ((x[a] as f32 * sc as f32) as f64 + 1e-5).floor().max(0.0) as u64;
+        }
+    }
     Ok(vec![Fact::new(c.dtype(0)?, out)])
 }
 
