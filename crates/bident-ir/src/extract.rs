@@ -37,7 +37,8 @@ impl<'g> Extractor<'g> {
         for &i in &f.nodes {
             let n =
                 g.node.get(i as usize).ok_or_else(|| IrError::StoredModel(format!("node index {i} out of range")))?;
-            for t in &n.input {
+            // explicit inputs and what control-flow subgraphs read from the outer scope
+            for t in &crate::lower::node_uses(n) {
                 if let Some(&k) = self.initializers.get(t)
                     && !initializer.iter().any(|x| x.name() == t)
                 {

@@ -121,6 +121,51 @@ fn resolve_external_data(model: &mut ModelProto, dir: Option<&Path>, all: &mut V
     Ok(())
 }
 
+/// Every tensor a node reads: its explicit inputs, then the outer-scope tensors its subgraphs
+/// read (If/Loop/Scan bodies may use any tensor of the enclosing graph by name).
+pub(crate) fn node_uses(n: &NodeProto) -> Vec<String> {
+    let mut out: Vec<String> = vec![];
+    let mut push = |t: &str| {
+        if !t.is_empty() && !out.iter().any(|o| o == t) {
+            out.push(t.to_string());
+        }
+    };
+    n.input.iter().for_each(|t| push(t));
+    for a in &n.attribute {
+        for g in a.g.iter().chain(&a.graphs) {
+            outer_refs(g).iter().for_each(|t| push(t));
+        }
+    }
+    out
+}
+
+/// Names a subgraph reads but does not define (its inputs, initializers and node outputs define
+/// names; nested subgraphs see the enclosing subgraph's names).
+fn outer_refs(g: &GraphProto) -> Vec<String> {
+    let defined: HashSet<&str> = g
+        .input
+        .iter()
+        .map(|v| v.name())
+        .chain(g.initializer.iter().map(|t| t.name()))
+        .chain(g.node.iter().flat_map(|n| n.output.iter().map(String::as_str)))
+        .collect();
+    let mut refs: Vec<String> = vec![];
+    for n in &g.node {
+        for t in node_uses(n) {
+            if !defined.contains(t.as_str()) && !refs.contains(&t) {
+                refs.push(t);
+            }
+        }
+    }
+    // subgraph outputs may name outer tensors directly
+    for o in &g.output {
+        if !o.name().is_empty() && !defined.contains(o.name()) && !refs.iter().any(|r| r == o.name()) {
+            refs.push(o.name().to_string());
+        }
+    }
+    refs
+}
+
 fn node_label(n: &NodeProto, idx: usize) -> String {
     if n.name().is_empty() { format!("#{idx}") } else { n.name().to_string() }
 }
@@ -204,6 +249,9 @@ struct Lowering<'o> {
     outputs: Vec<String>,
     /// value_info and graph outputs with fully static shapes, for ops the registry lacks.
     declared: HashMap<String, Fact>,
+    /// Per node: every tensor it reads, explicit inputs and, for control flow, the outer-scope
+    /// tensors its subgraphs read. Dependencies, fusion and extraction go by these.
+    uses: Vec<Vec<String>>,
 }
 
 impl<'o> Lowering<'o> {
@@ -226,6 +274,7 @@ impl<'o> Lowering<'o> {
             inputs: vec![],
             outputs: vec![],
             declared: HashMap::new(),
+            uses: vec![],
         };
         me.read_boundary()?;
         Ok(me)
@@ -346,17 +395,11 @@ impl<'o> Lowering<'o> {
     }
 
     /// Topological order of the nodes, after checking producers.
-    fn topo_order(&self) -> Result<Vec<usize>, IrError> {
+    fn topo_order(&mut self) -> Result<Vec<usize>, IrError> {
+        self.uses = self.graph().node.iter().map(node_uses).collect();
         let nodes = &self.graph().node;
         let mut producer: HashMap<&str, usize> = HashMap::new();
         for (i, n) in nodes.iter().enumerate() {
-            if n.attribute.iter().any(|a| a.g.is_some() || !a.graphs.is_empty()) {
-                return Err(IrError::Unsupported {
-                    node: node_label(n, i),
-                    op: n.op_type().into(),
-                    reason: "control flow with subgraphs (If/Loop/Scan) is not supported yet".into(),
-                });
-            }
             for o in n.output.iter().filter(|o| !o.is_empty()) {
                 let is_source = self.initializers.contains(o) || self.inputs.iter().any(|(name, _)| name == o);
                 if let Some(&first) = producer.get(o.as_str()) {
@@ -378,7 +421,7 @@ impl<'o> Lowering<'o> {
         }
         let known = |t: &str| producer.contains_key(t) || self.facts.contains_key(t);
         for (i, n) in nodes.iter().enumerate() {
-            if let Some(t) = n.input.iter().find(|t| !t.is_empty() && !known(t)) {
+            if let Some(t) = self.uses[i].iter().find(|t| !known(t)) {
                 return Err(IrError::DanglingInput {
                     node: node_label(n, i),
                     op: n.op_type().into(),
@@ -401,8 +444,8 @@ impl<'o> Lowering<'o> {
         // Kahn's algorithm, stable in file order.
         let mut indeg = vec![0usize; nodes.len()];
         let mut users: Vec<Vec<usize>> = vec![vec![]; nodes.len()];
-        for (i, n) in nodes.iter().enumerate() {
-            for t in n.input.iter().filter(|t| !t.is_empty()) {
+        for (i, uses) in self.uses.iter().enumerate() {
+            for t in uses {
                 if let Some(&p) = producer.get(t.as_str()) {
                     indeg[i] += 1;
                     users[p].push(i);
@@ -440,8 +483,8 @@ impl<'o> Lowering<'o> {
             let err = |reason: String| IrError::Shape { node: label.clone(), op: n.op_type().into(), reason };
             let present: Vec<Option<&str>> = n.input.iter().map(|t| (!t.is_empty()).then_some(t.as_str())).collect();
             let rule = ops::lookup(n.domain(), n.op_type());
-            let all_values = present.iter().flatten().all(|t| self.consts.contains_key(*t));
-            let all_const = present.iter().flatten().all(|t| self.consts.contains_key(*t) || const_like.contains(*t));
+            let all_values = self.uses[i].iter().all(|t| self.consts.contains_key(t));
+            let all_const = self.uses[i].iter().all(|t| self.consts.contains_key(t) || const_like.contains(t));
             let feeds_output = n.output.iter().any(|o| outputs.contains(o.as_str()));
             // Shape and Size depend only on the (static) input shape.
             let shape_only = matches!(n.op_type(), "Shape" | "Size") && rule.is_some();
@@ -539,7 +582,7 @@ impl<'o> Lowering<'o> {
             }
             let n = &nodes[i];
             if n.output.iter().any(|o| live.contains(o.as_str())) {
-                live.extend(n.input.iter().filter(|t| !t.is_empty()).map(String::as_str));
+                live.extend(self.uses[i].iter().map(String::as_str));
             } else {
                 fates[i] = Fate::Dead;
             }
@@ -558,7 +601,7 @@ impl<'o> Lowering<'o> {
         let mut consumers: HashMap<&str, Vec<usize>> = HashMap::new();
         for &i in order {
             if fates[i] == Fate::Compute {
-                for t in nodes[i].input.iter().filter(|t| !t.is_empty()) {
+                for t in &self.uses[i] {
                     consumers.entry(t).or_default().push(i);
                 }
             }
@@ -651,7 +694,7 @@ impl<'o> Lowering<'o> {
         let mut consumer_groups: HashMap<&str, Vec<usize>> = HashMap::new();
         for &j in &kept {
             if fates[j] == Fate::Compute {
-                for t in nodes[j].input.iter().filter(|t| !t.is_empty()) {
+                for t in &self.uses[j] {
                     consumer_groups.entry(t).or_default().push(group_of[j]);
                 }
             }
@@ -663,7 +706,7 @@ impl<'o> Lowering<'o> {
             let mut all: Vec<usize> = members.clone();
             let mut k = 0;
             while k < all.len() {
-                for t in nodes[all[k]].input.iter().filter(|t| !t.is_empty()) {
+                for t in &self.uses[all[k]] {
                     if let Some(&p) = producer.get(t.as_str())
                         && fates[p] == Fate::ConstLike
                         && !all.contains(&p)
@@ -677,7 +720,7 @@ impl<'o> Lowering<'o> {
             let inside: HashSet<&str> = all.iter().flat_map(|&i| nodes[i].output.iter().map(String::as_str)).collect();
             let mut op_inputs = vec![];
             for &i in &all {
-                for t in nodes[i].input.iter().filter(|t| !t.is_empty()) {
+                for t in &self.uses[i] {
                     if inside.contains(t.as_str()) {
                         continue;
                     }

@@ -14,6 +14,7 @@ pub enum Attr {
     Int(i64),
     Ints(Vec<i64>),
     Float(f32),
+    Graph(Box<GraphProto>),
 }
 
 impl From<i64> for Attr {
@@ -196,6 +197,10 @@ impl Builder {
                         a.f = Some(*f);
                         a.r#type = Some(AttributeType::Float as i32);
                     }
+                    Attr::Graph(g) => {
+                        a.g = Some(g.as_ref().clone());
+                        a.r#type = Some(AttributeType::Graph as i32);
+                    }
                 }
                 a
             })
@@ -232,6 +237,23 @@ impl Builder {
         let var = self.add_initializer(&format!("bn{id}.var"), &var_t);
         let bn = self.node("BatchNormalization", &[&c, &scale, &bias, &mean, &var], &[]);
         self.node("Relu", &[&bn], &[])
+    }
+
+    /// Declare an output with a static f32 shape (subgraph outputs need one).
+    pub fn output_typed(&mut self, name: &str, shape: &[u64]) {
+        let dims: Vec<Option<u64>> = shape.iter().map(|&d| Some(d)).collect();
+        self.graph.output.push(ValueInfoProto {
+            name: Some(name.into()),
+            r#type: Some(tensor_type(DType::F32, &dims, "")),
+            ..Default::default()
+        });
+    }
+
+    /// Finish as a subgraph (a branch or loop body) rather than a model.
+    pub fn finish_graph(&mut self, name: &str) -> GraphProto {
+        let mut graph = std::mem::take(&mut self.graph);
+        graph.name = Some(name.into());
+        graph
     }
 
     pub fn finish(&mut self, name: &str) -> ModelProto {

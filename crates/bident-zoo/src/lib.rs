@@ -20,6 +20,7 @@ pub const MODELS: &[(&str, &str)] = &[
         "single-head self-attention block with LayerNorm and GELU (Erf), shape arithmetic via Shape/Gather/Concat",
     ),
     ("dynamic-batch", "the mlp with a symbolic batch dim `N`"),
+    ("control-if", "an If whose branches read a tensor of the enclosing graph (outer scope), between two ops"),
     ("bad-dangling-input", "a node reads a tensor nothing produces"),
     ("bad-cycle", "two nodes feed each other"),
     ("bad-unknown-op", "an op bident does not know, with no value_info for its output"),
@@ -43,6 +44,7 @@ pub fn build(name: &str, seed: u64) -> Option<ModelProto> {
             let mut b = mlp_builder(seed, None);
             b.finish("dynamic_batch")
         }
+        "control-if" => control_if(seed),
         "bad-dangling-input" => {
             let mut b = Builder::new(seed);
             let x = b.input("x", &[1, 8]);
@@ -200,6 +202,31 @@ fn example(seed: u64) -> ModelProto {
     let s = b.node("Softmax", &[&g], &[("axis", 1i64.into())]);
     b.output(&s);
     b.finish("example")
+}
+
+fn control_if(seed: u64) -> ModelProto {
+    let mut b = Builder::new(seed);
+    let x = b.input("x", &[1, 16]);
+    let w = b.weight("w", &[1, 16]);
+    let h = b.node("Relu", &[&x], &[]);
+    let s = b.node("ReduceSum", &[&h], &[("keepdims", 0i64.into())]);
+    let zero = b.scalar_f32("zero", 0.0);
+    let cond = b.node("Greater", &[&s, &zero], &[]);
+    // the branches read `h` and `w` from the enclosing graph
+    let mut then_b = Builder::new(seed);
+    then_b.node_named("then_add", "Add", &[&h, &w], &["then_out"], &[]);
+    then_b.output_typed("then_out", &[1, 16]);
+    let mut else_b = Builder::new(seed);
+    else_b.node_named("else_mul", "Mul", &[&h, &w], &["else_out"], &[]);
+    else_b.output_typed("else_out", &[1, 16]);
+    let branches = [
+        ("then_branch", builder::Attr::Graph(Box::new(then_b.finish_graph("then")))),
+        ("else_branch", builder::Attr::Graph(Box::new(else_b.finish_graph("else")))),
+    ];
+    let y = b.node("If", &[&cond], &branches);
+    let z = b.node("Sigmoid", &[&y], &[]);
+    b.output(&z);
+    b.finish("control_if")
 }
 
 fn mlp_builder(seed: u64, batch: Option<u64>) -> Builder {

@@ -5,6 +5,7 @@
 //! Opset differences are handled inside each rule (`Ctx::opset`), e.g. Unsqueeze's axes moving
 //! from an attribute to an input at opset 13.
 
+mod control;
 mod elementwise;
 mod nn;
 mod reduce;
@@ -80,6 +81,7 @@ pub(crate) fn registry() -> &'static Registry {
     static R: OnceLock<Registry> = OnceLock::new();
     R.get_or_init(|| {
         let mut r = Registry(HashMap::new());
+        control::register(&mut r);
         elementwise::register(&mut r);
         nn::register(&mut r);
         reduce::register(&mut r);

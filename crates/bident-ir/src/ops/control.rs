@@ -1,0 +1,143 @@
+//! Control flow: If, Loop, Scan. Each is carried whole as one opaque operator with its
+//! subgraphs (their outer-scope reads count as the node's inputs, see `lower::node_uses`); only
+//! their output types are inferred here, from the subgraphs' declared outputs.
+
+use bident_tensor::DType;
+
+use super::{Ctx, Fact, Registry, Role, axis};
+use crate::proto::{GraphProto, ValueInfoProto, tensor_shape_proto::dimension::Value as Dim, type_proto};
+
+pub(super) fn register(r: &mut Registry) {
+    r.add(&["If"], Role::Plain, infer_if, None);
+    r.add(&["Loop"], Role::Plain, infer_loop, None);
+    r.add(&["Scan"], Role::Plain, infer_scan, None);
+}
+
+/// Element type and shape of a subgraph output, if declared; dims may be unknown (None).
+fn declared(v: &ValueInfoProto) -> Option<(DType, Option<Vec<Option<u64>>>)> {
+    let Some(type_proto::Value::TensorType(t)) = v.r#type.as_ref()?.value.as_ref() else { return None };
+    let dtype = DType::from_onnx(t.elem_type?)?;
+    let dims = t.shape.as_ref().map(|s| {
+        s.dim
+            .iter()
+            .map(|d| match d.value {
+                Some(Dim::DimValue(v)) if v >= 0 => Some(v as u64),
+                _ => None,
+            })
+            .collect()
+    });
+    Some((dtype, dims))
+}
+
+fn graph_attr<'a>(c: &Ctx<'a>, name: &str) -> Result<&'a GraphProto, String> {
+    c.attr(name).and_then(|a| a.g.as_ref()).ok_or_else(|| format!("attribute `{name}` (a graph) is missing"))
+}
+
+fn static_output(g: &GraphProto, k: usize) -> Result<Fact, String> {
+    let v = g.output.get(k).ok_or_else(|| format!("subgraph has no output {k}"))?;
+    match declared(v) {
+        Some((dtype, Some(dims))) => {
+            let shape = dims.into_iter().collect::<Option<Vec<u64>>>().ok_or_else(|| {
+                format!("subgraph output `{}` has no static shape (declare it in value_info)", v.name())
+            })?;
+            Ok(Fact::new(dtype, shape))
+        }
+        _ => Err(format!("subgraph output `{}` has no declared type", v.name())),
+    }
+}
+
+fn infer_if(c: &Ctx) -> Result<Vec<Fact>, String> {
+    let then_g = graph_attr(c, "then_branch")?;
+    let else_g = graph_attr(c, "else_branch")?;
+    // a constant condition picks the branch; otherwise both must agree
+    let cond = c.const_at(0).map(|t| t.numel() > 0 && t.get_f64(0) != 0.0);
+    (0..c.n_outputs())
+        .map(|k| match cond {
+            Some(true) => static_output(then_g, k),
+            Some(false) => static_output(else_g, k),
+            None => {
+                let (a, b) = (static_output(then_g, k)?, static_output(else_g, k)?);
+                if a == b { Ok(a) } else { Err(format!("branches disagree on output {k}: {a:?} vs {b:?}")) }
+            }
+        })
+        .collect()
+}
+
+/// Loop(M, cond, v_initial...) -> (v_final..., scan_outputs...). Carried values keep their
+/// initial type; a scan output stacks one body output per iteration, which needs the trip count
+/// M as a constant (a loop that may exit early on `cond` has a data-dependent length).
+fn infer_loop(c: &Ctx) -> Result<Vec<Fact>, String> {
+    let body = graph_attr(c, "body")?;
+    let carried = c.inputs.len().saturating_sub(2);
+    let mut out = Vec::with_capacity(c.n_outputs());
+    for k in 0..c.n_outputs() {
+        if k < carried {
+            out.push(c.input(2 + k)?.clone());
+        } else {
+            let trip = c.const_ints(0, "trip count M")?.first().copied().ok_or("empty trip count")?;
+            if c.has_input(1) && c.const_at(1).is_none_or(|t| t.get_f64(0) == 0.0 || trip < 0) {
+                return Err("scan outputs of a Loop with a run-time condition have a data-dependent length".into());
+            }
+            // body outputs: cond, carried..., scan...
+            let per_iter = static_output(body, 1 + k)?;
+            let mut shape = vec![u64::try_from(trip).map_err(|_| "negative trip count")?];
+            shape.extend(per_iter.shape);
+            out.push(Fact::new(per_iter.dtype, shape));
+        }
+    }
+    Ok(out)
+}
+
+/// Scan (opset 9+): inputs are N states then M scanned sequences; outputs are N final states
+/// then K stacked scan outputs, stacked along `scan_output_axes` (default 0).
+fn infer_scan(c: &Ctx) -> Result<Vec<Fact>, String> {
+    let body = graph_attr(c, "body")?;
+    if c.opset < 9 {
+        return infer_scan8(c, body);
+    }
+    let m = c.attr_i("num_scan_inputs", 0) as usize;
+    let n = c.inputs.len().checked_sub(m).ok_or("num_scan_inputs exceeds the inputs")?;
+    let in_axes = c.attr_ints("scan_input_axes").unwrap_or_else(|| vec![0; m]);
+    let out_axes = c.attr_ints("scan_output_axes");
+    let first_scan = c.shape(n).map_err(|_| "Scan has no scanned input".to_string())?;
+    let seq = first_scan[axis(*in_axes.first().unwrap_or(&0), first_scan.len())?];
+    let mut out = Vec::with_capacity(c.n_outputs());
+    for k in 0..c.n_outputs() {
+        if k < n {
+            out.push(c.input(k)?.clone());
+        } else {
+            let per_iter = static_output(body, k)?;
+            let rank = per_iter.shape.len() + 1;
+            let a = out_axes.as_ref().and_then(|v| v.get(k - n)).copied().unwrap_or(0);
+            let a = axis(a, rank)?;
+            let mut shape = per_iter.shape;
+            shape.insert(a, seq);
+            out.push(Fact::new(per_iter.dtype, shape));
+        }
+    }
+    Ok(out)
+}
+
+/// Scan-8: input 0 is the optional `sequence_lens`, then N states [batch, ...] and M sequences
+/// [batch, seq, ...]; scan outputs are [batch, seq, ...].
+fn infer_scan8(c: &Ctx, body: &GraphProto) -> Result<Vec<Fact>, String> {
+    let m = c.attr_i("num_scan_inputs", 0) as usize;
+    let n = c.inputs.len().checked_sub(1 + m).ok_or("num_scan_inputs exceeds the inputs")?;
+    let first_scan = c.shape(1 + n).map_err(|_| "Scan has no scanned input".to_string())?;
+    if first_scan.len() < 2 {
+        return Err("scanned inputs must be [batch, sequence, ...]".into());
+    }
+    let (batch, seq) = (first_scan[0], first_scan[1]);
+    (0..c.n_outputs())
+        .map(|k| {
+            if k < n {
+                Ok(c.input(1 + k)?.clone())
+            } else {
+                let per_iter = static_output(body, k)?;
+                let mut shape = vec![batch, seq];
+                shape.extend(per_iter.shape);
+                Ok(Fact::new(per_iter.dtype, shape))
+            }
+        })
+        .collect()
+}
