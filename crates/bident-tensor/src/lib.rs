@@ -205,19 +205,7 @@ impl HostTensor {
                 b: format!("{:?}", other.shape),
             });
         }
-        let mut worst = 0.0f64;
-        for i in 0..self.numel() {
-            let (a, b) = (self.get_f64(i), other.get_f64(i));
-            let d = if a.is_nan() || b.is_nan() {
-                if a.is_nan() && b.is_nan() { 0.0 } else { f64::INFINITY }
-            } else if a == b {
-                0.0
-            } else {
-                (a - b).abs()
-            };
-            worst = worst.max(d);
-        }
-        Ok(worst)
+        Ok((0..self.numel()).map(|i| distance(self.get_f64(i), other.get_f64(i))).fold(0.0, f64::max))
     }
 }
 
@@ -234,18 +222,23 @@ impl HostTensor {
         let mut worst: Option<(usize, f64, f64, f64)> = None;
         for i in 0..self.numel() {
             let (g, w) = (self.get_f64(i), want.get_f64(i));
-            let excess = if g.is_nan() || w.is_nan() {
-                if g.is_nan() && w.is_nan() { 0.0 } else { f64::INFINITY }
-            } else if g == w {
-                0.0
-            } else {
-                (g - w).abs() - (atol + rtol * w.abs())
-            };
+            let d = distance(g, w);
+            let excess = if d == 0.0 { 0.0 } else { d - (atol + rtol * w.abs()) };
             if excess > 0.0 && worst.is_none_or(|(_, _, _, e)| excess > e) {
                 worst = Some((i, g, w, excess));
             }
         }
         worst.map(|(i, g, w, _)| format!("element {i}: {g} vs expected {w}"))
+    }
+}
+
+/// `|a - b|`, with NaN equal to NaN and infinitely far from any number.
+fn distance(a: f64, b: f64) -> f64 {
+    match (a.is_nan(), b.is_nan()) {
+        (true, true) => 0.0,
+        (false, false) if a == b => 0.0,
+        (false, false) => (a - b).abs(),
+        _ => f64::INFINITY,
     }
 }
 
