@@ -1,8 +1,8 @@
 //! bident-profile: the cost table (paper 3.1).
 //!
-//! For each fused op and each PU of a SoC: extract the op, compile it on the PU, warm up, time
-//! repeated runs on a thread pinned to the PU's cores, keep medians. An op a PU cannot compile
-//! or run gets no entry there, with the backend's reason kept.
+//! For each PU of a SoC in turn, on a thread pinned to the PU's cores: compile every extracted
+//! fused op, then time rounds in which each op runs once, and keep medians (see [`profile`]).
+//! An op a PU cannot compile or run gets no entry there, with the backend's reason kept.
 //!
 //! Owns the `CostTable` artifact. Written against `bident_backend::Backend` only: which backend
 //! measures is the caller's choice. Must not: decide mappings (that is bident-search).
