@@ -98,52 +98,49 @@ fn plans_on_a_synthetic_soc() {
     }
 }
 
-/// The example on this machine's `local` SoC, measured: profile, search, run; the outputs of
-/// the plan match the whole model.
-#[test]
-fn example_measured_on_local() {
+/// The example model, imported and partitioned.
+fn example() -> (bident_ir::FusedGraph, bident_partition::PhasedGraph) {
     let path = root().join("tests/data/import/example.yaml");
     let case: ModelCase = read_case(&path);
     let g = import(&case, &path);
     let phased = bident_partition::partition(&g).expect("partition");
+    (g, phased)
+}
+
+/// Profile, search and run the example on a preset SoC of this machine, 3 measured runs each.
+fn measure_example(
+    soc: &str,
+) -> (bident_ir::FusedGraph, SocSpec, bident_profile::CostTable, bident_runtime::RunReport) {
+    let (g, phased) = example();
     let be = backend();
-    let soc = SocSpec::preset("local", be.as_ref()).expect("local SoC");
+    let soc = SocSpec::preset(soc, be.as_ref()).expect("SoC preset");
     let cfg = bident_profile::ProfileConfig { warmup: 1, runs: 3, seed: 0 };
     let costs = bident_profile::profile(&g, &soc, be.as_ref(), &cfg, &mut |_| {}).expect("profile");
-    assert!(!costs.simulated);
-    assert!(costs.ops.iter().all(|o| o.per_pu.iter().flatten().all(|c| c.exec_us > 0.0 && c.runs == 3)));
     let plan = bident_search::search(&phased, &costs, &Default::default()).expect("search");
     assert_eq!(plan.steps.len(), g.ops.len());
     let run_cfg = bident_runtime::RunConfig { warmup: 1, runs: 3, ..Default::default() };
     let report = bident_runtime::run(&g, &plan, &soc, be, &run_cfg).expect("run");
     assert!(report.max_abs_err <= 1e-4, "max abs err {}", report.max_abs_err);
+    assert!(!report.simulated);
+    (g, soc, costs, report)
+}
+
+/// The example on this machine's `local` SoC, measured: profile, search, run; the outputs of
+/// the plan match the whole model.
+#[test]
+fn example_measured_on_local() {
+    let (g, _, costs, report) = measure_example("local");
+    assert!(!costs.simulated);
+    assert!(costs.ops.iter().all(|o| o.per_pu.iter().flatten().all(|c| c.exec_us > 0.0 && c.runs == 3)));
     assert!(report.measured_us > 0.0 && report.measured_best_single_pu_us > 0.0);
     assert_eq!(report.ops.len(), g.ops.len());
-    assert!(!report.simulated);
 }
 
 /// The `cores` SoC: one single-threaded PU pinned to each core; the plan may mix them, and its
 /// outputs still match the whole model.
 #[test]
 fn example_on_pinned_cores() {
-    let path = root().join("tests/data/import/example.yaml");
-    let case: ModelCase = read_case(&path);
-    let g = import(&case, &path);
-    let phased = bident_partition::partition(&g).expect("partition");
-    let be = backend();
-    let soc = SocSpec::preset("cores", be.as_ref()).expect("cores SoC");
+    let (_, soc, costs, _) = measure_example("cores");
     assert!(soc.pus.iter().all(|p| p.cores.len() == 1 && p.properties["INFERENCE_NUM_THREADS"] == "1"));
-    let cfg = bident_profile::ProfileConfig { warmup: 1, runs: 3, seed: 0 };
-    let costs = bident_profile::profile(&g, &soc, be.as_ref(), &cfg, &mut |_| {}).expect("profile");
     assert!(costs.ops.iter().all(|o| o.per_pu.iter().all(Option::is_some)), "every op compiles on every core");
-    let plan = bident_search::search(&phased, &costs, &Default::default()).expect("search");
-    let report = bident_runtime::run(
-        &g,
-        &plan,
-        &soc,
-        be,
-        &bident_runtime::RunConfig { warmup: 1, runs: 3, ..Default::default() },
-    )
-    .expect("run");
-    assert!(report.max_abs_err <= 1e-4, "max abs err {}", report.max_abs_err);
 }
