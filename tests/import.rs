@@ -52,3 +52,24 @@ fn extracted_ops_reproduce_the_whole_model() {
         }
     }
 }
+
+/// Inputs the fuzzer (`cargo xtask fuzz`) once crashed the importer on: each must now import or
+/// fail with an error, and whatever imports must verify and extract.
+#[test]
+fn fuzz_regressions_do_not_panic() {
+    let dir = bident_tests::root().join("tests/data/fuzz-regressions");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).expect("fuzz-regressions") {
+        let path = e.expect("entry").path();
+        let bytes = std::fs::read(&path).expect("read");
+        if let Ok(g) = bident_ir::import_bytes(&bytes, "fuzz.onnx", None, &Default::default()) {
+            bident_ir::verify(&g).expect("verifies");
+            let ex = bident_ir::Extractor::new(&g).expect("extractor");
+            for op in 0..g.ops.len() as u32 {
+                ex.extract(op).unwrap_or_else(|e| panic!("{}: op {op}: {e}", path.display()));
+            }
+        }
+        n += 1;
+    }
+    assert!(n > 0, "no cases in {}", dir.display());
+}

@@ -33,6 +33,9 @@ pub struct ModelCase {
     pub model: String,
     #[serde(default)]
     pub input_shape: BTreeMap<String, Vec<u64>>,
+    /// `rules` (default) or `backend`: group as OpenVINO's CPU plugin fuses the whole model.
+    #[serde(default)]
+    pub fusion: Option<String>,
 }
 
 /// All cases of an area, sorted by name.
@@ -54,17 +57,32 @@ pub fn read_case<T: for<'de> Deserialize<'de>>(path: &Path) -> T {
     serde_norway::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// Import the case's model.
+/// Import the case's model (for backend fusion: import, profile the lowered model on the
+/// `local` SoC's first PU, import again with its layers).
 pub fn import(case: &ModelCase, case_path: &Path) -> FusedGraph {
-    let opts = bident_ir::ImportOptions { input_shapes: case.input_shape.clone(), ..Default::default() };
-    let g = match case.model.strip_prefix("zoo:") {
-        Some(name) => {
-            let bytes = bident_zoo::build_bytes(name, 0).unwrap_or_else(|| panic!("no zoo model {name}"));
-            bident_ir::import_bytes(&bytes, &format!("{name}.onnx"), None, &opts)
-        }
-        None => bident_ir::import(&case_path.parent().unwrap_or(Path::new(".")).join(&case.model), &opts),
+    let mut opts = bident_ir::ImportOptions { input_shapes: case.input_shape.clone(), ..Default::default() };
+    let run = |opts: &bident_ir::ImportOptions| {
+        let g = match case.model.strip_prefix("zoo:") {
+            Some(name) => {
+                let bytes = bident_zoo::build_bytes(name, 0).unwrap_or_else(|| panic!("no zoo model {name}"));
+                bident_ir::import_bytes(&bytes, &format!("{name}.onnx"), None, opts)
+            }
+            None => bident_ir::import(&case_path.parent().unwrap_or(Path::new(".")).join(&case.model), opts),
+        };
+        g.unwrap_or_else(|e| panic!("{}: {e}", case_path.display()))
     };
-    let g = g.unwrap_or_else(|e| panic!("{}: {e}", case_path.display()));
+    let mut g = run(&opts);
+    match case.fusion.as_deref() {
+        None | Some("rules") => {}
+        Some("backend") => {
+            let be = backend();
+            let pu = bident_backend::SocSpec::preset("local", be.as_ref()).expect("local SoC").pus.remove(0);
+            let layers = bident_profile::backend_layers(be.as_ref(), &g, &pu).expect("whole-model profile");
+            opts.fusion = bident_ir::Fusion::Backend { pu: pu.name, layers };
+            g = run(&opts);
+        }
+        Some(other) => panic!("{}: unknown fusion `{other}`", case_path.display()),
+    }
     bident_ir::verify(&g).expect("verifier");
     g
 }
@@ -72,6 +90,7 @@ pub fn import(case: &ModelCase, case_path: &Path) -> FusedGraph {
 /// A readable, stable summary of a fused graph for snapshots.
 #[derive(Serialize)]
 pub struct GraphSummary {
+    pub fusion: String,
     pub source_nodes: usize,
     pub folded_nodes: usize,
     pub inputs: Vec<String>,
@@ -86,7 +105,21 @@ fn tensor_line(g: &FusedGraph, t: u32) -> String {
 }
 
 pub fn summary(g: &FusedGraph, p: &bident_partition::PhasedGraph) -> GraphSummary {
+    let fusion = match &g.fusion.backend {
+        Some(b) => format!(
+            "backend on {}: {} ops ({} layers; {} unresolved; {} split); rules {} ops; {} identical",
+            b.pu,
+            b.ops,
+            b.layers,
+            b.unresolved.len(),
+            b.split,
+            g.fusion.rule_ops,
+            b.identical
+        ),
+        None => format!("rules: {} ops", g.fusion.rule_ops),
+    };
     GraphSummary {
+        fusion,
         source_nodes: g.source.nodes,
         folded_nodes: g.source.folded_nodes,
         inputs: g.inputs.iter().map(|&t| tensor_line(g, t)).collect(),

@@ -4,6 +4,7 @@
 
 mod codegen;
 mod conformance;
+mod fuzz;
 mod pipeline;
 mod thirdparty;
 
@@ -39,6 +40,9 @@ enum Cmd {
     Run(pipeline::RunArgs),
     /// Print any artifact as YAML.
     Show { file: PathBuf },
+    /// Write one fused op of an imported model as a standalone ONNX model (or, with
+    /// `--lowered`, the whole lowered model its ops index into).
+    Extract(pipeline::ExtractArgs),
     /// Write a model the project builds itself as .onnx (list them without NAME).
     Zoo {
         name: Option<String>,
@@ -57,10 +61,16 @@ enum Cmd {
     },
     /// ONNX backend node tests through bident's path beside OpenVINO running them whole.
     Conformance(conformance::ConformanceArgs),
+    /// Fuzz the importer (cargo fuzz, nightly), the corpus seeded with the project's models.
+    Fuzz(fuzz::FuzzArgs),
     /// The pipeline on the third-party models of tests/data/thirdparty (fetched from PyPI).
     Thirdparty {
         #[arg(long, default_value = "local")]
         soc: String,
+        /// Fusion source of the runs; with `backend` the table also shows the rules' op count
+        /// and how far the two agree.
+        #[arg(long, default_value = "backend", value_parser = ["rules", "backend"])]
+        fusion: String,
         #[arg(long, default_value_t = bident_runtime::RunConfig::default().runs)]
         runs: u32,
         #[arg(long, default_value_t = bident_profile::ProfileConfig::default().runs)]
@@ -85,10 +95,14 @@ fn main() {
         Cmd::Search(a) => pipeline::search_cmd(a),
         Cmd::Run(a) => pipeline::run_cmd(a),
         Cmd::Show { file } => pipeline::show(&file),
+        Cmd::Extract(a) => pipeline::extract(a),
         Cmd::Zoo { name, out, seed, external_data } => pipeline::zoo(name.as_deref(), &out, seed, external_data),
         Cmd::Codegen { check } => codegen::codegen(check),
         Cmd::Conformance(a) => conformance::conformance(a),
-        Cmd::Thirdparty { soc, runs, profile_runs, json } => thirdparty::thirdparty(&soc, runs, profile_runs, json),
+        Cmd::Fuzz(a) => fuzz::fuzz(a),
+        Cmd::Thirdparty { soc, fusion, runs, profile_runs, json } => {
+            thirdparty::thirdparty(&soc, &fusion, runs, profile_runs, json)
+        }
         Cmd::Setup => pipeline::backend().map(|_| ()),
         Cmd::Ci => ci(),
     };

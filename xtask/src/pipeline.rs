@@ -13,7 +13,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use bident_artifact::{self as artifact, Artifact, ContentHash, Stamped};
 use bident_backend::{Backend, SocSpec, openvino::OpenVino};
-use bident_ir::FusedGraph;
+use bident_ir::{FusedGraph, OpId};
 use bident_partition::PhasedGraph;
 use bident_profile::{CostTable, ProfileConfig};
 use bident_runtime::{RunConfig, RunReport};
@@ -33,9 +33,18 @@ pub struct ImportArgs {
     /// Pin an input's shape: NAME=D,D,... (repeatable).
     #[arg(long = "input-shape", value_name = "NAME=D,D,...")]
     pub input_shape: Vec<String>,
+    /// Pin an input's value: NAME=V,V,... (repeatable). bident then treats it as a constant
+    /// (shape parameters, an If on a sample rate) and feeds that value at run time.
+    #[arg(long = "input-value", value_name = "NAME=V,V,...")]
+    pub input_value: Vec<String>,
     /// Output folder (default: target/bident/<model-name>/).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// How ONNX nodes are grouped into fused ops: `rules` (bident's fusion rules) or `backend`
+    /// (as the backend fuses the whole model on the first PU of the `local` SoC, read from its
+    /// profile; the artifact records how far the two agree).
+    #[arg(long, default_value = "rules", value_parser = ["rules", "backend"])]
+    pub fusion: String,
 }
 
 #[derive(Args, Clone)]
@@ -147,6 +156,21 @@ fn parse_shapes(items: &[String]) -> Result<BTreeMap<String, Vec<u64>>> {
     Ok(out)
 }
 
+fn parse_values(items: &[String]) -> Result<BTreeMap<String, Vec<f64>>> {
+    let mut out = BTreeMap::new();
+    for it in items {
+        let (name, vals) =
+            it.split_once('=').with_context(|| format!("--input-value `{it}`: expected NAME=V,V,..."))?;
+        let vals = vals
+            .split(',')
+            .map(|v| v.trim().parse::<f64>().ok().filter(|v| v.is_finite()))
+            .collect::<Option<Vec<_>>>()
+            .with_context(|| format!("--input-value `{it}`: values must be finite numbers"))?;
+        out.insert(name.to_string(), vals);
+    }
+    Ok(out)
+}
+
 fn out_dir(import: &ImportArgs, name: &str) -> PathBuf {
     import.out.clone().unwrap_or_else(|| crate::root().join("target/bident").join(name))
 }
@@ -163,19 +187,42 @@ pub fn import_cmd(a: ImportArgs) -> Result<(PathBuf, FusedGraph, ContentHash)> {
     let (path, name) = model_path(&a)?;
     let dir = out_dir(&a, &name);
     clear(&dir, &[FUSED, PHASED, COSTS, PLAN, REPORT])?;
-    let opts = bident_ir::ImportOptions { input_shapes: parse_shapes(&a.input_shape)?, ..Default::default() };
-    let g = bident_ir::import(&path, &opts)?;
+    let mut opts = bident_ir::ImportOptions {
+        input_shapes: parse_shapes(&a.input_shape)?,
+        input_literals: parse_values(&a.input_value)?,
+        ..Default::default()
+    };
+    let mut g = bident_ir::import(&path, &opts)?;
+    if a.fusion == "backend" {
+        let be = backend()?;
+        let pu = SocSpec::preset("local", be.as_ref())?.pus.remove(0);
+        let layers = bident_profile::backend_layers(be.as_ref(), &g, &pu)?;
+        opts.fusion = bident_ir::Fusion::Backend { pu: pu.name.clone(), layers };
+        g = bident_ir::import(&path, &opts)?;
+    }
     bident_ir::verify(&g)?;
     let inputs = ContentHash::of_parts(&[&g.source.hash.0, &opts.hash_bytes()]);
     let h = write(&dir, FUSED, &g, inputs)?;
     eprintln!(
-        "import: {} -> {} fused ops ({} ONNX nodes, {} folded) -> {}",
+        "import: {} -> {} fused ops by {} ({} ONNX nodes, {} folded) -> {}",
         path.display(),
         g.ops.len(),
+        g.fusion.source,
         g.source.nodes,
         g.source.folded_nodes,
         dir.join(FUSED).display()
     );
+    if let Some(b) = &g.fusion.backend {
+        eprintln!(
+            "fusion: backend on {} gives {} ops, rules {}; {} groups identical (agreement {:.2}){}",
+            b.pu,
+            b.ops,
+            g.fusion.rule_ops,
+            b.identical,
+            b.agreement,
+            if b.split > 0 { format!("; {} non-convex groups split", b.split) } else { String::new() }
+        );
+    }
     Ok((dir, g, h))
 }
 
@@ -378,6 +425,44 @@ fn print_summary(g: &FusedGraph, plan: &Plan, r: &RunReport) {
         r.measured_on
     );
     println!("outputs    max abs error vs whole model: {:.3e}", r.max_abs_err);
+}
+
+#[derive(Args, Clone)]
+pub struct ExtractArgs {
+    /// Folder holding the import stage's artifacts.
+    pub dir: PathBuf,
+    /// The fused op: its index or its name (see fused-graph.yaml).
+    #[arg(long, required_unless_present = "lowered")]
+    pub op: Option<String>,
+    /// Write the whole lowered model (inputs pinned, constants folded) instead.
+    #[arg(long, conflicts_with = "op")]
+    pub lowered: bool,
+    /// Output file.
+    #[arg(short, long)]
+    pub out: PathBuf,
+}
+
+pub fn extract(a: ExtractArgs) -> Result<()> {
+    let (g, _) = read_fused(&a.dir)?;
+    let bytes = match &a.op {
+        None => g.model.0.clone(),
+        Some(op) => {
+            let id = match op.parse::<usize>() {
+                Ok(i) if i < g.ops.len() => i,
+                Ok(i) => bail!("op {i} out of range: the graph has {} ops", g.ops.len()),
+                Err(_) => g
+                    .ops
+                    .iter()
+                    .position(|o| o.name == *op)
+                    .with_context(|| format!("no fused op named `{op}` in {}", a.dir.display()))?,
+            };
+            eprintln!("extract: op {id} `{}` ({})", g.ops[id].name, g.ops[id].kind);
+            bident_ir::Extractor::new(&g)?.extract(id as OpId)?
+        }
+    };
+    std::fs::write(&a.out, &bytes).with_context(|| a.out.display().to_string())?;
+    eprintln!("extract: {} bytes -> {}", bytes.len(), a.out.display());
+    Ok(())
 }
 
 pub fn show(file: &Path) -> Result<()> {

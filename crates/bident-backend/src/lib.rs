@@ -66,6 +66,32 @@ pub struct RunTiming {
     pub d2h: Duration,
 }
 
+/// What happened to one layer of a compiled model in its last run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerStatus {
+    Executed,
+    NotRun,
+    OptimizedOut,
+}
+
+/// One layer the backend executed (or planned) for a compiled model, with the original nodes
+/// it absorbed. Names are the backend's: after its own graph transformations, so they refer to
+/// source nodes only loosely (a layer is named after one of the nodes it came from, sometimes
+/// with a suffix such as `/WithoutBiases`, sometimes after a node the backend created).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Layer {
+    pub name: String,
+    /// The backend's layer type, e.g. `Convolution`, `FullyConnected`, `Reorder`.
+    pub layer_type: String,
+    /// The kernel that ran, e.g. `brgconv_avx512_f32`.
+    pub exec_type: String,
+    pub status: LayerStatus,
+    /// Time the layer took in the last run.
+    pub real_time: Duration,
+    /// Names of nodes fused into this layer (they did not run as layers of their own).
+    pub fused: Vec<String>,
+}
+
 /// A backend: compiles ONNX models for PUs.
 pub trait Backend: Send + Sync {
     /// Short name recorded in artifacts, e.g. `openvino`.
@@ -77,6 +103,9 @@ pub trait Backend: Send + Sync {
     /// Compile a standalone ONNX model for a PU. Compile-time properties come from the spec and
     /// are read back: a property the device silently ignores is an error.
     fn compile(&self, onnx: &[u8], pu: &PuSpec) -> Result<Box<dyn Executable>, BackendError>;
+    /// As [`Backend::compile`], with per-layer profiling on, so [`Executable::layers`] works.
+    /// Profiling may slow the model down: do not time such an executable.
+    fn compile_profiled(&self, onnx: &[u8], pu: &PuSpec) -> Result<Box<dyn Executable>, BackendError>;
 }
 
 /// A model compiled for one PU. `run` executes synchronously on the calling thread.
@@ -90,6 +119,9 @@ pub trait Executable: Send {
     }
     /// Run once and report where the time went.
     fn run_timed(&mut self, inputs: &[&HostTensor]) -> Result<(Vec<HostTensor>, RunTiming), BackendError>;
+    /// Per-layer profile of the last run, in execution order. Needs the model compiled with
+    /// profiling on ([`Backend::compile_profiled`]); otherwise an error.
+    fn layers(&self) -> Result<Vec<Layer>, BackendError>;
 }
 
 /// The CPUs this process may run on (its affinity mask), in order.

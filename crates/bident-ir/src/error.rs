@@ -4,7 +4,7 @@ use std::path::PathBuf;
 /// node or tensor at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum IrError {
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         path: PathBuf,
         #[source]
@@ -32,6 +32,8 @@ pub enum IrError {
     DynamicInput { input: String, dim: usize, symbol: String, example: String },
     #[error("--input-shape {input}: {reason}")]
     BadInputShape { input: String, reason: String },
+    #[error("--input-value {input}: {reason}")]
+    BadInputValue { input: String, reason: String },
     #[error("input `{input}`: {reason}")]
     BadInput { input: String, reason: String },
     #[error("node `{node}` ({op}): {reason}")]

@@ -11,6 +11,8 @@
 mod consts;
 mod error;
 mod extract;
+mod fusion;
+mod inline;
 mod lower;
 mod ops;
 pub mod proto;
@@ -23,6 +25,7 @@ use serde::{Deserialize, Serialize};
 pub use bident_tensor::DType;
 pub use error::IrError;
 pub use extract::Extractor;
+pub use fusion::{BackendFusion, BackendLayer, Fusion, FusionInfo};
 pub use lower::{ImportOptions, import, import_bytes};
 
 /// Index of a tensor in [`FusedGraph::tensors`].
@@ -102,8 +105,8 @@ pub struct FusedGraph {
     pub input_shapes: BTreeMap<String, Vec<u64>>,
     /// Inputs pinned to fixed values (see `ImportOptions::input_values`); fed with these values.
     pub input_values: BTreeMap<String, ConstTensor>,
-    /// Which fusion produced the grouping (`rules`).
-    pub fusion: String,
+    /// Which fusion produced the grouping, and how far the two sources agree.
+    pub fusion: FusionInfo,
     pub tensors: Vec<TensorInfo>,
     pub inputs: Vec<TensorId>,
     pub outputs: Vec<TensorId>,
@@ -118,7 +121,7 @@ pub struct FusedGraph {
 
 impl Artifact for FusedGraph {
     const KIND: &'static str = "fused-graph";
-    const SCHEMA_VERSION: u32 = 1;
+    const SCHEMA_VERSION: u32 = 2;
 }
 
 impl FusedGraph {
@@ -161,6 +164,22 @@ impl FusedGraph {
             g.add_edge(petgraph::graph::NodeIndex::new(p as usize), petgraph::graph::NodeIndex::new(c as usize), t);
         }
         g
+    }
+
+    /// Values to feed the graph inputs: the pinned value where there is one, else a seeded
+    /// pseudo-random tensor (input `k` gets seed `seed + k`).
+    pub fn example_inputs(&self, seed: u64) -> Vec<bident_tensor::HostTensor> {
+        self.inputs
+            .iter()
+            .enumerate()
+            .map(|(k, &t)| {
+                let t = self.tensor(t);
+                match self.input_values.get(&t.name) {
+                    Some(v) => v.to_host(),
+                    None => bident_tensor::HostTensor::seeded(t.dtype, t.shape.clone(), seed.wrapping_add(k as u64)),
+                }
+            })
+            .collect()
     }
 
     /// Hash identifying this graph for downstream artifacts.

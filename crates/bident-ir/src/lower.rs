@@ -8,6 +8,7 @@ use bident_tensor::{DType, HostTensor};
 use prost::Message;
 
 use crate::consts;
+use crate::fusion::{self, Fusion, FusionInfo, NodeView};
 use crate::ops::{self, Ctx, Fact, Role};
 use crate::proto::{
     GraphProto, ModelProto, NodeProto, TensorShapeProto, TypeProto, ValueInfoProto, tensor_proto::DataLocation,
@@ -25,21 +26,35 @@ pub struct ImportOptions {
     /// run time, but bident treats it as the constant it will always be: shape parameters given
     /// as inputs (Reshape's shape, Resize's scales, TopK's k) become known.
     pub input_values: BTreeMap<String, HostTensor>,
+    /// Fixed values given as plain numbers (`--input-value NAME=V,V,...`): converted to the
+    /// input's element type; the shape is the pinned one, else the declared one, else a scalar
+    /// (one value, rank 0) or a vector.
+    pub input_literals: BTreeMap<String, Vec<f64>>,
     /// Constant subgraphs are evaluated at import when their result has at most this many
     /// elements; larger ones stay in the graph, attached to their consumer.
     pub fold_limit: usize,
+    /// How compute nodes are grouped into fused operators.
+    pub fusion: Fusion,
 }
 
 impl Default for ImportOptions {
     fn default() -> Self {
-        Self { input_shapes: BTreeMap::new(), input_values: BTreeMap::new(), fold_limit: 1 << 16 }
+        Self {
+            input_shapes: BTreeMap::new(),
+            input_values: BTreeMap::new(),
+            input_literals: BTreeMap::new(),
+            fold_limit: 1 << 16,
+            fusion: Fusion::Rules,
+        }
     }
 }
 
 impl ImportOptions {
     /// Hash of the options, part of the fused graph's input hash.
     pub fn hash_bytes(&self) -> Vec<u8> {
-        let mut out = format!("{:?}|{}", self.input_shapes, self.fold_limit).into_bytes();
+        let mut out =
+            format!("{:?}|{}|{:?}|{:?}", self.input_shapes, self.fold_limit, self.fusion, self.input_literals)
+                .into_bytes();
         for (name, v) in &self.input_values {
             out.extend_from_slice(format!("|{name}:{}{:?}:", v.dtype, v.shape).as_bytes());
             out.extend_from_slice(&v.data);
@@ -165,6 +180,31 @@ fn outer_refs(g: &GraphProto) -> Vec<String> {
     }
     refs
 }
+
+/// The tensor `--input-value NAME=V,...` means for an input of element type `dtype` whose
+/// declared dims are `dims`.
+fn literal_value(
+    name: &str,
+    dtype: DType,
+    dims: &[Option<u64>],
+    pinned: Option<&Vec<u64>>,
+    vals: &[f64],
+) -> Result<HostTensor, IrError> {
+    let bad = |reason: String| IrError::BadInputValue { input: name.to_string(), reason };
+    let shape = match (pinned, dims.iter().copied().collect::<Option<Vec<u64>>>()) {
+        (Some(p), _) => p.clone(),
+        (None, Some(d)) => d,
+        (None, None) if dims.len() == 1 => vec![vals.len() as u64],
+        (None, None) => return Err(bad("has dynamic dims: pin its shape too (--input-shape)".into())),
+    };
+    if bident_tensor::numel(&shape) != vals.len() as u64 {
+        return Err(bad(format!("{} values given for shape {shape:?}", vals.len())));
+    }
+    HostTensor::from_f64(name, dtype, shape, vals).map_err(|e| bad(e.to_string()))
+}
+
+/// Bound on inlining Ifs with constant conditions (each inlining re-analyses the graph).
+const MAX_INLINED_IFS: usize = 256;
 
 fn node_label(n: &NodeProto, idx: usize) -> String {
     if n.name().is_empty() { format!("#{idx}") } else { n.name().to_string() }
@@ -293,7 +333,8 @@ impl<'o> Lowering<'o> {
             self.consts.insert(t.name().into(), v);
             self.initializers.insert(t.name().into());
         }
-        for c in self.opts.input_shapes.keys().chain(self.opts.input_values.keys()) {
+        let given = self.opts.input_shapes.keys().chain(self.opts.input_values.keys());
+        for c in given.chain(self.opts.input_literals.keys()) {
             if !graph.input.iter().any(|i| i.name() == c) || self.initializers.contains(c) {
                 return Err(IrError::BadInputShape {
                     input: c.clone(),
@@ -323,7 +364,11 @@ impl<'o> Lowering<'o> {
                 input: name.clone(),
                 reason: format!("unsupported element type code {code}"),
             })?;
-            let value = self.opts.input_values.get(&name);
+            let literal = match self.opts.input_literals.get(&name) {
+                Some(vals) => Some(literal_value(&name, dtype, &dims, self.opts.input_shapes.get(&name), vals)?),
+                None => None,
+            };
+            let value = self.opts.input_values.get(&name).or(literal.as_ref());
             if let Some(v) = value {
                 if v.dtype != dtype {
                     return Err(IrError::BadInputShape {
@@ -471,7 +516,9 @@ impl<'o> Lowering<'o> {
     }
 
     /// Shape inference and constant folding, node by node in topological order.
-    fn analyse(&mut self, order: &[usize]) -> Result<Vec<Fate>, IrError> {
+    /// Types, constant folding and each node's fate. `None`: the graph changed (an If on a
+    /// constant condition was inlined) and must be ordered and analysed again.
+    fn analyse(&mut self, order: &[usize]) -> Result<Option<Vec<Fate>>, IrError> {
         let graph = self.model.graph.take().expect("checked at import");
         let outputs: HashSet<&str> = self.outputs.iter().map(String::as_str).collect();
         let mut fates = vec![Fate::Compute; graph.node.len()];
@@ -482,6 +529,28 @@ impl<'o> Lowering<'o> {
             let label = node_label(n, i);
             let err = |reason: String| IrError::Shape { node: label.clone(), op: n.op_type().into(), reason };
             let present: Vec<Option<&str>> = n.input.iter().map(|t| (!t.is_empty()).then_some(t.as_str())).collect();
+            // an If on a known condition is its taken branch: inline it and start over
+            if n.op_type() == "If"
+                && ops::lookup(n.domain(), "If").is_some()
+                && let Some(cond) = present.first().copied().flatten().and_then(|t| self.consts.get(t))
+            {
+                let cond = cond.numel() > 0 && cond.get_f64(0) != 0.0;
+                let mut graph = graph;
+                let added = crate::inline::inline_if(&mut graph, i, cond).map_err(|reason| IrError::Shape {
+                    node: label,
+                    op: "If".into(),
+                    reason,
+                })?;
+                for t in &added {
+                    let v = consts::from_proto(t)
+                        .map_err(|reason| IrError::BadTensor { tensor: t.name().into(), reason })?;
+                    self.facts.insert(t.name().into(), Fact::new(v.dtype, v.shape.clone()));
+                    self.consts.insert(t.name().into(), v);
+                    self.initializers.insert(t.name().into());
+                }
+                self.model.graph = Some(graph);
+                return Ok(None);
+            }
             let rule = ops::lookup(n.domain(), n.op_type());
             let all_values = self.uses[i].iter().all(|t| self.consts.contains_key(t));
             let all_const = self.uses[i].iter().all(|t| self.consts.contains_key(t) || const_like.contains(t));
@@ -496,21 +565,21 @@ impl<'o> Lowering<'o> {
                 missing_const: std::cell::Cell::new(None),
             };
             let facts: Vec<Fact> = match rule {
-                Some(def) => {
-                    (def.infer)(&ctx).map_err(|reason| match ctx.missing_const.get().and_then(|k| present[k]) {
+                Some(def) => (def.infer)(&ctx).map_err(|reason| {
+                    match ctx.missing_const.get().and_then(|k| present.get(k).copied().flatten()) {
                         Some(t) => IrError::NeedsValue {
                             node: label.clone(),
                             op: n.op_type().into(),
                             tensor: t.to_string(),
                             hint: if self.inputs.iter().any(|(name, _)| name == t) {
-                                "it is a graph input: pin its value (ImportOptions::input_values)".to_string()
+                                "it is a graph input: pin its value (--input-value NAME=V,...)".to_string()
                             } else {
                                 "it is computed from run-time data".into()
                             },
                         },
                         None => err(reason),
-                    })?
-                }
+                    }
+                })?,
                 // one fact per output position; an omitted (empty) output gets a placeholder
                 None => n
                     .output
@@ -569,7 +638,7 @@ impl<'o> Lowering<'o> {
         self.model.graph = Some(graph);
         // Const-like nodes hold their (unevaluated) outputs as "constants" for fusion purposes.
         self.mark_dead(order, &mut fates);
-        Ok(fates)
+        Ok(Some(fates))
     }
 
     /// Dead-code elimination: nodes none of whose outputs reach a graph output.
@@ -651,9 +720,59 @@ impl<'o> Lowering<'o> {
     }
 
     fn run(mut self, name: String, file: String, hash: ContentHash) -> Result<FusedGraph, IrError> {
-        let order = self.topo_order()?;
-        let fates = self.analyse(&order)?;
-        let groups = self.fuse(&order, &fates);
+        let mut inlined = 0;
+        let (order, fates) = loop {
+            let order = self.topo_order()?;
+            if let Some(fates) = self.analyse(&order)? {
+                break (order, fates);
+            }
+            inlined += 1;
+            if inlined > MAX_INLINED_IFS {
+                return Err(IrError::Verify(format!("more than {MAX_INLINED_IFS} If nodes on constant conditions")));
+            }
+        };
+        let rule_groups = self.fuse(&order, &fates);
+        let (groups, fusion) = match &self.opts.fusion {
+            Fusion::Rules => {
+                let info = FusionInfo { source: "rules".into(), rule_ops: rule_groups.len() as u32, backend: None };
+                (rule_groups, info)
+            }
+            Fusion::Backend { pu, layers } => {
+                let graph = self.graph();
+                let views: Vec<NodeView> = graph
+                    .node
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| NodeView {
+                        name: n.name(),
+                        outputs: &n.output,
+                        uses: &self.uses[i],
+                        compute: fates[i] == Fate::Compute,
+                        anchor: self.role(n) == Role::Anchor,
+                        layout: matches!(
+                            n.op_type(),
+                            "Transpose" | "Reshape" | "Squeeze" | "Unsqueeze" | "Flatten" | "Identity"
+                        ),
+                    })
+                    .collect();
+                let d = fusion::derive(&views, &order, layers);
+                let (identical, agreement) = fusion::agreement(&rule_groups, &d.groups);
+                let info = FusionInfo {
+                    source: "backend".into(),
+                    rule_ops: rule_groups.len() as u32,
+                    backend: Some(fusion::BackendFusion {
+                        pu: pu.clone(),
+                        layers: layers.len() as u32,
+                        ops: d.groups.len() as u32,
+                        identical,
+                        agreement,
+                        unresolved: d.unresolved,
+                        split: d.split,
+                    }),
+                };
+                (d.groups, info)
+            }
+        };
         let graph = self.graph();
         let nodes = &graph.node;
 
@@ -744,9 +863,11 @@ impl<'o> Lowering<'o> {
                     }
                 }
             }
-            let anchor = &nodes[members[0]];
+            let anchor_at =
+                members.iter().copied().find(|&i| self.role(&nodes[i]) == Role::Anchor).unwrap_or(members[0]);
+            let anchor = &nodes[anchor_at];
             fused_ops.push(FusedOp {
-                name: node_label(anchor, members[0]),
+                name: node_label(anchor, anchor_at),
                 kind: members.iter().map(|&i| nodes[i].op_type()).collect::<Vec<_>>().join("+"),
                 nodes: all.iter().map(|i| new_index[i]).collect(),
                 inputs: op_inputs,
@@ -791,12 +912,11 @@ impl<'o> Lowering<'o> {
             source,
             input_shapes: self.inputs.iter().map(|(n, f)| (n.clone(), f.shape.clone())).collect(),
             input_values: self
-                .opts
-                .input_values
+                .inputs
                 .iter()
-                .map(|(n, v)| (n.clone(), crate::ConstTensor::from_host(v)))
+                .filter_map(|(n, _)| self.consts.get(n).map(|v| (n.clone(), crate::ConstTensor::from_host(v))))
                 .collect(),
-            fusion: "rules".into(),
+            fusion,
             tensors,
             inputs,
             outputs,

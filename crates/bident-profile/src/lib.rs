@@ -9,7 +9,7 @@
 
 use bident_artifact::{Artifact, ContentHash};
 use bident_backend::{Backend, BackendError, Executable, PuSpec, SocSpec};
-use bident_ir::{Extractor, FusedGraph, OpId};
+use bident_ir::{BackendLayer, Extractor, FusedGraph, OpId};
 use bident_tensor::HostTensor;
 use serde::{Deserialize, Serialize};
 
@@ -104,6 +104,39 @@ pub enum ProfileError {
     WrongBackend { soc: String, wanted: String, got: String },
     #[error("a profiling thread for PU `{0}` panicked")]
     Worker(String),
+    #[error("profiling the whole model on reference PU `{pu}`")]
+    Reference { pu: String, source: BackendError },
+}
+
+/// The backend's own grouping of `g`'s lowered model: compile it whole on `pu` with per-layer
+/// profiling, run it once, and return the layers with the nodes fused into each (the input of
+/// backend-true fusion, `bident_ir::Fusion::Backend`).
+pub fn backend_layers(backend: &dyn Backend, g: &FusedGraph, pu: &PuSpec) -> Result<Vec<BackendLayer>, ProfileError> {
+    let fail = |source| ProfileError::Reference { pu: pu.name.clone(), source };
+    let mut exe = backend.compile_profiled(&g.model.0, pu).map_err(fail)?;
+    let inputs = g.example_inputs(0);
+    // by name: a backend may drop inputs nothing reads (a pinned value that was folded away)
+    let fed: Vec<&HostTensor> = exe
+        .inputs()
+        .iter()
+        .map(|port| {
+            g.inputs.iter().position(|&t| g.tensor(t).name == port.name).map(|k| &inputs[k]).ok_or_else(|| {
+                fail(BackendError::BadInput {
+                    pu: pu.name.clone(),
+                    index: 0,
+                    name: port.name.clone(),
+                    reason: "the compiled model wants an input the graph does not have".into(),
+                })
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    exe.run(&fed).map_err(fail)?;
+    Ok(exe
+        .layers()
+        .map_err(fail)?
+        .into_iter()
+        .map(|l| BackendLayer { name: l.name, layer_type: l.layer_type, fused: l.fused })
+        .collect())
 }
 
 /// Progress of a profiling run, for the caller to display.

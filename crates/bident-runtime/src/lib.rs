@@ -85,7 +85,7 @@ pub enum RuntimeError {
     Mismatch { plan: String, graph: String },
     #[error("plan maps op {op} to PU `{pu}`, which SoC `{soc}` does not have")]
     UnknownPu { op: u32, pu: String, soc: String },
-    #[error("op {op} `{name}` on PU `{pu}`: {source}")]
+    #[error("op {op} `{name}` on PU `{pu}`")]
     Op {
         op: u32,
         name: String,
@@ -93,7 +93,7 @@ pub enum RuntimeError {
         #[source]
         source: Box<BackendError>,
     },
-    #[error("whole model on PU `{pu}`: {source}")]
+    #[error("whole model on PU `{pu}`")]
     Monolithic {
         pu: String,
         #[source]

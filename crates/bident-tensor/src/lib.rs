@@ -125,6 +125,30 @@ impl HostTensor {
         Ok(Self { dtype, shape, data })
     }
 
+    /// A tensor of the given values (row-major), converted to `dtype` as a cast would: floats
+    /// rounded to the type, integers truncated and saturated, booleans as `v != 0`.
+    pub fn from_f64(name: &str, dtype: DType, shape: Vec<u64>, values: &[f64]) -> Result<Self, TensorError> {
+        let mut data = Vec::with_capacity(values.len() * dtype.size());
+        for &v in values {
+            match dtype {
+                DType::F32 => data.extend_from_slice(&(v as f32).to_le_bytes()),
+                DType::F64 => data.extend_from_slice(&v.to_le_bytes()),
+                DType::F16 => data.extend_from_slice(&f32_to_f16(v as f32).to_le_bytes()),
+                DType::Bf16 => data.extend_from_slice(&(((v as f32).to_bits() >> 16) as u16).to_le_bytes()),
+                DType::Bool => data.push(u8::from(v != 0.0)),
+                DType::U8 => data.push(v as u8),
+                DType::I8 => data.extend_from_slice(&(v as i8).to_le_bytes()),
+                DType::U16 => data.extend_from_slice(&(v as u16).to_le_bytes()),
+                DType::I16 => data.extend_from_slice(&(v as i16).to_le_bytes()),
+                DType::I32 => data.extend_from_slice(&(v as i32).to_le_bytes()),
+                DType::U32 => data.extend_from_slice(&(v as u32).to_le_bytes()),
+                DType::I64 => data.extend_from_slice(&(v as i64).to_le_bytes()),
+                DType::U64 => data.extend_from_slice(&(v as u64).to_le_bytes()),
+            }
+        }
+        Self::new(name, dtype, shape, data)
+    }
+
     pub fn zeros(dtype: DType, shape: Vec<u64>) -> Self {
         let n = numel(&shape) as usize * dtype.size();
         Self { dtype, shape, data: vec![0; n] }

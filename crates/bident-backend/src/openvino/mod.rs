@@ -21,7 +21,10 @@ use std::time::Instant;
 use openvino_sys as sys;
 use sys::{ov_element_type_e as Et, ov_status_e};
 
-use crate::{Backend, BackendError, DType, DeviceInfo, Executable, HostTensor, PortInfo, PuKind, PuSpec, RunTiming};
+use crate::{
+    Backend, BackendError, DType, DeviceInfo, Executable, HostTensor, Layer, LayerStatus, PortInfo, PuKind, PuSpec,
+    RunTiming,
+};
 
 /// The OpenVINO runtime: one `ov_core_t`.
 pub struct OpenVino {
@@ -237,6 +240,16 @@ impl Backend for OpenVino {
     }
 
     fn compile(&self, onnx: &[u8], pu: &PuSpec) -> Result<Box<dyn Executable>, BackendError> {
+        self.compile_with(onnx, pu, false)
+    }
+
+    fn compile_profiled(&self, onnx: &[u8], pu: &PuSpec) -> Result<Box<dyn Executable>, BackendError> {
+        self.compile_with(onnx, pu, true)
+    }
+}
+
+impl OpenVino {
+    fn compile_with(&self, onnx: &[u8], pu: &PuSpec, profiled: bool) -> Result<Box<dyn Executable>, BackendError> {
         let fail = |reason: String| BackendError::Compile { pu: pu.name.clone(), reason };
         let mut model = ptr::null_mut();
         // SAFETY: the buffer outlives the call; OpenVINO copies what it keeps.
@@ -252,8 +265,11 @@ impl Backend for OpenVino {
         .map_err(|e| fail(format!("cannot read model: {e}")))?;
         let model = ModelGuard(model);
 
-        let props: Vec<(CString, CString)> = pu
-            .properties
+        let mut properties = pu.properties.clone();
+        if profiled {
+            properties.insert("PERF_COUNT".into(), "YES".into());
+        }
+        let props: Vec<(CString, CString)> = properties
             .iter()
             .map(|(k, v)| Ok((cstring(k)?, cstring(v)?)))
             .collect::<Result<_, String>>()
@@ -276,9 +292,15 @@ impl Backend for OpenVino {
             )
         })
         .map_err(fail)?;
-        let mut exe =
-            OvExecutable { pu: pu.name.clone(), compiled, request: ptr::null_mut(), inputs: vec![], outputs: vec![] };
-        exe.verify_properties(&pu.properties)?;
+        let mut exe = OvExecutable {
+            pu: pu.name.clone(),
+            compiled,
+            request: ptr::null_mut(),
+            inputs: vec![],
+            outputs: vec![],
+            profiled,
+        };
+        exe.verify_properties(&properties)?;
         exe.inputs = exe.ports(true).map_err(fail)?;
         exe.outputs = exe.ports(false).map_err(fail)?;
         // SAFETY: valid compiled model; request freed in Drop.
@@ -302,6 +324,7 @@ struct OvExecutable {
     request: *mut sys::ov_infer_request_t,
     inputs: Vec<PortInfo>,
     outputs: Vec<PortInfo>,
+    profiled: bool,
 }
 
 // SAFETY: a compiled model and its infer request may be used from any one thread at a time;
@@ -502,5 +525,50 @@ impl Executable for OvExecutable {
         let t3 = Instant::now();
         drop(held);
         Ok((outs, RunTiming { h2d: t1 - t0, infer: t2 - t1, d2h: t3 - t2 }))
+    }
+
+    /// The CPU plugin lists each executed layer followed by the nodes fused into it (exec type
+    /// `undef`); that order is what groups them here.
+    fn layers(&self) -> Result<Vec<Layer>, BackendError> {
+        let err = |reason: String| BackendError::Run { pu: self.pu.clone(), what: "profiling".into(), reason };
+        if !self.profiled {
+            return Err(err("the model was not compiled with profiling on".into()));
+        }
+        let mut list = sys::ov_profiling_info_list_t { profiling_infos: ptr::null_mut(), size: 0 };
+        // SAFETY: valid request; the list is copied into owned strings and freed once.
+        let raw: Vec<(String, String, String, LayerStatus, i64)> = unsafe {
+            check(sys::ov_infer_request_get_profiling_info(self.request, &mut list)).map_err(err)?;
+            let text = |p: *const c_char| {
+                if p.is_null() { String::new() } else { CStr::from_ptr(p).to_string_lossy().into_owned() }
+            };
+            let out = (0..list.size)
+                .map(|i| {
+                    let info = &*list.profiling_infos.add(i);
+                    let status = match info.status {
+                        sys::ov_profiling_info_t_Status::EXECUTED => LayerStatus::Executed,
+                        sys::ov_profiling_info_t_Status::OPTIMIZED_OUT => LayerStatus::OptimizedOut,
+                        _ => LayerStatus::NotRun,
+                    };
+                    (text(info.node_name), text(info.node_type), text(info.exec_type), status, info.real_time)
+                })
+                .collect();
+            sys::ov_profiling_info_list_free(&mut list);
+            out
+        };
+        let mut layers: Vec<Layer> = vec![];
+        for (name, layer_type, exec_type, status, real_time) in raw {
+            match layers.last_mut() {
+                Some(host) if exec_type == "undef" => host.fused.push(name),
+                _ => layers.push(Layer {
+                    name,
+                    layer_type,
+                    exec_type,
+                    status,
+                    real_time: std::time::Duration::from_micros(real_time.max(0) as u64),
+                    fused: vec![],
+                }),
+            }
+        }
+        Ok(layers)
     }
 }

@@ -1,0 +1,78 @@
+//! `cargo xtask fuzz`: the importer's libFuzzer target (`fuzz/`), with its corpus seeded from
+//! the project's own models. Needs a nightly toolchain (cargo fuzz builds with sanitizers);
+//! installs cargo-fuzz when it is missing. Crashes land in `fuzz/artifacts/import/`.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+
+const CARGO_FUZZ: &str = "0.13.2";
+
+#[derive(Args)]
+pub struct FuzzArgs {
+    /// How long to fuzz, in seconds.
+    #[arg(long, default_value_t = 600)]
+    pub seconds: u64,
+    /// Parallel fuzzing jobs.
+    #[arg(long, default_value_t = 1)]
+    pub jobs: u32,
+}
+
+pub fn fuzz(a: FuzzArgs) -> Result<()> {
+    let root = crate::root();
+    let nightly = Command::new("rustup").args(["run", "nightly", "rustc", "--version"]).output();
+    if !nightly.is_ok_and(|o| o.status.success()) {
+        bail!("cargo fuzz needs a nightly toolchain: `rustup toolchain install nightly`");
+    }
+    let have = Command::new("cargo").args(["fuzz", "--version"]).output().is_ok_and(|o| o.status.success());
+    if !have {
+        eprintln!("fuzz: installing cargo-fuzz {CARGO_FUZZ}");
+        let st = Command::new("cargo").args(["install", "cargo-fuzz", "--locked", "--version", CARGO_FUZZ]).status()?;
+        anyhow::ensure!(st.success(), "installing cargo-fuzz failed");
+    }
+    let corpus = root.join("target/fuzz/corpus/import");
+    let seeds = seed(&corpus)?;
+    eprintln!("fuzz: {seeds} seed models in {}; fuzzing for {} s", corpus.display(), a.seconds);
+    let mut cmd = Command::new("cargo");
+    cmd.current_dir(&root)
+        .args(["+nightly", "fuzz", "run", "--fuzz-dir", "fuzz", "import"])
+        .arg(&corpus)
+        .arg("--")
+        .arg(format!("-max_total_time={}", a.seconds))
+        .args(["-rss_limit_mb=4096", "-timeout=20", "-max_len=1048576", "-print_final_stats=1"]);
+    if a.jobs > 1 {
+        // libFuzzer then writes each job's log to fuzz-<N>.log in the current folder
+        cmd.arg(format!("-jobs={}", a.jobs)).arg(format!("-workers={}", a.jobs));
+    }
+    let st = cmd.status().context("running cargo fuzz")?;
+    anyhow::ensure!(
+        st.success(),
+        "the fuzzer found a crash: see fuzz/artifacts/import/ (keep the input in tests/data/fuzz-regressions/)"
+    );
+    Ok(())
+}
+
+/// Zoo models (broken ones included) and, when generated, the ONNX node-test models.
+fn seed(corpus: &Path) -> Result<usize> {
+    std::fs::create_dir_all(corpus)?;
+    let mut n = 0;
+    for (name, _) in bident_zoo::MODELS {
+        if let Some(bytes) = bident_zoo::build_bytes(name, 0) {
+            std::fs::write(corpus.join(format!("zoo-{name}.onnx")), bytes)?;
+            n += 1;
+        }
+    }
+    let node_tests = crate::root().join("target/conformance/onnx-1.23.2/node");
+    if let Ok(dirs) = std::fs::read_dir(&node_tests) {
+        for d in dirs.filter_map(|e| e.ok()) {
+            let model = d.path().join("model.onnx");
+            if model.is_file() {
+                std::fs::copy(&model, corpus.join(format!("node-{}.onnx", d.file_name().to_string_lossy())))?;
+                n += 1;
+            }
+        }
+    }
+    Ok(n)
+}
