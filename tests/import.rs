@@ -31,7 +31,7 @@ fn extracted_ops_reproduce_the_whole_model() {
             .enumerate()
             .map(|(k, &t)| HostTensor::seeded(g.tensor(t).dtype, g.tensor(t).shape.clone(), k as u64))
             .collect();
-        let mut whole = be.compile(&g.reference.0, &pu).expect("whole model compiles");
+        let mut whole = be.compile(&g.reference_model().expect("reference"), &pu).expect("whole model compiles");
         let want = whole.run(&inputs.iter().collect::<Vec<_>>()).expect("whole model runs");
         let ex = bident_ir::Extractor::new(&g).expect("extractor");
         let mut env: HashMap<u32, HostTensor> = g.inputs.iter().copied().zip(inputs).collect();

@@ -12,7 +12,12 @@ pub fn codegen(check: bool) -> Result<()> {
     let fds = protox::compile([proto_dir.join("onnx.proto")], [&proto_dir]).context("compiling onnx.proto")?;
     let tmp = root.join("target/codegen");
     std::fs::create_dir_all(&tmp)?;
-    prost_build::Config::new().out_dir(&tmp).compile_fds(fds).context("generating Rust from onnx.proto")?;
+    prost_build::Config::new()
+        .out_dir(&tmp)
+        // weights stay slices of the model file's buffer (zero-copy decoding)
+        .bytes([".onnx.TensorProto.raw_data"])
+        .compile_fds(fds)
+        .context("generating Rust from onnx.proto")?;
     let fresh = std::fs::read_to_string(tmp.join("onnx.rs"))?;
     let out = root.join(OUT);
     if check {

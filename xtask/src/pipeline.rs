@@ -445,7 +445,7 @@ pub struct ExtractArgs {
 pub fn extract(a: ExtractArgs) -> Result<()> {
     let (g, _) = read_fused(&a.dir)?;
     let bytes = match &a.op {
-        None => g.model.0.clone(),
+        None => g.lowered_model()?,
         Some(op) => {
             let id = match op.parse::<usize>() {
                 Ok(i) if i < g.ops.len() => i,

@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// First bytes of every artifact file.
-pub const MAGIC: [u8; 8] = *b"BIDENT\x00\x01";
+pub const MAGIC: [u8; 8] = *b"BIDENT\x00\x02";
 
 /// A type that a stage writes to disk.
 pub trait Artifact: Serialize + DeserializeOwned {
@@ -40,6 +40,11 @@ impl ContentHash {
             h.update(p);
         }
         Self(*h.finalize().as_bytes())
+    }
+
+    /// Plain BLAKE3 of one encoded payload (what [`payload_hash`] computes while encoding).
+    pub fn of_payload(bytes: &[u8]) -> Self {
+        Self(*blake3::hash(bytes).as_bytes())
     }
 
     pub fn of(bytes: &[u8]) -> Self {
@@ -96,7 +101,13 @@ impl<'de> Deserialize<'de> for ContentHash {
 /// Opaque bytes carried inside an artifact (e.g. an ONNX model). In YAML it prints as a size and
 /// hash, never as a list of numbers.
 #[derive(Clone, PartialEq, Eq, Default)]
-pub struct Blob(pub Vec<u8>);
+pub struct Blob(pub bytes::Bytes);
+
+impl Blob {
+    pub fn new(bytes: impl Into<bytes::Bytes>) -> Self {
+        Self(bytes.into())
+    }
+}
 
 impl fmt::Debug for Blob {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -128,10 +139,10 @@ impl<'de> Deserialize<'de> for Blob {
                 f.write_str("bytes")
             }
             fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Blob, E> {
-                Ok(Blob(v.to_vec()))
+                Ok(Blob(bytes::Bytes::copy_from_slice(v)))
             }
             fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Blob, E> {
-                Ok(Blob(v))
+                Ok(Blob(v.into()))
             }
         }
         d.deserialize_byte_buf(V)
@@ -167,7 +178,7 @@ pub enum ArtifactError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{path}: not a bident artifact (bad magic)")]
+    #[error("{path}: not a bident artifact of this version (bad magic; rerun the stage that writes it)")]
     BadMagic { path: PathBuf },
     #[error("{path}: corrupt artifact header: {reason}")]
     BadHeader { path: PathBuf, reason: String },
@@ -191,23 +202,44 @@ pub enum ArtifactError {
 
 /// Encode an artifact into the framed binary form.
 pub fn encode<A: Artifact>(value: &A, input_hash: ContentHash) -> Result<Vec<u8>, ArtifactError> {
-    let payload =
-        postcard::to_stdvec(value).map_err(|e| ArtifactError::Encode { kind: A::KIND, reason: e.to_string() })?;
+    let mut out = vec![];
+    encode_into(value, input_hash, &mut out).map_err(|e| match e {
+        Framing::Encode(e) => e,
+        Framing::Io(e) => ArtifactError::Encode { kind: A::KIND, reason: e.to_string() },
+    })?;
+    Ok(out)
+}
+
+/// Hash of a value's encoded payload, computed while encoding into the hasher: nothing of the
+/// size of the payload is allocated (a fused graph carries its model's weights).
+pub fn payload_hash<T: Serialize>(value: &T) -> Result<ContentHash, String> {
+    let mut h = blake3::Hasher::new();
+    postcard::to_io(value, &mut h).map_err(|e| e.to_string())?;
+    Ok(ContentHash(*h.finalize().as_bytes()))
+}
+
+enum Framing {
+    Encode(ArtifactError),
+    Io(std::io::Error),
+}
+
+/// Frame `value` into `out`: magic, header length, header, payload. The payload is encoded
+/// twice (once into the hasher for the header, once into `out`) rather than held in memory.
+fn encode_into<A: Artifact>(value: &A, input_hash: ContentHash, out: &mut impl Write) -> Result<Header, Framing> {
+    let bad = |reason: String| Framing::Encode(ArtifactError::Encode { kind: A::KIND, reason });
     let header = Header {
         kind: A::KIND.to_string(),
         schema_version: A::SCHEMA_VERSION,
         input_hash,
-        payload_hash: ContentHash::of(&payload),
+        payload_hash: payload_hash(value).map_err(bad)?,
         producer: format!("bident {}", env!("CARGO_PKG_VERSION")),
     };
-    let header_bytes =
-        postcard::to_stdvec(&header).map_err(|e| ArtifactError::Encode { kind: A::KIND, reason: e.to_string() })?;
-    let mut out = Vec::with_capacity(MAGIC.len() + 4 + header_bytes.len() + payload.len());
-    out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&(header_bytes.len() as u32).to_le_bytes());
-    out.extend_from_slice(&header_bytes);
-    out.extend_from_slice(&payload);
-    Ok(out)
+    let header_bytes = postcard::to_stdvec(&header).map_err(|e| bad(e.to_string()))?;
+    out.write_all(&MAGIC).map_err(Framing::Io)?;
+    out.write_all(&(header_bytes.len() as u32).to_le_bytes()).map_err(Framing::Io)?;
+    out.write_all(&header_bytes).map_err(Framing::Io)?;
+    postcard::to_io(value, &mut *out).map_err(|e| bad(e.to_string()))?;
+    Ok(header)
 }
 
 /// Split a framed artifact into its header and raw payload, checking magic and payload hash.
@@ -233,7 +265,7 @@ pub fn read_header<'a>(path: &Path, bytes: &'a [u8]) -> Result<(Header, &'a [u8]
     let header: Header = postcard::from_bytes(&rest[..len])
         .map_err(|e| ArtifactError::BadHeader { path: path_buf(), reason: e.to_string() })?;
     let payload = &rest[len..];
-    let found = ContentHash::of(payload);
+    let found = ContentHash::of_payload(payload);
     if found != header.payload_hash {
         return Err(ArtifactError::Corrupt {
             path: path_buf(),
@@ -279,14 +311,18 @@ pub fn to_yaml<A: Artifact>(header: &Header, value: &A) -> Result<String, Artifa
 /// Both files are written to temporaries and renamed into place, so an interrupted or failed
 /// write never leaves a file that looks valid. Returns the header written.
 pub fn write<A: Artifact>(path: &Path, value: &A, input_hash: ContentHash) -> Result<Header, ArtifactError> {
-    let bytes = encode(value, input_hash)?;
-    let (header, _) = read_header(path, &bytes)?;
-    let yaml = to_yaml(&header, value)?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|source| ArtifactError::Io { path: dir.to_path_buf(), source })?;
     }
-    write_atomic(path, &bytes)?;
-    write_atomic(&path.with_extension("yaml"), yaml.as_bytes())?;
+    let mut header = None;
+    write_atomic(path, |f| {
+        let mut w = std::io::BufWriter::new(f);
+        header = Some(encode_into(value, input_hash, &mut w)?);
+        w.flush().map_err(Framing::Io)
+    })?;
+    let header = header.expect("set by the writer");
+    let yaml = to_yaml(&header, value)?;
+    write_atomic(&path.with_extension("yaml"), |f| f.write_all(yaml.as_bytes()).map_err(Framing::Io))?;
     Ok(header)
 }
 
@@ -321,14 +357,23 @@ pub fn remove(path: &Path) -> Result<(), ArtifactError> {
     Ok(())
 }
 
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ArtifactError> {
+fn write_atomic(
+    path: &Path,
+    fill: impl FnOnce(&mut std::fs::File) -> Result<(), Framing>,
+) -> Result<(), ArtifactError> {
     let io = |source| ArtifactError::Io { path: path.to_path_buf(), source };
     let mut tmp_name = path.as_os_str().to_owned();
     tmp_name.push(format!(".tmp{}", std::process::id()));
     let tmp = PathBuf::from(tmp_name);
     let mut f = std::fs::File::create(&tmp).map_err(io)?;
-    f.write_all(bytes).map_err(io)?;
-    f.sync_all().map_err(io)?;
+    let filled = fill(&mut f).and_then(|()| f.sync_all().map_err(Framing::Io));
+    if let Err(e) = filled {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(match e {
+            Framing::Encode(e) => e,
+            Framing::Io(source) => io(source),
+        });
+    }
     std::fs::rename(&tmp, path).map_err(io)
 }
 
@@ -354,7 +399,7 @@ mod tests {
     }
 
     fn demo() -> Demo {
-        Demo { name: "x".into(), blob: Blob(vec![1, 2, 3]) }
+        Demo { name: "x".into(), blob: Blob::new(vec![1u8, 2, 3]) }
     }
 
     #[test]

@@ -5,8 +5,9 @@ use bident_tensor::{DType, HostTensor, f32_to_f16};
 
 use crate::proto::TensorProto;
 
-/// Decode an (already external-data-resolved) ONNX tensor.
-pub(crate) fn from_proto(t: &TensorProto) -> Result<HostTensor, String> {
+/// Element type and shape of an (already external-data-resolved) ONNX tensor, checked against
+/// the data it carries, without copying the data.
+pub(crate) fn header(t: &TensorProto) -> Result<(DType, Vec<u64>), String> {
     let code = t.data_type.unwrap_or(0);
     let dtype = DType::from_onnx(code).ok_or_else(|| format!("unsupported data type code {code}"))?;
     if t.dims.iter().any(|&d| d < 0) {
@@ -20,8 +21,32 @@ pub(crate) fn from_proto(t: &TensorProto) -> Result<HostTensor, String> {
         .and_then(|n| usize::try_from(n).ok())
         .filter(|n| n.checked_mul(dtype.size()).is_some())
         .ok_or_else(|| format!("element count of dims {:?} overflows", t.dims))?;
-    // never allocate from the declared size: HostTensor::new checks it against the data
-    let mut data = Vec::new();
+    let stored = match t.raw_data.as_ref().filter(|r| !r.is_empty() || n == 0) {
+        Some(raw) => raw.len(),
+        None => typed_len(t, dtype) * dtype.size(),
+    };
+    if stored != n * dtype.size() {
+        return Err(format!("{dtype}{shape:?} needs {} bytes of data, the tensor holds {stored}", n * dtype.size()));
+    }
+    Ok((dtype, shape))
+}
+
+/// Elements in the type-specific field the data of `dtype` is stored in.
+fn typed_len(t: &TensorProto, dtype: DType) -> usize {
+    match dtype {
+        DType::F32 => t.float_data.len(),
+        DType::F64 => t.double_data.len(),
+        DType::I64 => t.int64_data.len(),
+        DType::U32 | DType::U64 => t.uint64_data.len(),
+        _ => t.int32_data.len(),
+    }
+}
+
+/// Decode an (already external-data-resolved) ONNX tensor.
+pub(crate) fn from_proto(t: &TensorProto) -> Result<HostTensor, String> {
+    let (dtype, shape) = header(t)?;
+    let n = bident_tensor::numel(&shape) as usize;
+    let mut data = Vec::with_capacity(n * dtype.size());
     if let Some(raw) = t.raw_data.as_ref().filter(|r| !r.is_empty() || n == 0) {
         data.extend_from_slice(raw);
     } else {
@@ -44,7 +69,7 @@ pub(crate) fn to_proto(name: &str, t: &HostTensor) -> TensorProto {
         name: Some(name.to_string()),
         dims: t.shape.iter().map(|&d| d as i64).collect(),
         data_type: Some(t.dtype.onnx_code()),
-        raw_data: Some(t.data.clone()),
+        raw_data: Some(bytes::Bytes::copy_from_slice(&t.data)),
         ..Default::default()
     }
 }

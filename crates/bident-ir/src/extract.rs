@@ -17,7 +17,7 @@ pub struct Extractor<'g> {
 
 impl<'g> Extractor<'g> {
     pub fn new(graph: &'g FusedGraph) -> Result<Self, IrError> {
-        let model = ModelProto::decode(graph.model.0.as_slice()).map_err(|e| IrError::StoredModel(e.to_string()))?;
+        let model = graph.decoded_model()?;
         let g = model.graph.as_ref().ok_or_else(|| IrError::StoredModel("no graph".into()))?;
         let initializers = g.initializer.iter().enumerate().map(|(i, t)| (t.name().to_string(), i)).collect();
         Ok(Self { graph, model, initializers })

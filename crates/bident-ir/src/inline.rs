@@ -4,12 +4,12 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::proto::{GraphProto, NodeProto, TensorProto};
+use crate::proto::{GraphProto, NodeProto};
 
 /// Replace `graph.node[at]` (an `If`) by the nodes of the branch `cond` selects. Branch-local
 /// names that clash with the enclosing graph's are renamed; the branch's outputs take the If's
-/// output names. Returns the branch's initializers, which become the graph's (already added).
-pub(crate) fn inline_if(graph: &mut GraphProto, at: usize, cond: bool) -> Result<Vec<TensorProto>, String> {
+/// output names. The branch's initializers are appended to the graph's; returns how many.
+pub(crate) fn inline_if(graph: &mut GraphProto, at: usize, cond: bool) -> Result<usize, String> {
     let node = graph.node[at].clone();
     let key = if cond { "then_branch" } else { "else_branch" };
     let branch = node
@@ -87,8 +87,9 @@ pub(crate) fn inline_if(graph: &mut GraphProto, at: usize, cond: bool) -> Result
         });
     }
     graph.node.splice(at..=at, nodes);
-    graph.initializer.extend(body.initializer.iter().cloned());
-    Ok(body.initializer)
+    let added = body.initializer.len();
+    graph.initializer.extend(body.initializer);
+    Ok(added)
 }
 
 /// Names a graph defines: inputs, initializers, node outputs.

@@ -16,6 +16,7 @@ mod inline;
 mod lower;
 mod ops;
 pub mod proto;
+mod weights;
 
 use std::collections::BTreeMap;
 
@@ -26,7 +27,7 @@ pub use bident_tensor::DType;
 pub use error::IrError;
 pub use extract::Extractor;
 pub use fusion::{BackendFusion, BackendLayer, Fusion, FusionInfo};
-pub use lower::{ImportOptions, import, import_bytes};
+pub use lower::{ImportOptions, import, import_bytes, import_shared};
 
 /// Index of a tensor in [`FusedGraph::tensors`].
 pub type TensorId = u32;
@@ -57,11 +58,11 @@ pub struct ConstTensor {
 
 impl ConstTensor {
     pub fn from_host(t: &bident_tensor::HostTensor) -> Self {
-        Self { dtype: t.dtype, shape: t.shape.clone(), data: Blob(t.data.clone()) }
+        Self { dtype: t.dtype, shape: t.shape.clone(), data: Blob::new(t.data.clone()) }
     }
 
     pub fn to_host(&self) -> bident_tensor::HostTensor {
-        bident_tensor::HostTensor { dtype: self.dtype, shape: self.shape.clone(), data: self.data.0.clone() }
+        bident_tensor::HostTensor { dtype: self.dtype, shape: self.shape.clone(), data: self.data.0.to_vec() }
     }
 }
 
@@ -112,10 +113,12 @@ pub struct FusedGraph {
     pub outputs: Vec<TensorId>,
     /// Fused operators in topological order.
     pub ops: Vec<FusedOp>,
-    /// The lowered model (inputs pinned, constants folded) that `nodes` index into.
+    /// The lowered model (inputs pinned, constants folded) that `nodes` index into. Its original
+    /// weights are references into `reference` (see [`FusedGraph::lowered_model`]).
     pub model: Blob,
-    /// The source model with only its input shapes pinned: the reference for correctness
-    /// checks and the monolithic baseline.
+    /// The source model as given (external data embedded), holding the weights once. The
+    /// reference for correctness checks and the monolithic baseline: see
+    /// [`FusedGraph::reference_model`].
     pub reference: Blob,
 }
 
@@ -182,13 +185,38 @@ impl FusedGraph {
             .collect()
     }
 
-    /// Hash identifying this graph for downstream artifacts.
+    /// Hash identifying this graph for downstream artifacts (the payload hash its artifact
+    /// header carries), computed without encoding the graph into memory.
     pub fn content_hash(&self) -> Result<ContentHash, IrError> {
-        let bytes =
-            bident_artifact::encode(self, ContentHash::default()).map_err(|e| IrError::Verify(e.to_string()))?;
-        let (h, _) = bident_artifact::read_header(std::path::Path::new("<memory>"), &bytes)
-            .map_err(|e| IrError::Verify(e.to_string()))?;
-        Ok(h.payload_hash)
+        bident_artifact::payload_hash(self).map_err(IrError::Verify)
+    }
+
+    /// The lowered model as a standalone ONNX model, weights included.
+    pub fn lowered_model(&self) -> Result<Vec<u8>, IrError> {
+        use prost::Message;
+        Ok(self.decoded_model()?.encode_to_vec())
+    }
+
+    /// The lowered model decoded, its weights slices of the reference (not copies).
+    pub(crate) fn decoded_model(&self) -> Result<proto::ModelProto, IrError> {
+        use prost::Message;
+        let mut m = proto::ModelProto::decode(self.model.0.clone()).map_err(|e| IrError::StoredModel(e.to_string()))?;
+        weights::resolve(&mut m, &self.reference.0).map_err(IrError::StoredModel)?;
+        Ok(m)
+    }
+
+    /// The source model with its input shapes pinned as imported: what the backend runs whole.
+    pub fn reference_model(&self) -> Result<Vec<u8>, IrError> {
+        use prost::Message;
+        let mut m =
+            proto::ModelProto::decode(self.reference.0.clone()).map_err(|e| IrError::StoredModel(e.to_string()))?;
+        let g = m.graph.as_mut().ok_or_else(|| IrError::StoredModel("the reference has no graph".into()))?;
+        for vi in &mut g.input {
+            if let Some(t) = self.inputs.iter().map(|&t| self.tensor(t)).find(|t| t.name == vi.name()) {
+                *vi = lower::value_info(&t.name, t.dtype, &t.shape);
+            }
+        }
+        Ok(m.encode_to_vec())
     }
 }
 

@@ -5,16 +5,17 @@ use std::path::{Component, Path, PathBuf};
 
 use bident_artifact::{Blob, ContentHash};
 use bident_tensor::{DType, HostTensor};
+use bytes::Bytes;
 use prost::Message;
 
-use crate::consts;
 use crate::fusion::{self, Fusion, FusionInfo, NodeView};
 use crate::ops::{self, Ctx, Fact, Role};
 use crate::proto::{
-    GraphProto, ModelProto, NodeProto, TensorShapeProto, TypeProto, ValueInfoProto, tensor_proto::DataLocation,
-    tensor_shape_proto, type_proto,
+    GraphProto, ModelProto, NodeProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
+    tensor_proto::DataLocation, tensor_shape_proto, type_proto,
 };
 use crate::{FusedGraph, FusedOp, IrError, Source, TensorId, TensorInfo};
+use crate::{consts, weights};
 
 /// Options of [`import`].
 #[derive(Clone, Debug)]
@@ -68,31 +69,55 @@ pub fn import(path: &Path, opts: &ImportOptions) -> Result<FusedGraph, IrError> 
     let bytes = std::fs::read(path).map_err(|source| IrError::Io { path: path.to_path_buf(), source })?;
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-    import_bytes(&bytes, &file, Some(&dir), opts).map_err(|e| match e {
+    import_shared(Bytes::from(bytes), &file, Some(&dir), opts).map_err(|e| match e {
         IrError::NotOnnx { reason, .. } => IrError::NotOnnx { path: path.to_path_buf(), reason },
         IrError::NoGraph { .. } => IrError::NoGraph { path: path.to_path_buf() },
         e => e,
     })
 }
 
-/// Import ONNX bytes. `dir` is where external data may be read from (None: not allowed).
+/// Import ONNX bytes (copied once into a shared buffer; see [`import_shared`]). `dir` is where
+/// external data may be read from (None: not allowed).
 pub fn import_bytes(bytes: &[u8], file: &str, dir: Option<&Path>, opts: &ImportOptions) -> Result<FusedGraph, IrError> {
+    import_shared(Bytes::copy_from_slice(bytes), file, dir, opts)
+}
+
+/// Import ONNX bytes held in a shared buffer. Weights are never copied: the fused graph's
+/// `reference` is this buffer, and the lowered model refers to the weights in it.
+pub fn import_shared(
+    bytes: Bytes,
+    file: &str,
+    dir: Option<&Path>,
+    opts: &ImportOptions,
+) -> Result<FusedGraph, IrError> {
     let path = PathBuf::from(file);
-    let mut model =
-        ModelProto::decode(bytes).map_err(|e| IrError::NotOnnx { path: path.clone(), reason: e.to_string() })?;
+    let mut model = ModelProto::decode(bytes.clone())
+        .map_err(|e| IrError::NotOnnx { path: path.clone(), reason: e.to_string() })?;
     if model.graph.is_none() || model.ir_version.is_none() {
         return Err(IrError::NoGraph { path });
     }
     let mut ext_bytes = vec![];
-    resolve_external_data(&mut model, dir, &mut ext_bytes)?;
-    let hash = ContentHash::of_parts(&[bytes, &ext_bytes]);
+    let external = resolve_external_data(&mut model, dir, &mut ext_bytes)?;
+    let hash = ContentHash::of_parts(&[&bytes, &ext_bytes]);
+    drop(ext_bytes);
+    // the reference is the source itself, or (with external data) the source with it embedded
+    let (reference, model) = if external {
+        let r = Bytes::from(model.encode_to_vec());
+        drop(model);
+        let m = ModelProto::decode(r.clone()).map_err(|e| IrError::NotOnnx { path, reason: e.to_string() })?;
+        (r, m)
+    } else {
+        (bytes, model)
+    };
     let name = Path::new(file).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
-    Lowering::new(model, opts)?.run(name, file.to_string(), hash)
+    Lowering::new(model, reference, opts)?.run(name, file.to_string(), hash)
 }
 
 /// Read every external-data initializer into `raw_data`, refusing locations outside `dir`.
-fn resolve_external_data(model: &mut ModelProto, dir: Option<&Path>, all: &mut Vec<u8>) -> Result<(), IrError> {
-    let Some(graph) = model.graph.as_mut() else { return Ok(()) };
+/// True when there was any.
+fn resolve_external_data(model: &mut ModelProto, dir: Option<&Path>, all: &mut Vec<u8>) -> Result<bool, IrError> {
+    let Some(graph) = model.graph.as_mut() else { return Ok(false) };
+    let mut any = false;
     for t in &mut graph.initializer {
         if t.data_location != Some(DataLocation::External as i32) {
             continue;
@@ -129,11 +154,12 @@ fn resolve_external_data(model: &mut ModelProto, dir: Option<&Path>, all: &mut V
             .get(offset..end)
             .ok_or_else(|| ext(format!("{}: bytes {offset}..{end} beyond file size {}", full.display(), data.len())))?;
         all.extend_from_slice(slice);
-        t.raw_data = Some(slice.to_vec());
+        t.raw_data = Some(Bytes::copy_from_slice(slice));
+        any = true;
         t.external_data.clear();
         t.data_location = Some(DataLocation::Default as i32);
     }
-    Ok(())
+    Ok(any)
 }
 
 /// Every tensor a node reads: its explicit inputs, then the outer-scope tensors its subgraphs
@@ -278,11 +304,15 @@ enum Fate {
 
 struct Lowering<'o> {
     model: ModelProto,
-    reference: ModelProto,
+    /// The source model's bytes (external data embedded); original weights are slices of it.
+    reference: Bytes,
     opts: &'o ImportOptions,
     opset: i64,
     facts: HashMap<String, Fact>,
     consts: HashMap<String, HostTensor>,
+    /// Original initializers over `fold_limit` elements: constants whose values are read (from
+    /// `model`'s initializer at this index) only when a node could fold them, never kept.
+    big: HashMap<String, usize>,
     /// Names of original initializers.
     initializers: HashSet<String>,
     inputs: Vec<(String, Fact)>,
@@ -295,14 +325,13 @@ struct Lowering<'o> {
 }
 
 impl<'o> Lowering<'o> {
-    fn new(model: ModelProto, opts: &'o ImportOptions) -> Result<Self, IrError> {
+    fn new(model: ModelProto, reference: Bytes, opts: &'o ImportOptions) -> Result<Self, IrError> {
         let opset = model
             .opset_import
             .iter()
             .find(|o| o.domain().is_empty() || o.domain() == "ai.onnx")
             .and_then(|o| o.version)
             .unwrap_or(1);
-        let reference = model.clone();
         let mut me = Self {
             model,
             reference,
@@ -310,6 +339,7 @@ impl<'o> Lowering<'o> {
             opset,
             facts: HashMap::new(),
             consts: HashMap::new(),
+            big: HashMap::new(),
             initializers: HashSet::new(),
             inputs: vec![],
             outputs: vec![],
@@ -327,11 +357,8 @@ impl<'o> Lowering<'o> {
     /// Initializers, inputs (with pinning), outputs, declared shapes.
     fn read_boundary(&mut self) -> Result<(), IrError> {
         let graph = self.model.graph.take().expect("checked at import");
-        for t in &graph.initializer {
-            let v = consts::from_proto(t).map_err(|reason| IrError::BadTensor { tensor: t.name().into(), reason })?;
-            self.facts.insert(t.name().into(), Fact::new(v.dtype, v.shape.clone()));
-            self.consts.insert(t.name().into(), v);
-            self.initializers.insert(t.name().into());
+        for (k, t) in graph.initializer.iter().enumerate() {
+            self.add_initializer(k, t)?;
         }
         let given = self.opts.input_shapes.keys().chain(self.opts.input_values.keys());
         for c in given.chain(self.opts.input_literals.keys()) {
@@ -428,15 +455,26 @@ impl<'o> Lowering<'o> {
         }
         self.outputs = graph.output.iter().map(|o| o.name().to_string()).collect();
         self.model.graph = Some(graph);
-        // The reference keeps every node; only its input shapes are pinned.
-        if let Some(g) = self.reference.graph.as_mut() {
-            for vi in &mut g.input {
-                if let Some((_, fact)) = self.inputs.iter().find(|(n, _)| n == vi.name()) {
-                    *vi = value_info(vi.name(), fact.dtype, &fact.shape);
-                }
-            }
-        }
         Ok(())
+    }
+
+    /// An initializer (at index `k` of the graph's): its fact, and its value unless it is big.
+    fn add_initializer(&mut self, k: usize, t: &TensorProto) -> Result<(), IrError> {
+        let bad = |reason| IrError::BadTensor { tensor: t.name().into(), reason };
+        let (dtype, shape) = consts::header(t).map_err(bad)?;
+        if bident_tensor::numel(&shape) as usize > self.opts.fold_limit {
+            self.big.insert(t.name().into(), k);
+        } else {
+            self.consts.insert(t.name().into(), consts::from_proto(t).map_err(bad)?);
+        }
+        self.facts.insert(t.name().into(), Fact::new(dtype, shape));
+        self.initializers.insert(t.name().into());
+        Ok(())
+    }
+
+    /// A constant: its value is known (or readable, for a big initializer).
+    fn is_value(&self, t: &str) -> bool {
+        self.consts.contains_key(t) || self.big.contains_key(t)
     }
 
     /// Topological order of the nodes, after checking producers.
@@ -541,19 +579,27 @@ impl<'o> Lowering<'o> {
                     op: "If".into(),
                     reason,
                 })?;
-                for t in &added {
-                    let v = consts::from_proto(t)
-                        .map_err(|reason| IrError::BadTensor { tensor: t.name().into(), reason })?;
-                    self.facts.insert(t.name().into(), Fact::new(v.dtype, v.shape.clone()));
-                    self.consts.insert(t.name().into(), v);
-                    self.initializers.insert(t.name().into());
+                for k in graph.initializer.len() - added..graph.initializer.len() {
+                    let t = graph.initializer[k].clone();
+                    self.add_initializer(k, &t)?;
                 }
                 self.model.graph = Some(graph);
                 return Ok(None);
             }
             let rule = ops::lookup(n.domain(), n.op_type());
-            let all_values = self.uses[i].iter().all(|t| self.consts.contains_key(t));
-            let all_const = self.uses[i].iter().all(|t| self.consts.contains_key(t) || const_like.contains(t));
+            let all_values = self.uses[i].iter().all(|t| self.is_value(t));
+            let all_const = self.uses[i].iter().all(|t| self.is_value(t) || const_like.contains(t));
+            // a node that might fold reads its big initializers (only for as long as it takes)
+            let mut read: HashMap<&str, HostTensor> = HashMap::new();
+            if all_values {
+                for t in present.iter().flatten() {
+                    if let Some(&k) = self.big.get(*t) {
+                        let v = consts::from_proto(&graph.initializer[k])
+                            .map_err(|reason| IrError::BadTensor { tensor: t.to_string(), reason })?;
+                        read.insert(t, v);
+                    }
+                }
+            }
             let feeds_output = n.output.iter().any(|o| outputs.contains(o.as_str()));
             // Shape and Size depend only on the (static) input shape.
             let shape_only = matches!(n.op_type(), "Shape" | "Size") && rule.is_some();
@@ -561,7 +607,7 @@ impl<'o> Lowering<'o> {
                 node: n,
                 opset: self.opset,
                 inputs: present.iter().map(|t| t.and_then(|t| self.facts.get(t))).collect(),
-                consts: present.iter().map(|t| t.and_then(|t| self.consts.get(t))).collect(),
+                consts: present.iter().map(|t| t.and_then(|t| self.consts.get(t).or_else(|| read.get(t)))).collect(),
                 missing_const: std::cell::Cell::new(None),
             };
             let facts: Vec<Fact> = match rule {
@@ -680,7 +726,7 @@ impl<'o> Lowering<'o> {
             .filter(|&&i| fates[i] == Fate::ConstLike)
             .flat_map(|&i| nodes[i].output.iter().map(String::as_str))
             .collect();
-        let is_const = |t: &str| t.is_empty() || self.consts.contains_key(t) || const_like.contains(t);
+        let is_const = |t: &str| t.is_empty() || self.is_value(t) || const_like.contains(t);
         let mut assigned = vec![false; nodes.len()];
         let mut groups = vec![];
         for &i in order {
@@ -843,7 +889,7 @@ impl<'o> Lowering<'o> {
                     if inside.contains(t.as_str()) {
                         continue;
                     }
-                    if self.consts.contains_key(t) {
+                    if self.is_value(t) {
                         used_consts.insert(t.clone());
                         continue;
                     }
@@ -882,7 +928,14 @@ impl<'o> Lowering<'o> {
         lg.node = kept.iter().map(|&i| nodes[i].clone()).collect();
         let mut const_names: Vec<&String> = used_consts.iter().collect();
         const_names.sort();
-        lg.initializer = const_names.iter().map(|n| consts::to_proto(n, &self.consts[*n])).collect();
+        let original: HashMap<&str, &TensorProto> = graph.initializer.iter().map(|t| (t.name(), t)).collect();
+        lg.initializer = const_names
+            .iter()
+            .map(|n| match (self.initializers.contains(*n), original.get(n.as_str())) {
+                (true, Some(t)) => weights::stored(t, &self.reference),
+                _ => consts::to_proto(n, &self.consts[*n]),
+            })
+            .collect();
         lg.input = self.inputs.iter().map(|(n, f)| value_info(n, f.dtype, &f.shape)).collect();
         lg.output = outputs
             .iter()
@@ -921,8 +974,8 @@ impl<'o> Lowering<'o> {
             inputs,
             outputs,
             ops: fused_ops,
-            model: Blob(lowered.encode_to_vec()),
-            reference: Blob(self.reference.encode_to_vec()),
+            model: Blob::new(lowered.encode_to_vec()),
+            reference: Blob(self.reference.clone()),
         };
         crate::verify(&fused)?;
         Ok(fused)

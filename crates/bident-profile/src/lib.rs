@@ -113,7 +113,7 @@ pub enum ProfileError {
 /// backend-true fusion, `bident_ir::Fusion::Backend`).
 pub fn backend_layers(backend: &dyn Backend, g: &FusedGraph, pu: &PuSpec) -> Result<Vec<BackendLayer>, ProfileError> {
     let fail = |source| ProfileError::Reference { pu: pu.name.clone(), source };
-    let mut exe = backend.compile_profiled(&g.model.0, pu).map_err(fail)?;
+    let mut exe = backend.compile_profiled(&g.lowered_model()?, pu).map_err(fail)?;
     let inputs = g.example_inputs(0);
     // by name: a backend may drop inputs nothing reads (a pinned value that was folded away)
     let fed: Vec<&HostTensor> = exe

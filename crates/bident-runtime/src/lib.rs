@@ -227,7 +227,7 @@ pub fn run(
     }
     let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
     {
-        let (be, spec, bytes) = (backend.clone(), soc.pus[best_idx].clone(), g.reference.0.clone());
+        let (be, spec, bytes) = (backend.clone(), soc.pus[best_idx].clone(), g.reference_model()?);
         workers[&best_idx]
             .call(cfg.op_timeout, move |exes| be.compile(&bytes, &spec).map(|e| exes.insert(WHOLE, e)).map(|_| ()))?
             .map_err(|e| RuntimeError::Monolithic { pu: best.clone(), source: Box::new(e) })?;

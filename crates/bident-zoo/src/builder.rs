@@ -77,9 +77,14 @@ impl Builder {
 
     /// An input whose `None` dims are symbolic, named `sym`.
     pub fn input_dyn(&mut self, name: &str, dims: &[Option<u64>], sym: &str) -> String {
+        self.input_typed(name, DType::F32, dims, sym)
+    }
+
+    /// An input of any element type; `None` dims are symbolic, named `sym`.
+    pub fn input_typed(&mut self, name: &str, dtype: DType, dims: &[Option<u64>], sym: &str) -> String {
         self.graph.input.push(ValueInfoProto {
             name: Some(name.into()),
-            r#type: Some(tensor_type(DType::F32, dims, sym)),
+            r#type: Some(tensor_type(dtype, dims, sym)),
             ..Default::default()
         });
         name.to_string()
@@ -109,7 +114,7 @@ impl Builder {
             name: Some(name.into()),
             dims: t.shape.iter().map(|&d| d as i64).collect(),
             data_type: Some(t.dtype.onnx_code()),
-            raw_data: Some(t.data.clone()),
+            raw_data: Some(t.data.clone().into()),
             ..Default::default()
         });
         name.to_string()

@@ -7,6 +7,7 @@
 mod builder;
 
 use bident_ir::proto::{ModelProto, tensor_proto::DataLocation};
+use bident_tensor::DType;
 use prost::Message;
 
 pub use builder::Builder;
@@ -18,6 +19,12 @@ pub const MODELS: &[(&str, &str)] = &[
     (
         "attention",
         "single-head self-attention block with LayerNorm and GELU (Erf), shape arithmetic via Shape/Gather/Concat",
+    ),
+    (
+        "bert-encoder",
+        "BERT-style encoder as PyTorch exports it (8 layers, hidden 384, 6 heads, ~70 MB of f32 weights): int64 \
+         token ids and mask with a symbolic `seq` dim, embeddings, multi-head attention reshaped through \
+         Shape/Gather/Concat, GELU (Erf), LayerNorm",
     ),
     ("dynamic-batch", "the mlp with a symbolic batch dim `N`"),
     ("control-if", "an If whose branches read a tensor of the enclosing graph (outer scope), between two ops"),
@@ -32,6 +39,13 @@ pub const MODELS: &[(&str, &str)] = &[
     ("bad-range-huge", "a Range of 2^34 elements"),
     ("bad-gather-scalar", "a Gather on a scalar"),
     ("bad-split-negative", "a Split with a negative part"),
+    ("bad-duplicate-output", "two nodes write the same tensor"),
+    ("bad-if-missing-output", "an If whose then-branch declares no outputs"),
+    ("bad-negative-dim", "an initializer with a negative dim"),
+    ("bad-overflow-dims", "an initializer whose dims multiply past 2^64"),
+    ("bad-initializer-size", "an f32[2] initializer holding 3 bytes"),
+    ("bad-matmul-inner", "a MatMul of [1, 8] by [4, 4]"),
+    ("bad-add-dtypes", "an Add of an f32 input and an i64 constant"),
 ];
 
 /// Build a model by name; `None` for an unknown name.
@@ -40,6 +54,9 @@ pub fn build(name: &str, seed: u64) -> Option<ModelProto> {
         "example" => example(seed),
         "mlp" => mlp(seed, 1),
         "attention" => attention(seed),
+        "bert-encoder" => {
+            bert(seed, &Bert { layers: 8, hidden: 384, heads: 6, ffn: 1536, vocab: 8192, positions: 512 })
+        }
         "dynamic-batch" => {
             let mut b = mlp_builder(seed, None);
             b.finish("dynamic_batch")
@@ -133,6 +150,67 @@ pub fn build(name: &str, seed: u64) -> Option<ModelProto> {
             let y = b.node("Gather", &[&x, &i], &[("axis", 0i64.into())]);
             b.output(&y);
             b.finish("bad_gather_scalar")
+        }
+        "bad-duplicate-output" => {
+            let mut b = Builder::new(seed);
+            let x = b.input("x", &[1, 8]);
+            b.node_named("a", "Relu", &[&x], &["y"], &[]);
+            b.node_named("b", "Sigmoid", &[&x], &["y"], &[]);
+            b.output("y");
+            b.finish("bad_duplicate_output")
+        }
+        "bad-if-missing-output" => {
+            let mut b = Builder::new(seed);
+            let x = b.input("x", &[1, 8]);
+            let s = b.node("ReduceSum", &[&x], &[("keepdims", 0i64.into())]);
+            let zero = b.scalar_f32("zero", 0.0);
+            let cond = b.node("Greater", &[&s, &zero], &[]);
+            let mut then_b = Builder::new(seed);
+            let mut else_b = Builder::new(seed);
+            else_b.node_named("else_neg", "Neg", &[&x], &["else_out"], &[]);
+            else_b.output_typed("else_out", &[1, 8]);
+            let branches = [
+                ("then_branch", builder::Attr::Graph(Box::new(then_b.finish_graph("then")))),
+                ("else_branch", builder::Attr::Graph(Box::new(else_b.finish_graph("else")))),
+            ];
+            let y = b.node("If", &[&cond], &branches);
+            b.output(&y);
+            b.finish("bad_if_missing_output")
+        }
+        "bad-negative-dim" | "bad-overflow-dims" | "bad-initializer-size" => {
+            let mut b = Builder::new(seed);
+            let x = b.input("x", &[2]);
+            let w = b.weight("w", &[2]);
+            let y = b.node("Add", &[&x, &w], &[]);
+            b.output(&y);
+            let mut m = b.finish(&name.replace('-', "_"));
+            if let Some(t) = m.graph.as_mut().and_then(|g| g.initializer.first_mut()) {
+                match name {
+                    "bad-negative-dim" => t.dims = vec![-1, 2],
+                    "bad-overflow-dims" => {
+                        t.dims = vec![1 << 40, 1 << 40];
+                        t.raw_data = Some(Default::default());
+                    }
+                    _ => t.raw_data = Some(vec![0u8; 3].into()),
+                }
+            }
+            m
+        }
+        "bad-matmul-inner" => {
+            let mut b = Builder::new(seed);
+            let x = b.input("x", &[1, 8]);
+            let w = b.weight("w", &[4, 4]);
+            let y = b.node("MatMul", &[&x, &w], &[]);
+            b.output(&y);
+            b.finish("bad_matmul_inner")
+        }
+        "bad-add-dtypes" => {
+            let mut b = Builder::new(seed);
+            let x = b.input("x", &[2]);
+            let c = b.const_i64("c", &[2], &[1, 2]);
+            let y = b.node("Add", &[&x, &c], &[]);
+            b.output(&y);
+            b.finish("bad_add_dtypes")
         }
         "bad-split-negative" => {
             let mut b = Builder::new(seed);
@@ -296,6 +374,116 @@ fn attention(seed: u64) -> ModelProto {
     let g = b.node("Mul", &[&m, &half], &[]);
     b.output(&g);
     b.finish("attention")
+}
+
+/// Sizes of [`bert`].
+pub struct Bert {
+    pub layers: usize,
+    pub hidden: u64,
+    pub heads: u64,
+    pub ffn: u64,
+    pub vocab: u64,
+    pub positions: u64,
+}
+
+/// A BERT-style encoder with the node patterns PyTorch's exporter writes.
+pub fn bert(seed: u64, c: &Bert) -> ModelProto {
+    let (h, heads) = (c.hidden, c.heads);
+    let dh = h / heads;
+    let mut b = Builder::new(seed);
+    let ids = b.input_typed("input_ids", DType::I64, &[Some(1), None], "seq");
+    let mask = b.input_typed("attention_mask", DType::I64, &[Some(1), None], "seq");
+    // embeddings: token + position (positions 0..seq from the ids' shape), then LayerNorm
+    let tok_table = b.weight("embeddings.word", &[c.vocab, h]);
+    let pos_table = b.weight("embeddings.position", &[c.positions, h]);
+    let tok = b.node("Gather", &[&tok_table, &ids], &[("axis", 0i64.into())]);
+    let shp = b.node("Shape", &[&ids], &[]);
+    let one = b.const_i64("one_i", &[], &[1]);
+    let zero = b.const_i64("zero_i", &[], &[0]);
+    let seq = b.node("Gather", &[&shp, &one], &[("axis", 0i64.into())]);
+    let range = b.node("Range", &[&zero, &seq, &one], &[]);
+    let pos = b.node("Gather", &[&pos_table, &range], &[("axis", 0i64.into())]);
+    let x = b.node("Add", &[&tok, &pos], &[]);
+    let mut x = layer_norm(&mut b, &x, h, "embeddings.ln");
+    // additive mask: (1 - mask) * -10000, shaped [1, 1, 1, seq]
+    let ax12 = b.const_i64("axes12", &[2], &[1, 2]);
+    let m = b.node("Unsqueeze", &[&mask, &ax12], &[]);
+    let m = b.node("Cast", &[&m], &[("to", (DType::F32.onnx_code() as i64).into())]);
+    let onef = b.scalar_f32("one_f", 1.0);
+    let m = b.node("Sub", &[&onef, &m], &[]);
+    let big = b.scalar_f32("neg_big", -10000.0);
+    let mask_add = b.node("Mul", &[&m, &big], &[]);
+    let scale = b.scalar_f32("scale", 1.0 / (dh as f32).sqrt());
+    let heads_c = b.const_i64("heads", &[1], &[heads as i64]);
+    let dh_c = b.const_i64("head_dim", &[1], &[dh as i64]);
+    let h_c = b.const_i64("hidden", &[1], &[h as i64]);
+    let ax0 = b.const_i64("ax0", &[1], &[0]);
+    for l in 0..c.layers {
+        let p = format!("layer{l}");
+        let linear = |b: &mut Builder, x: &str, name: &str, i: u64, o: u64| {
+            let w = b.weight(&format!("{p}.{name}.w"), &[i, o]);
+            let bias = b.weight(&format!("{p}.{name}.b"), &[o]);
+            let y = b.node("MatMul", &[x, &w], &[]);
+            b.node("Add", &[&y, &bias], &[])
+        };
+        // [1, seq, h] -> [1, heads, seq, dh], the target shape computed from the input's shape
+        let split_heads = |b: &mut Builder, t: &str| {
+            let s = b.node("Shape", &[t], &[]);
+            let n = b.node("Gather", &[&s, &zero], &[("axis", 0i64.into())]);
+            let q = b.node("Gather", &[&s, &one], &[("axis", 0i64.into())]);
+            let n = b.node("Unsqueeze", &[&n, &ax0], &[]);
+            let q = b.node("Unsqueeze", &[&q, &ax0], &[]);
+            let target = b.node("Concat", &[&n, &q, &heads_c, &dh_c], &[("axis", 0i64.into())]);
+            let r = b.node("Reshape", &[t, &target], &[]);
+            b.node("Transpose", &[&r], &[("perm", vec![0i64, 2, 1, 3].into())])
+        };
+        let q = linear(&mut b, &x, "q", h, h);
+        let k = linear(&mut b, &x, "k", h, h);
+        let v = linear(&mut b, &x, "v", h, h);
+        let (q, k, v) = (split_heads(&mut b, &q), split_heads(&mut b, &k), split_heads(&mut b, &v));
+        let kt = b.node("Transpose", &[&k], &[("perm", vec![0i64, 1, 3, 2].into())]);
+        let s = b.node("MatMul", &[&q, &kt], &[]);
+        let s = b.node("Mul", &[&s, &scale], &[]);
+        let s = b.node("Add", &[&s, &mask_add], &[]);
+        let pr = b.node("Softmax", &[&s], &[("axis", (-1i64).into())]);
+        let o = b.node("MatMul", &[&pr, &v], &[]);
+        let o = b.node("Transpose", &[&o], &[("perm", vec![0i64, 2, 1, 3].into())]);
+        let so = b.node("Shape", &[&x], &[]);
+        let n = b.node("Gather", &[&so, &zero], &[("axis", 0i64.into())]);
+        let sq = b.node("Gather", &[&so, &one], &[("axis", 0i64.into())]);
+        let n = b.node("Unsqueeze", &[&n, &ax0], &[]);
+        let sq = b.node("Unsqueeze", &[&sq, &ax0], &[]);
+        let target = b.node("Concat", &[&n, &sq, &h_c], &[("axis", 0i64.into())]);
+        let o = b.node("Reshape", &[&o, &target], &[]);
+        let o = linear(&mut b, &o, "o", h, h);
+        let r = b.node("Add", &[&o, &x], &[]);
+        let a = layer_norm(&mut b, &r, h, &format!("{p}.ln1"));
+        let f = linear(&mut b, &a, "ffn1", h, c.ffn);
+        let f = gelu(&mut b, &f);
+        let f = linear(&mut b, &f, "ffn2", c.ffn, h);
+        let r = b.node("Add", &[&f, &a], &[]);
+        x = layer_norm(&mut b, &r, h, &format!("{p}.ln2"));
+    }
+    b.output(&x);
+    b.finish("bert_encoder")
+}
+
+fn layer_norm(b: &mut Builder, x: &str, h: u64, name: &str) -> String {
+    let g = b.weight(&format!("{name}.g"), &[h]);
+    let beta = b.weight(&format!("{name}.b"), &[h]);
+    b.node("LayerNormalization", &[x, &g, &beta], &[("axis", (-1i64).into())])
+}
+
+/// GELU as exported: x * 0.5 * (1 + erf(x / sqrt 2)).
+fn gelu(b: &mut Builder, x: &str) -> String {
+    let sqrt2 = b.scalar_f32("gelu.sqrt2", std::f32::consts::SQRT_2);
+    let half = b.scalar_f32("gelu.half", 0.5);
+    let one = b.scalar_f32("gelu.one", 1.0);
+    let d = b.node("Div", &[x, &sqrt2], &[]);
+    let e = b.node("Erf", &[&d], &[]);
+    let e = b.node("Add", &[&e, &one], &[]);
+    let m = b.node("Mul", &[x, &e], &[]);
+    b.node("Mul", &[&m, &half], &[])
 }
 
 #[cfg(test)]

@@ -86,6 +86,19 @@ pub(super) fn register(r: &mut Registry) {
 }
 
 fn infer_binary(c: &Ctx) -> Result<Vec<Fact>, String> {
+    // Sum, Mean, Max and Min take one or more inputs; every other op here exactly two
+    let variadic = matches!(c.node.op_type(), "Sum" | "Mean" | "Max" | "Min");
+    let n = c.inputs.len();
+    if n == 0 || (!variadic && n != 2) {
+        return Err(format!("takes {} inputs, got {n}", if variadic { "one or more" } else { "two" }));
+    }
+    // one element type for all inputs (Pow alone allows a different exponent type)
+    if c.node.op_type() != "Pow" {
+        let d0 = c.dtype(0)?;
+        if let Some(i) = (1..n).find(|&i| c.dtype(i).is_ok_and(|d| d != d0)) {
+            return Err(format!("input {i} is {}, input 0 is {d0}: the element types must match", c.dtype(i)?));
+        }
+    }
     let shapes = (0..c.inputs.len()).map(|i| c.shape(i)).collect::<Result<Vec<_>, _>>()?;
     Ok(vec![Fact::new(c.dtype(0)?, broadcast(&shapes)?)])
 }

@@ -185,3 +185,10 @@ pub(crate) fn same_as_input0(c: &Ctx) -> Result<Vec<Fact>, String> {
     let f = c.input(0)?.clone();
     Ok(vec![f; c.n_outputs().max(1)])
 }
+
+/// Product of dims, or an error when it overflows (dims may come straight from a file).
+pub(crate) fn checked_numel(dims: &[u64]) -> Result<u64, String> {
+    dims.iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| format!("element count of {dims:?} overflows"))
+}

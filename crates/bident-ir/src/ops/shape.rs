@@ -54,7 +54,7 @@ fn infer_reshape(c: &Ctx) -> Result<Vec<Fact>, String> {
     let x = c.shape(0)?;
     let target = if c.opset < 5 { c.attr_ints("shape").ok_or("shape is required")? } else { c.const_ints(1, "shape")? };
     let allow_zero = c.attr_i("allowzero", 0) != 0;
-    let total: u64 = x.iter().product();
+    let total = super::checked_numel(x)?;
     let mut out = Vec::with_capacity(target.len());
     let mut infer_at = None;
     for (i, &d) in target.iter().enumerate() {
@@ -68,7 +68,7 @@ fn infer_reshape(c: &Ctx) -> Result<Vec<Fact>, String> {
             _ => return Err(format!("invalid target shape {target:?}")),
         }
     }
-    let known: u64 = out.iter().product();
+    let known = super::checked_numel(&out)?;
     if let Some(i) = infer_at {
         if known == 0 || !total.is_multiple_of(known) {
             return Err(format!("cannot reshape {x:?} to {target:?}"));
@@ -87,7 +87,7 @@ fn infer_flatten(c: &Ctx) -> Result<Vec<Fact>, String> {
     if a > x.len() {
         return Err(format!("axis {a} out of range"));
     }
-    Ok(vec![Fact::new(c.dtype(0)?, vec![x[..a].iter().product(), x[a..].iter().product()])])
+    Ok(vec![Fact::new(c.dtype(0)?, vec![super::checked_numel(&x[..a])?, super::checked_numel(&x[a..])?])])
 }
 
 /// Every op whose result is its input with a new shape.
