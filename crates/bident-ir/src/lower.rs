@@ -472,6 +472,29 @@ impl<'o> Lowering<'o> {
         Ok(())
     }
 
+    /// An If whose branches do not declare their output types: infer them inside both branches,
+    /// which must agree. Any other node keeps the reason its rule gave.
+    fn infer_if_branches(&self, n: &NodeProto, reason: String) -> Result<Vec<Fact>, String> {
+        let branch = |key: &str| n.attribute.iter().find(|a| a.name() == key).and_then(|a| a.g.as_ref());
+        let (Some(then_g), Some(else_g)) = (branch("then_branch"), branch("else_branch")) else { return Err(reason) };
+        if n.op_type() != "If" || n.output.len() != then_g.output.len() || n.output.len() != else_g.output.len() {
+            return Err(reason);
+        }
+        let infer = |g: &GraphProto, which: &str| {
+            ops::control::infer_branch(g, self.opset, &self.facts, &self.consts)
+                .map_err(|e| format!("{reason}; inferring the {which} branch: {e}"))
+        };
+        let (a, b) = (infer(then_g, "then")?, infer(else_g, "else")?);
+        match a.iter().zip(&b).position(|(x, y)| x != y) {
+            None => Ok(a),
+            Some(k) => Err(format!(
+                "the branches give output {k} different types ({}{:?} vs {}{:?}): its type depends on \
+                 the condition; pin the inputs it is computed from (--input-value)",
+                a[k].dtype, a[k].shape, b[k].dtype, b[k].shape
+            )),
+        }
+    }
+
     /// A constant: its value is known (or readable, for a big initializer).
     fn is_value(&self, t: &str) -> bool {
         self.consts.contains_key(t) || self.big.contains_key(t)
@@ -610,39 +633,42 @@ impl<'o> Lowering<'o> {
                 consts: present.iter().map(|t| t.and_then(|t| self.consts.get(t).or_else(|| read.get(t)))).collect(),
                 missing_const: std::cell::Cell::new(None),
             };
-            let facts: Vec<Fact> = match rule {
-                Some(def) => (def.infer)(&ctx).map_err(|reason| {
-                    match ctx.missing_const.get().and_then(|k| present.get(k).copied().flatten()) {
-                        Some(t) => IrError::NeedsValue {
-                            node: label.clone(),
-                            op: n.op_type().into(),
-                            tensor: t.to_string(),
-                            hint: if self.inputs.iter().any(|(name, _)| name == t) {
-                                "it is a graph input: pin its value (--input-value NAME=V,...)".to_string()
-                            } else {
-                                "it is computed from run-time data".into()
-                            },
-                        },
-                        None => err(reason),
+            let facts: Vec<Fact> =
+                match rule {
+                    Some(def) => {
+                        (def.infer)(&ctx).or_else(|reason| self.infer_if_branches(n, reason)).map_err(|reason| {
+                            match ctx.missing_const.get().and_then(|k| present.get(k).copied().flatten()) {
+                                Some(t) => IrError::NeedsValue {
+                                    node: label.clone(),
+                                    op: n.op_type().into(),
+                                    tensor: t.to_string(),
+                                    hint: if self.inputs.iter().any(|(name, _)| name == t) {
+                                        "it is a graph input: pin its value (--input-value NAME=V,...)".to_string()
+                                    } else {
+                                        "it is computed from run-time data".into()
+                                    },
+                                },
+                                None => err(reason),
+                            }
+                        })?
                     }
-                })?,
-                // one fact per output position; an omitted (empty) output gets a placeholder
-                None => n
-                    .output
-                    .iter()
-                    .map(|o| {
-                        if o.is_empty() {
-                            return Ok(Fact::new(DType::F32, vec![]));
-                        }
-                        self.declared.get(o).cloned().ok_or_else(|| IrError::UnknownOp {
-                            node: label.clone(),
-                            domain: if n.domain().is_empty() { "ai.onnx".into() } else { n.domain().into() },
-                            op: n.op_type().into(),
-                            tensor: o.clone(),
+                    // one fact per output position; an omitted (empty) output gets a placeholder
+                    None => n
+                        .output
+                        .iter()
+                        .map(|o| {
+                            if o.is_empty() {
+                                return Ok(Fact::new(DType::F32, vec![]));
+                            }
+                            self.declared.get(o).cloned().ok_or_else(|| IrError::UnknownOp {
+                                node: label.clone(),
+                                domain: if n.domain().is_empty() { "ai.onnx".into() } else { n.domain().into() },
+                                op: n.op_type().into(),
+                                tensor: o.clone(),
+                            })
                         })
-                    })
-                    .collect::<Result<_, _>>()?,
-            };
+                        .collect::<Result<_, _>>()?,
+                };
             let named: Vec<(usize, &String)> = n.output.iter().enumerate().filter(|(_, o)| !o.is_empty()).collect();
             if let Some((f, o)) = facts.iter().zip(&n.output).find(|(f, _)| tensor_bytes(f) > MAX_TENSOR_BYTES) {
                 return Err(err(format!(

@@ -28,6 +28,10 @@ pub const MODELS: &[(&str, &str)] = &[
     ),
     ("dynamic-batch", "the mlp with a symbolic batch dim `N`"),
     ("control-if", "an If whose branches read a tensor of the enclosing graph (outer scope), between two ops"),
+    (
+        "control-if-untyped",
+        "control-if with branches that declare no output types, one computing a Reshape target from Shape",
+    ),
     ("bad-dangling-input", "a node reads a tensor nothing produces"),
     ("bad-cycle", "two nodes feed each other"),
     ("bad-unknown-op", "an op bident does not know, with no value_info for its output"),
@@ -46,6 +50,7 @@ pub const MODELS: &[(&str, &str)] = &[
     ("bad-initializer-size", "an f32[2] initializer holding 3 bytes"),
     ("bad-matmul-inner", "a MatMul of [1, 8] by [4, 4]"),
     ("bad-add-dtypes", "an Add of an f32 input and an i64 constant"),
+    ("bad-if-branch-shapes", "an If on a run-time condition whose untyped branches give [16] and [1, 16]"),
 ];
 
 /// Build a model by name; `None` for an unknown name.
@@ -61,7 +66,8 @@ pub fn build(name: &str, seed: u64) -> Option<ModelProto> {
             let mut b = mlp_builder(seed, None);
             b.finish("dynamic_batch")
         }
-        "control-if" => control_if(seed),
+        "control-if" => control_if(seed, true),
+        "control-if-untyped" => control_if(seed, false),
         "bad-dangling-input" => {
             let mut b = Builder::new(seed);
             let x = b.input("x", &[1, 8]);
@@ -196,6 +202,27 @@ pub fn build(name: &str, seed: u64) -> Option<ModelProto> {
             }
             m
         }
+        "bad-if-branch-shapes" => {
+            let mut b = Builder::new(seed);
+            let x = b.input("x", &[1, 16]);
+            let s = b.node("ReduceSum", &[&x], &[("keepdims", 0i64.into())]);
+            let zero = b.scalar_f32("zero", 0.0);
+            let cond = b.node("Greater", &[&s, &zero], &[]);
+            let flat = b.const_i64("flat", &[1], &[16]);
+            let mut then_b = Builder::new(seed);
+            then_b.node_named("then_flat", "Reshape", &[&x, &flat], &["then_out"], &[]);
+            then_b.output_untyped("then_out");
+            let mut else_b = Builder::new(seed);
+            else_b.node_named("else_neg", "Neg", &[&x], &["else_out"], &[]);
+            else_b.output_untyped("else_out");
+            let branches = [
+                ("then_branch", builder::Attr::Graph(Box::new(then_b.finish_graph("then")))),
+                ("else_branch", builder::Attr::Graph(Box::new(else_b.finish_graph("else")))),
+            ];
+            let y = b.node("If", &[&cond], &branches);
+            b.output(&y);
+            b.finish("bad_if_branch_shapes")
+        }
         "bad-matmul-inner" => {
             let mut b = Builder::new(seed);
             let x = b.input("x", &[1, 8]);
@@ -282,7 +309,7 @@ fn example(seed: u64) -> ModelProto {
     b.finish("example")
 }
 
-fn control_if(seed: u64) -> ModelProto {
+fn control_if(seed: u64, typed: bool) -> ModelProto {
     let mut b = Builder::new(seed);
     let x = b.input("x", &[1, 16]);
     let w = b.weight("w", &[1, 16]);
@@ -292,11 +319,21 @@ fn control_if(seed: u64) -> ModelProto {
     let cond = b.node("Greater", &[&s, &zero], &[]);
     // the branches read `h` and `w` from the enclosing graph
     let mut then_b = Builder::new(seed);
-    then_b.node_named("then_add", "Add", &[&h, &w], &["then_out"], &[]);
-    then_b.output_typed("then_out", &[1, 16]);
     let mut else_b = Builder::new(seed);
-    else_b.node_named("else_mul", "Mul", &[&h, &w], &["else_out"], &[]);
-    else_b.output_typed("else_out", &[1, 16]);
+    if typed {
+        then_b.node_named("then_add", "Add", &[&h, &w], &["then_out"], &[]);
+        then_b.output_typed("then_out", &[1, 16]);
+        else_b.node_named("else_mul", "Mul", &[&h, &w], &["else_out"], &[]);
+        else_b.output_typed("else_out", &[1, 16]);
+    } else {
+        // shape arithmetic inside a branch: Reshape(h * w, Shape(h))
+        then_b.node_named("then_mul", "Mul", &[&h, &w], &["then_prod"], &[]);
+        then_b.node_named("then_shape", "Shape", &[&h], &["then_target"], &[]);
+        then_b.node_named("then_reshape", "Reshape", &["then_prod", "then_target"], &["then_out"], &[]);
+        then_b.output_untyped("then_out");
+        else_b.node_named("else_add", "Add", &[&h, &w], &["else_out"], &[]);
+        else_b.output_untyped("else_out");
+    }
     let branches = [
         ("then_branch", builder::Attr::Graph(Box::new(then_b.finish_graph("then")))),
         ("else_branch", builder::Attr::Graph(Box::new(else_b.finish_graph("else")))),

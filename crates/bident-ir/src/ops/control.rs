@@ -2,7 +2,9 @@
 //! subgraphs (their outer-scope reads count as the node's inputs, see `lower::node_uses`); only
 //! their output types are inferred here, from the subgraphs' declared outputs.
 
-use bident_tensor::DType;
+use std::collections::HashMap;
+
+use bident_tensor::{DType, HostTensor};
 
 use super::{Ctx, Fact, Registry, Role, axis};
 use crate::proto::{GraphProto, ValueInfoProto, tensor_shape_proto::dimension::Value as Dim, type_proto};
@@ -59,6 +61,66 @@ fn infer_if(c: &Ctx) -> Result<Vec<Fact>, String> {
                 let (a, b) = (static_output(then_g, k)?, static_output(else_g, k)?);
                 if a == b { Ok(a) } else { Err(format!("branches disagree on output {k}: {a:?} vs {b:?}")) }
             }
+        })
+        .collect()
+}
+
+/// Output types of an If branch that does not declare them, inferred node by node (constants
+/// folded on the way, for shape arithmetic) from the types and values of the tensors it reads
+/// from the enclosing graph. Nested control flow must declare its types.
+pub(crate) fn infer_branch(
+    g: &GraphProto,
+    opset: i64,
+    outer_facts: &HashMap<String, Fact>,
+    outer_consts: &HashMap<String, HostTensor>,
+) -> Result<Vec<Fact>, String> {
+    let mut facts: HashMap<String, Fact> = HashMap::new();
+    let mut consts: HashMap<String, HostTensor> = HashMap::new();
+    for t in &g.initializer {
+        let v = crate::consts::from_proto(t).map_err(|e| format!("initializer `{}`: {e}", t.name()))?;
+        facts.insert(t.name().into(), Fact::new(v.dtype, v.shape.clone()));
+        consts.insert(t.name().into(), v);
+    }
+    for n in &g.node {
+        let what = || format!("`{}` ({})", n.name(), n.op_type());
+        let def = super::lookup(n.domain(), n.op_type()).ok_or_else(|| format!("{}: unknown op", what()))?;
+        let present: Vec<Option<&str>> = n.input.iter().map(|t| (!t.is_empty()).then_some(t.as_str())).collect();
+        let fact = |t: &str| facts.get(t).or_else(|| outer_facts.get(t));
+        let inputs = present
+            .iter()
+            .map(|t| t.map(|t| fact(t).ok_or_else(|| format!("{}: no type for `{t}`", what()))).transpose())
+            .collect::<Result<Vec<_>, _>>()?;
+        let ctx = Ctx {
+            node: n,
+            opset,
+            inputs,
+            consts: present.iter().map(|t| t.and_then(|t| consts.get(t).or_else(|| outer_consts.get(t)))).collect(),
+            missing_const: std::cell::Cell::new(None),
+        };
+        let out = (def.infer)(&ctx).map_err(|e| format!("{}: {e}", what()))?;
+        // Shape and Size depend only on the (static) input shape
+        let shape_only = matches!(n.op_type(), "Shape" | "Size");
+        let foldable = (shape_only || ctx.consts.iter().zip(&present).all(|(c, t)| c.is_some() || t.is_none()))
+            && out.iter().all(|f| bident_tensor::numel(&f.shape) <= 1 << 16);
+        let values = match def.eval {
+            Some(eval) if foldable => eval(&ctx).ok().filter(|v| v.len() == out.len()),
+            _ => None,
+        };
+        for (k, (o, f)) in n.output.iter().zip(out).enumerate() {
+            if let Some(v) = values.as_ref().and_then(|v| v.get(k)) {
+                consts.insert(o.clone(), v.clone());
+            }
+            facts.insert(o.clone(), f);
+        }
+    }
+    g.output
+        .iter()
+        .map(|o| {
+            facts
+                .get(o.name())
+                .or_else(|| outer_facts.get(o.name()))
+                .cloned()
+                .ok_or_else(|| format!("branch output `{}` is never produced", o.name()))
         })
         .collect()
 }

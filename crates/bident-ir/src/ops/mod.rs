@@ -5,7 +5,7 @@
 //! Opset differences are handled inside each rule (`Ctx::opset`), e.g. Unsqueeze's axes moving
 //! from an attribute to an input at opset 13.
 
-mod control;
+pub(crate) mod control;
 mod elementwise;
 mod nn;
 mod reduce;
