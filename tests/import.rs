@@ -2,10 +2,7 @@
 //! the extraction round trip: every fused op extracted, compiled and run on OpenVINO in order
 //! must reproduce the whole model's outputs.
 
-use std::collections::HashMap;
-
 use bident_backend::{Backend, SocSpec};
-use bident_tensor::HostTensor;
 use bident_tests::{ModelCase, backend, cases, import, read_case, summary};
 
 #[test]
@@ -25,29 +22,13 @@ fn extracted_ops_reproduce_the_whole_model() {
     for (name, path) in cases("import") {
         let case: ModelCase = read_case(&path);
         let g = import(&case, &path);
-        let inputs: Vec<HostTensor> = g
-            .inputs
-            .iter()
-            .enumerate()
-            .map(|(k, &t)| HostTensor::seeded(g.tensor(t).dtype, g.tensor(t).shape.clone(), k as u64))
-            .collect();
+        let inputs = g.example_inputs(0);
         let mut whole = be.compile(&g.reference_model().expect("reference"), &pu).expect("whole model compiles");
         let want = whole.run(&inputs.iter().collect::<Vec<_>>()).expect("whole model runs");
-        let ex = bident_ir::Extractor::new(&g).expect("extractor");
-        let mut env: HashMap<u32, HostTensor> = g.inputs.iter().copied().zip(inputs).collect();
-        for (i, op) in g.ops.iter().enumerate() {
-            let bytes = ex.extract(i as u32).expect("extract");
-            let mut exe = be.compile(&bytes, &pu).unwrap_or_else(|e| panic!("{name}: op {i} {}: {e}", op.kind));
-            let ins: Vec<&HostTensor> = op.inputs.iter().map(|t| &env[t]).collect();
-            let outs = exe.run(&ins).unwrap_or_else(|e| panic!("{name}: op {i} {}: {e}", op.kind));
-            assert_eq!(outs.len(), op.outputs.len(), "{name}: op {i}");
-            for (&t, o) in op.outputs.iter().zip(outs) {
-                assert_eq!(o.shape, g.tensor(t).shape, "{name}: op {i} output shape vs inferred");
-                env.insert(t, o);
-            }
-        }
-        for (k, &t) in g.outputs.iter().enumerate() {
-            let err = env[&t].max_abs_diff(&want[k]).expect("comparable outputs");
+        let got =
+            bident_runtime::run_op_by_op(&g, be.as_ref(), &pu, inputs).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        for (k, (got, want)) in got.iter().zip(&want).enumerate() {
+            let err = got.max_abs_diff(want).expect("comparable outputs");
             assert!(err <= 1e-4, "{name}: output {k} differs by {err}");
         }
     }

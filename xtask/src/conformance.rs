@@ -6,7 +6,7 @@
 //! parity = (tests passing through bident's path among those OpenVINO passes whole) / (tests
 //! OpenVINO passes whole): bident must not lose anything the backend can do.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -193,48 +193,23 @@ fn through_bident(
             Err(e) => return Outcome::Error(format!("import: {e}")),
         }
     };
-    let ex = match bident_ir::Extractor::new(&g) {
-        Ok(x) => x,
-        Err(e) => return Outcome::Error(format!("extract: {e}")),
-    };
-    let mut env: HashMap<u32, HostTensor> = HashMap::new();
+    let mut fed = vec![];
     for &t in &g.inputs {
         match inputs.iter().find(|(n, _)| *n == g.tensor(t).name) {
-            Some((_, v)) => env.insert(t, v.clone()),
+            Some((_, v)) => fed.push(v.clone()),
             None => return Outcome::Error(format!("no test input for `{}`", g.tensor(t).name)),
         };
     }
-    for (i, op) in g.ops.iter().enumerate() {
-        let bytes = match ex.extract(i as u32) {
-            Ok(b) => b,
-            Err(e) => return Outcome::Error(format!("extract: {e}")),
-        };
-        let mut exe = match be.compile(&bytes, pu) {
-            Ok(e) => e,
-            Err(e) => return Outcome::Error(format!("compile op {} ({}): {e}", i, op.kind)),
-        };
-        let ins: Vec<&HostTensor> = op.inputs.iter().map(|t| &env[t]).collect();
-        match exe.run(&ins) {
-            Ok(outs) => {
-                for (&t, o) in op.outputs.iter().zip(outs) {
-                    if o.shape != g.tensor(t).shape || o.dtype != g.tensor(t).dtype {
-                        return Outcome::Mismatch(format!(
-                            "op {i} ({}): backend gives {}{:?} for `{}`, bident inferred {}{:?}",
-                            op.kind,
-                            o.dtype,
-                            o.shape,
-                            g.tensor(t).name,
-                            g.tensor(t).dtype,
-                            g.tensor(t).shape
-                        ));
-                    }
-                    env.insert(t, o);
-                }
-            }
-            Err(e) => return Outcome::Error(format!("run op {i} ({}): {e}", op.kind)),
+    let got = match bident_runtime::run_op_by_op(&g, be, pu, fed) {
+        Ok(got) => got,
+        Err(e @ bident_runtime::RuntimeError::OpOutput { .. }) => return Outcome::Mismatch(e.to_string()),
+        Err(e) => {
+            return Outcome::Error(format!(
+                "{e}: {}",
+                std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default()
+            ));
         }
-    }
-    let got: Vec<HostTensor> = g.outputs.iter().map(|t| env[t].clone()).collect();
+    };
     let names: Vec<String> = g.outputs.iter().map(|&t| g.tensor(t).name.clone()).collect();
     compare(&got, &names, want)
 }

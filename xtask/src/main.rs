@@ -5,6 +5,7 @@
 mod codegen;
 mod conformance;
 mod fuzz;
+mod ovir;
 mod pipeline;
 mod thirdparty;
 
@@ -61,6 +62,13 @@ enum Cmd {
     },
     /// ONNX backend node tests through bident's path beside OpenVINO running them whole.
     Conformance(conformance::ConformanceArgs),
+    /// OpenVINO IR import checked against the ONNX it was converted from (ovc; cases in
+    /// tests/data/ovir).
+    Ovir {
+        /// Also print all rows as one JSON array (last line).
+        #[arg(long)]
+        json: bool,
+    },
     /// Fuzz the importer (cargo fuzz, nightly), the corpus seeded with the project's models.
     Fuzz(fuzz::FuzzArgs),
     /// The pipeline on the third-party models of tests/data/thirdparty (fetched from PyPI).
@@ -100,6 +108,7 @@ fn main() {
         Cmd::Codegen { check } => codegen::codegen(check),
         Cmd::Conformance(a) => conformance::conformance(a),
         Cmd::Fuzz(a) => fuzz::fuzz(a),
+        Cmd::Ovir { json } => ovir::ovir(json),
         Cmd::Thirdparty { soc, fusion, runs, profile_runs, json } => {
             thirdparty::thirdparty(&soc, &fusion, runs, profile_runs, json)
         }

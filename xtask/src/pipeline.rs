@@ -103,11 +103,14 @@ pub struct PipelineArgs {
     pub json: bool,
 }
 
+/// Cargo's target folder (where the OpenVINO runtime is installed).
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| crate::root().join("target"))
+}
+
 /// The OpenVINO backend, installing the pinned runtime first if needed.
 pub fn backend() -> Result<Arc<OpenVino>> {
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| crate::root().join("target"));
-    let lib = bident_backend::openvino::install::ensure(&target, &mut |line| eprintln!("{line}"))?;
+    let lib = bident_backend::openvino::install::ensure(&target_dir(), &mut |line| eprintln!("{line}"))?;
     Ok(Arc::new(OpenVino::load(&lib)?))
 }
 
@@ -192,14 +195,11 @@ pub fn import_cmd(a: ImportArgs) -> Result<(PathBuf, FusedGraph, ContentHash)> {
         input_literals: parse_values(&a.input_value)?,
         ..Default::default()
     };
-    let mut g = bident_ir::import(&path, &opts)?;
-    if a.fusion == "backend" {
-        let be = backend()?;
-        let pu = SocSpec::preset("local", be.as_ref())?.pus.remove(0);
-        let layers = bident_profile::backend_layers(be.as_ref(), &g, &pu)?;
-        opts.fusion = bident_ir::Fusion::Backend { pu: pu.name.clone(), layers };
-        g = bident_ir::import(&path, &opts)?;
-    }
+    let g = if a.fusion == "backend" {
+        import_backend_fused(&path, &mut opts, backend()?.as_ref())?
+    } else {
+        bident_ir::import(&path, &opts)?
+    };
     bident_ir::verify(&g)?;
     let inputs = ContentHash::of_parts(&[&g.source.hash.0, &opts.hash_bytes()]);
     let h = write(&dir, FUSED, &g, inputs)?;
@@ -224,6 +224,16 @@ pub fn import_cmd(a: ImportArgs) -> Result<(PathBuf, FusedGraph, ContentHash)> {
         );
     }
     Ok((dir, g, h))
+}
+
+/// Import with backend-true fusion: import, profile the lowered model whole on the first PU of
+/// the `local` SoC, import again grouped as the backend fused it (`opts.fusion` is set).
+pub fn import_backend_fused(path: &Path, opts: &mut bident_ir::ImportOptions, be: &dyn Backend) -> Result<FusedGraph> {
+    let g = bident_ir::import(path, opts)?;
+    let pu = SocSpec::preset("local", be)?.pus.remove(0);
+    let layers = bident_profile::backend_layers(be, &g, &pu)?;
+    opts.fusion = bident_ir::Fusion::Backend { pu: pu.name.clone(), layers };
+    Ok(bident_ir::import(path, opts)?)
 }
 
 fn read_fused(dir: &Path) -> Result<(FusedGraph, ContentHash)> {

