@@ -1,6 +1,8 @@
-//! `cargo xtask fuzz`: the importer's libFuzzer target (`fuzz/`), with its corpus seeded from
-//! the project's own models. Needs a nightly toolchain (cargo fuzz builds with sanitizers);
-//! installs cargo-fuzz when it is missing. Crashes land in `fuzz/artifacts/import/`.
+//! `cargo xtask fuzz [--target import|ovir]`: the importers' libFuzzer targets (`fuzz/`), with
+//! their corpus seeded from the project's own models (ONNX; for `ovir`, the OpenVINO IRs that
+//! `cargo xtask ovir` converted, as XML, a zero byte, then the weights). Needs a nightly
+//! toolchain (cargo fuzz builds with sanitizers); installs cargo-fuzz when it is missing. Crashes
+//! land in `fuzz/artifacts/<target>/`.
 
 use std::path::Path;
 use std::process::Command;
@@ -18,6 +20,9 @@ pub struct FuzzArgs {
     /// Parallel fuzzing jobs.
     #[arg(long, default_value_t = 1)]
     pub jobs: u32,
+    /// Which importer: `import` (ONNX) or `ovir` (OpenVINO IR).
+    #[arg(long, default_value = "import", value_parser = ["import", "ovir"])]
+    pub target: String,
 }
 
 pub fn fuzz(a: FuzzArgs) -> Result<()> {
@@ -32,12 +37,12 @@ pub fn fuzz(a: FuzzArgs) -> Result<()> {
         let st = Command::new("cargo").args(["install", "cargo-fuzz", "--locked", "--version", CARGO_FUZZ]).status()?;
         anyhow::ensure!(st.success(), "installing cargo-fuzz failed");
     }
-    let corpus = root.join("target/fuzz/corpus/import");
-    let seeds = seed(&corpus)?;
+    let corpus = root.join("target/fuzz/corpus").join(&a.target);
+    let seeds = if a.target == "ovir" { seed_ir(&corpus)? } else { seed(&corpus)? };
     eprintln!("fuzz: {seeds} seed models in {}; fuzzing for {} s", corpus.display(), a.seconds);
     let mut cmd = Command::new("cargo");
     cmd.current_dir(&root)
-        .args(["+nightly", "fuzz", "run", "--fuzz-dir", "fuzz", "import"])
+        .args(["+nightly", "fuzz", "run", "--fuzz-dir", "fuzz", &a.target])
         .arg(&corpus)
         .arg("--")
         .arg(format!("-max_total_time={}", a.seconds))
@@ -49,7 +54,8 @@ pub fn fuzz(a: FuzzArgs) -> Result<()> {
     let st = cmd.status().context("running cargo fuzz")?;
     anyhow::ensure!(
         st.success(),
-        "the fuzzer found a crash: see fuzz/artifacts/import/ (keep the input in tests/data/fuzz-regressions/)"
+        "the fuzzer found a crash: see fuzz/artifacts/{}/ (keep the input in tests/data/fuzz-regressions/)",
+        a.target
     );
     Ok(())
 }
@@ -74,6 +80,31 @@ fn seed(corpus: &Path) -> Result<usize> {
                 n += 1;
             }
         }
+    }
+    Ok(n)
+}
+
+/// OpenVINO IRs up to 1 MiB (from `cargo xtask ovir` and the bad-input cases) as XML, 0, weights.
+fn seed_ir(corpus: &Path) -> Result<usize> {
+    std::fs::create_dir_all(corpus)?;
+    let mut n = 0;
+    for dir in [crate::root().join("target/ovir"), crate::root().join("tests/data/bad-input")] {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for xml in
+            entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "xml"))
+        {
+            let mut bytes = std::fs::read(&xml)?;
+            bytes.push(0);
+            bytes.extend(std::fs::read(xml.with_extension("bin")).unwrap_or_default());
+            if bytes.len() <= 1 << 20 {
+                let stem = xml.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+                std::fs::write(corpus.join(format!("{stem}.ir")), bytes)?;
+                n += 1;
+            }
+        }
+    }
+    if n == 0 {
+        bail!("no OpenVINO IR to seed from: run `cargo xtask ovir` first");
     }
     Ok(n)
 }

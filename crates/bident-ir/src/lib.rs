@@ -28,7 +28,7 @@ pub use bident_tensor::DType;
 pub use error::IrError;
 pub use extract::Extractor;
 pub use fusion::{BackendFusion, BackendLayer, Fusion, FusionInfo};
-pub use lower::{ImportOptions, import, import_bytes, import_shared};
+pub use lower::{ImportOptions, import, import_bytes, import_openvino_ir_bytes, import_shared};
 
 /// Index of a tensor in [`FusedGraph::tensors`].
 pub type TensorId = u32;

@@ -89,13 +89,26 @@ fn import_openvino_ir(path: &Path, opts: &ImportOptions) -> Result<FusedGraph, I
     let xml = std::fs::read_to_string(path).map_err(io(path))?;
     let bin_path = path.with_extension("bin");
     let bin = Bytes::from(std::fs::read(&bin_path).map_err(io(&bin_path))?);
-    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    let model = crate::ovir::to_onnx(&xml, &bin, &stem)
-        .map_err(|reason| IrError::OpenVinoIr { path: path.to_path_buf(), reason })?;
+    let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    import_openvino_ir_bytes(&xml, bin, &file, opts).map_err(|e| match e {
+        IrError::OpenVinoIr { reason, .. } => IrError::OpenVinoIr { path: path.to_path_buf(), reason },
+        e => e,
+    })
+}
+
+/// Import an OpenVINO IR given as its XML text and its weights (`file` names it in messages).
+pub fn import_openvino_ir_bytes(
+    xml: &str,
+    bin: Bytes,
+    file: &str,
+    opts: &ImportOptions,
+) -> Result<FusedGraph, IrError> {
+    let stem = Path::new(file).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let model = crate::ovir::to_onnx(xml, &bin, &stem)
+        .map_err(|reason| IrError::OpenVinoIr { path: PathBuf::from(file), reason })?;
     let bytes = Bytes::from(model.encode_to_vec());
     drop((model, bin));
-    let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-    import_shared(bytes, &file, None, opts)
+    import_shared(bytes, file, None, opts)
 }
 
 /// Import ONNX bytes (copied once into a shared buffer; see [`import_shared`]). `dir` is where
