@@ -43,7 +43,16 @@ fn fuzz_regressions_do_not_panic() {
     for e in std::fs::read_dir(&dir).expect("fuzz-regressions") {
         let path = e.expect("entry").path();
         let bytes = std::fs::read(&path).expect("read");
-        if let Ok(g) = bident_ir::import_bytes(&bytes, "fuzz.onnx", None, &Default::default()) {
+        // `.ir` inputs are OpenVINO IR: the XML, a zero byte, the weights (as `fuzz/ovir` reads them)
+        let imported = if path.extension().is_some_and(|x| x == "ir") {
+            let split = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+            let xml = String::from_utf8_lossy(&bytes[..split]);
+            let bin = bytes::Bytes::copy_from_slice(bytes.get(split + 1..).unwrap_or(&[]));
+            bident_ir::import_openvino_ir_bytes(&xml, bin, "fuzz.xml", &Default::default())
+        } else {
+            bident_ir::import_bytes(&bytes, "fuzz.onnx", None, &Default::default())
+        };
+        if let Ok(g) = imported {
             bident_ir::verify(&g).expect("verifies");
             let ex = bident_ir::Extractor::new(&g).expect("extractor");
             for op in 0..g.ops.len() as u32 {

@@ -202,7 +202,10 @@ pub(crate) fn to_onnx(xml: &str, bin: &Bytes, name: &str) -> Result<ModelProto, 
 }
 
 fn topo_order(layers: &[Layer], edges: &HashMap<(u32, u32), (u32, u32)>) -> Result<Vec<u32>, String> {
-    let ids: HashSet<u32> = layers.iter().map(|l| l.id).collect();
+    let mut ids: HashSet<u32> = HashSet::new();
+    if let Some(l) = layers.iter().find(|l| !ids.insert(l.id)) {
+        return Err(format!("two layers have id {}", l.id));
+    }
     let mut indegree: HashMap<u32, usize> = ids.iter().map(|&i| (i, 0)).collect();
     let mut succ: HashMap<u32, Vec<u32>> = HashMap::new();
     for (&(to, _), &(from, _)) in edges {
@@ -439,6 +442,13 @@ impl Converter<'_> {
         let l = self.layers[&id].clone();
         let l = &l;
         let need = |n: usize| if ins.len() < n { Err(format!("needs {n} inputs, has {}", ins.len())) } else { Ok(()) };
+        let outputs = match ty {
+            "LSTMSequence" => 3,
+            _ => 1,
+        };
+        if l.outputs.len() < outputs {
+            return Err(format!("needs {outputs} output ports, has {}", l.outputs.len()));
+        }
         let i: Vec<&str> = ins.iter().map(String::as_str).collect();
         let simple = |op: &'static str| -> Option<&'static str> { Some(op) };
         let binary = match ty {
@@ -607,7 +617,7 @@ impl Converter<'_> {
                         return Err(format!("GroupConvolution weights must have static dims, got {wd:?}"));
                     }
                     attrs.push(("group", A::I(wd[0])));
-                    let mut flat = vec![wd[0] * wd[1]];
+                    let mut flat = vec![wd[0].checked_mul(wd[1]).ok_or("weight dims overflow")?];
                     flat.extend_from_slice(&wd[2..]);
                     self.reshaped(i[1], &flat, name)?
                 } else {
@@ -693,7 +703,10 @@ impl Converter<'_> {
                     self.node(ty, name, &i[..2], &[&outs[0]], vec![("keepdims", A::I(keep))]);
                 }
             }
-            "MVN" => self.mvn(id, name, &i, &in_dims[0], dtype0)?,
+            "MVN" => {
+                need(1)?;
+                self.mvn(id, name, &i, &in_dims[0], dtype0)?
+            }
             "ShapeOf" => {
                 need(1)?;
                 let outs = self.name_outputs(id);
@@ -991,6 +1004,9 @@ impl Converter<'_> {
         }
         let reorder = |c: &Converter, t: &str, what: &str| -> Result<(DType, Vec<u64>, Vec<u8>), String> {
             let (dtype, shape, data) = c.consts.get(t).cloned().ok_or_else(|| format!("{what} must be a constant"))?;
+            if shape.len() < 2 || shape[0] == 0 || shape[1] % 4 != 0 {
+                return Err(format!("{what} has shape {shape:?}, not [directions, 4 x hidden, ..]"));
+            }
             // blocks along axis 1: f,i,c,o -> i,o,f,c
             let d = shape[0] as usize;
             let per_dir = data.len() / d.max(1);
