@@ -26,10 +26,11 @@ fn synthetic_costs(g: &bident_ir::FusedGraph) -> bident_profile::CostTable {
     };
     let cost = |exec: f64, h2d: f64, d2h: f64, power: f64| Cost {
         h2d_us: h2d,
+        dispatch_us: 0.0,
         exec_us: exec,
         d2h_us: d2h,
-        exec_p10_us: exec,
-        exec_p90_us: exec,
+        p10_us: [h2d, 0.0, exec, d2h],
+        p90_us: [h2d, 0.0, exec, d2h],
         runs: 1,
         power_w: power,
         power: PowerSource::Declared,
@@ -114,7 +115,7 @@ fn measure_example(
     let (g, phased) = example();
     let be = backend();
     let soc = SocSpec::preset(soc, be.as_ref()).expect("SoC preset");
-    let cfg = bident_profile::ProfileConfig { warmup: 1, runs: 3, seed: 0 };
+    let cfg = bident_profile::ProfileConfig { warmup: 1, runs: 3, adaptive: false, ..Default::default() };
     let costs = bident_profile::profile(&g, &soc, be.as_ref(), &cfg, &mut |_| {}).expect("profile");
     let plan = bident_search::search(&phased, &costs, &Default::default()).expect("search");
     assert_eq!(plan.steps.len(), g.ops.len());

@@ -41,6 +41,8 @@ enum Cmd {
     Run(pipeline::RunArgs),
     /// Print any artifact as YAML.
     Show { file: PathBuf },
+    /// Print a SoC (preset name or spec file), checked against this machine, as a spec file.
+    Soc { spec: String },
     /// Write one fused op of an imported model as a standalone ONNX model (or, with
     /// `--lowered`, the whole lowered model its ops index into).
     Extract(pipeline::ExtractArgs),
@@ -104,6 +106,7 @@ fn main() {
         Cmd::Run(a) => pipeline::run_cmd(a),
         Cmd::Show { file } => pipeline::show(&file),
         Cmd::Extract(a) => pipeline::extract(a),
+        Cmd::Soc { spec } => pipeline::soc(&spec),
         Cmd::Zoo { name, out, seed, external_data } => pipeline::zoo(name.as_deref(), &out, seed, external_data),
         Cmd::Codegen { check } => codegen::codegen(check),
         Cmd::Conformance(a) => conformance::conformance(a),

@@ -55,7 +55,8 @@ pub struct DirArgs {
 
 #[derive(Args, Clone)]
 pub struct SocArgs {
-    /// SoC preset: local (one PU per OpenVINO device) or cores (one pinned PU per CPU core).
+    /// SoC: a preset, `local` (one PU per OpenVINO device) or `cores` (one pinned PU per CPU
+    /// core), or a spec file `FILE.toml` (`cargo xtask soc NAME` prints a preset as one).
     #[arg(long, default_value = "local")]
     pub soc: String,
 }
@@ -65,9 +66,13 @@ pub struct ProfileArgs {
     pub dir: PathBuf,
     #[command(flatten)]
     pub soc: SocArgs,
-    /// Timed runs per (op, PU).
+    /// Timed runs per (op, PU): the cap (the paper's 200) unless --fixed-runs.
     #[arg(long, default_value_t = ProfileConfig::default().runs)]
     pub profile_runs: u32,
+    /// Time every (op, PU) exactly --profile-runs times instead of stopping once its median is
+    /// known within 3% (95% confidence).
+    #[arg(long)]
+    pub fixed_runs: bool,
 }
 
 #[derive(Args, Clone)]
@@ -94,8 +99,12 @@ pub struct PipelineArgs {
     pub soc: SocArgs,
     #[arg(long, default_value = "latency")]
     pub objective: String,
+    /// Timed runs per (op, PU): the cap (the paper's 200) unless --fixed-runs.
     #[arg(long, default_value_t = ProfileConfig::default().runs)]
     pub profile_runs: u32,
+    /// Time every (op, PU) exactly --profile-runs times (no adaptive stop).
+    #[arg(long)]
+    pub fixed_runs: bool,
     #[arg(long, default_value_t = RunConfig::default().runs)]
     pub runs: u32,
     /// Print one JSON object as the last line of stdout.
@@ -264,9 +273,10 @@ fn profile_stage(
     soc: &SocSpec,
     be: &dyn Backend,
     runs: u32,
+    fixed_runs: bool,
 ) -> Result<(CostTable, ContentHash)> {
     clear(dir, &[COSTS, PLAN, REPORT])?;
-    let cfg = ProfileConfig { runs, ..Default::default() };
+    let cfg = ProfileConfig { runs, adaptive: !fixed_runs, ..Default::default() };
     let tty = std::io::stderr().is_terminal();
     let mut last = std::time::Instant::now();
     let t0 = std::time::Instant::now();
@@ -284,13 +294,21 @@ fn profile_stage(
     }
     let h = write(dir, COSTS, &table, bident_profile::input_hash(gh, soc, &cfg))?;
     let failed: usize = table.ops.iter().map(|o| o.failures.len()).sum();
+    let entries: Vec<u32> = table.ops.iter().flat_map(|o| o.per_pu.iter().flatten().map(|c| c.runs)).collect();
+    let mean_runs = entries.iter().sum::<u32>() as f64 / entries.len().max(1) as f64;
     eprintln!(
-        "profile: {} ops x {} PUs in {:.1} s on {} ({}), {failed} (op, PU) pairs without an entry",
+        "profile: {} ops x {} PUs in {:.1} s on {} ({}), {failed} (op, PU) pairs without an entry; \
+         {mean_runs:.0} timed runs per entry on average ({})",
         table.ops.len(),
         soc.pus.len(),
         t0.elapsed().as_secs_f64(),
         table.measured_on,
-        if table.simulated { "simulated" } else { "measured" }
+        if table.simulated { "simulated" } else { "measured" },
+        if cfg.adaptive {
+            format!("stopped within {:.0}% at 95% confidence, cap {}", cfg.rel_ci * 100.0, cfg.runs)
+        } else {
+            "fixed".to_string()
+        }
     );
     Ok((table, h))
 }
@@ -298,8 +316,8 @@ fn profile_stage(
 pub fn profile_cmd(a: ProfileArgs) -> Result<()> {
     let (g, gh) = read_fused(&a.dir)?;
     let be = backend()?;
-    let soc = SocSpec::preset(&a.soc.soc, be.as_ref())?;
-    profile_stage(&a.dir, &g, gh, &soc, be.as_ref(), a.profile_runs).map(|_| ())
+    let soc = SocSpec::load(&a.soc.soc, be.as_ref())?;
+    profile_stage(&a.dir, &g, gh, &soc, be.as_ref(), a.profile_runs, a.fixed_runs).map(|_| ())
 }
 
 fn objective(s: &str) -> Result<Objective> {
@@ -376,8 +394,8 @@ pub fn run_stages(a: &PipelineArgs) -> Result<(FusedGraph, Plan, RunReport)> {
     let (dir, g, gh) = import_cmd(a.import.clone())?;
     let (phased, ph) = partition_stage(&dir, &g, gh)?;
     let be = backend()?;
-    let soc = SocSpec::preset(&a.soc.soc, be.as_ref())?;
-    let (costs, ch) = profile_stage(&dir, &g, gh, &soc, be.as_ref(), a.profile_runs)?;
+    let soc = SocSpec::load(&a.soc.soc, be.as_ref())?;
+    let (costs, ch) = profile_stage(&dir, &g, gh, &soc, be.as_ref(), a.profile_runs, a.fixed_runs)?;
     let (plan, plan_h) = search_stage(&dir, (&phased, ph), (&costs, ch), objective(&a.objective)?)?;
     let report = run_stage(&dir, &g, (&plan, plan_h), &soc, be, a.runs)?;
     Ok((g, plan, report))
@@ -472,6 +490,14 @@ pub fn extract(a: ExtractArgs) -> Result<()> {
     };
     std::fs::write(&a.out, &bytes).with_context(|| a.out.display().to_string())?;
     eprintln!("extract: {} bytes -> {}", bytes.len(), a.out.display());
+    Ok(())
+}
+
+/// Print a SoC (preset or file), checked against this machine, in the spec file format.
+pub fn soc(spec: &str) -> Result<()> {
+    let be = backend()?;
+    let soc = SocSpec::load(spec, be.as_ref())?;
+    print!("{}", soc.to_toml());
     Ok(())
 }
 

@@ -94,6 +94,7 @@ pub fn thirdparty(soc: &str, fusion: &str, runs: u32, profile_runs: u32, json: b
             soc: SocArgs { soc: soc.to_string() },
             objective: "latency".into(),
             profile_runs,
+            fixed_runs: false,
             runs,
             json: false,
         };

@@ -230,3 +230,41 @@ fn openvino_ir_matches_its_onnx_source() {
         }
     }
 }
+
+/// Every malformed SoC spec in `tests/data/bad-soc/` (its first line: `# error: <expected>`) is
+/// refused with one clear line; the good one in `tests/data/soc/` plans and runs a model.
+#[test]
+fn soc_spec_files() {
+    let dir = root().join("tests/data/bad-soc");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).expect("bad-soc") {
+        let path = e.expect("entry").path();
+        let text = std::fs::read_to_string(&path).expect("read");
+        let want = text.lines().next().and_then(|l| l.strip_prefix("# error: ")).expect("first line: # error: ...");
+        let o = xtask(&["soc", &path.display().to_string()]);
+        let err = stderr(&o);
+        assert!(!o.status.success(), "{}: accepted", path.display());
+        let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+        assert_eq!(errors.len(), 1, "{}: {err}", path.display());
+        assert!(errors[0].contains(want), "{}: expected `{want}` in {err}", path.display());
+        n += 1;
+    }
+    assert!(n >= 5);
+    let good = root().join("tests/data/soc/one-core.toml");
+    let o = xtask(&[
+        "pipeline",
+        "zoo:mlp",
+        "--soc",
+        &good.display().to_string(),
+        "--runs",
+        "2",
+        "--profile-runs",
+        "2",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let j: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON");
+    assert_eq!(j["soc"].as_str(), Some("core0-and-cpu"), "{stdout}");
+    assert!(j["max_abs_err"].as_f64().is_some_and(|e| e <= 1e-4), "{stdout}");
+}

@@ -15,7 +15,7 @@ pub mod soc;
 pub mod openvino;
 
 pub use bident_tensor::{DType, HostTensor};
-pub use soc::{PuKind, PuSpec, SocError, SocSpec};
+pub use soc::{PuFile, PuKind, PuSpec, SocError, SocFile, SocSpec};
 
 use std::time::Duration;
 

@@ -15,6 +15,14 @@ pub enum PuKind {
 }
 
 impl PuKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            PuKind::Cpu => "cpu",
+            PuKind::Gpu => "gpu",
+            PuKind::Npu => "npu",
+        }
+    }
+
     /// Paper 3.2.1: transfers into an accelerator pay H2D; leaving one pays D2H.
     pub fn is_accelerator(self) -> bool {
         !matches!(self, PuKind::Cpu)
@@ -58,8 +66,10 @@ pub struct SocSpec {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SocError {
-    #[error("unknown SoC preset `{0}` (known: local, cores)")]
+    #[error("unknown SoC preset `{0}` (known: local, cores; or give a .toml file)")]
     UnknownPreset(String),
+    #[error("{path}: {reason}")]
+    File { path: std::path::PathBuf, reason: String },
     #[error("SoC `{soc}`: {reason}")]
     Invalid { soc: String, reason: String },
     #[error(transparent)]
@@ -166,7 +176,145 @@ impl SocSpec {
         Ok(())
     }
 
+    /// A preset by name, or a SoC spec file (`*.toml`, or any existing file).
+    pub fn load(spec: &str, backend: &dyn Backend) -> Result<SocSpec, SocError> {
+        let path = std::path::Path::new(spec);
+        if spec.ends_with(".toml") || path.is_file() {
+            Self::from_file(path, backend)
+        } else {
+            Self::preset(spec, backend)
+        }
+    }
+
+    /// Read and check a SoC spec file (format: [`SocFile`]) against the devices this backend
+    /// sees and the CPUs this process may run on.
+    pub fn from_file(path: &std::path::Path, backend: &dyn Backend) -> Result<SocSpec, SocError> {
+        let bad = |reason: String| SocError::File { path: path.to_path_buf(), reason };
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        let file: SocFile = toml::from_str(&text).map_err(|e| {
+            let line = e.span().map(|r| text[..r.start.min(text.len())].matches('\n').count() + 1);
+            bad(match line {
+                Some(l) => format!("line {l}: {}", e.message()),
+                None => e.message().to_string(),
+            })
+        })?;
+        if file.backend != backend.name() {
+            return Err(bad(format!("backend `{}`, but this build runs `{}`", file.backend, backend.name())));
+        }
+        let devices = backend.devices()?;
+        let allowed = crate::allowed_cpus();
+        let mut pinned: BTreeMap<usize, &str> = BTreeMap::new();
+        for pu in &file.pu {
+            let at = |reason: String| bad(format!("PU `{}`: {reason}", pu.name));
+            let device = devices.iter().find(|d| d.name == pu.device).ok_or_else(|| {
+                let seen: Vec<&str> = devices.iter().map(|d| d.name.as_str()).collect();
+                at(format!("unknown device `{}` (this machine has: {})", pu.device, seen.join(", ")))
+            })?;
+            if device.kind != pu.kind {
+                return Err(at(format!(
+                    "kind `{}` does not match device `{}`, a {}",
+                    pu.kind.name(),
+                    pu.device,
+                    device.kind.name()
+                )));
+            }
+            for &c in &pu.cores {
+                if !allowed.contains(&c) {
+                    return Err(at(format!("core {c} is not available to this process (available: {allowed:?})")));
+                }
+                if let Some(other) = pinned.insert(c, &pu.name)
+                    && !file.shared_cores
+                {
+                    return Err(at(format!(
+                        "core {c} is also `{other}`'s: PUs on one core disturb each other's timings \
+                         (set `shared_cores = true` to allow it)"
+                    )));
+                }
+            }
+        }
+        let soc = SocSpec {
+            name: file.name,
+            backend: file.backend,
+            simulated: false,
+            pus: file
+                .pu
+                .into_iter()
+                .map(|p| PuSpec {
+                    name: p.name,
+                    kind: p.kind,
+                    device: p.device,
+                    properties: p.properties,
+                    cores: p.cores,
+                    declared_power_w: p.declared_power_w,
+                })
+                .collect(),
+        };
+        soc.validate().map_err(|e| bad(e.to_string()))?;
+        Ok(soc)
+    }
+
+    /// The spec in the file format [`SocSpec::from_file`] reads (a starting point for your own).
+    pub fn to_toml(&self) -> String {
+        let file = SocFile {
+            name: self.name.clone(),
+            backend: self.backend.clone(),
+            shared_cores: false,
+            pu: self
+                .pus
+                .iter()
+                .map(|p| PuFile {
+                    name: p.name.clone(),
+                    kind: p.kind,
+                    device: p.device.clone(),
+                    cores: p.cores.clone(),
+                    declared_power_w: p.declared_power_w,
+                    properties: p.properties.clone(),
+                })
+                .collect(),
+        };
+        toml::to_string(&file).unwrap_or_default()
+    }
+
     pub fn pu(&self, name: &str) -> Option<&PuSpec> {
         self.pus.iter().find(|p| p.name == name)
     }
+}
+
+/// A SoC spec file (TOML):
+///
+/// ```toml
+/// name = "two-cores"
+/// backend = "openvino"
+/// # shared_cores = true    # allow two PUs on one core
+///
+/// [[pu]]
+/// name = "core0"
+/// kind = "cpu"            # cpu | gpu | npu
+/// device = "CPU"          # the backend's device name
+/// cores = [0]             # the worker thread's cores (empty: not pinned)
+/// declared_power_w = 7.5  # used where power is not measured
+/// [pu.properties]         # compile properties, read back after compiling
+/// INFERENCE_NUM_THREADS = "1"
+/// ```
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SocFile {
+    pub name: String,
+    pub backend: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared_cores: bool,
+    pub pu: Vec<PuFile>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PuFile {
+    pub name: String,
+    pub kind: PuKind,
+    pub device: String,
+    #[serde(default)]
+    pub cores: Vec<usize>,
+    pub declared_power_w: f64,
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
 }

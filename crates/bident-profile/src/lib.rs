@@ -22,21 +22,36 @@ pub enum PowerSource {
     Measured,
 }
 
-/// Profiled cost of one fused op on one PU. Times in microseconds, medians of `runs` runs.
+/// Profiled cost of one fused op on one PU. Times in microseconds: medians of `runs` runs, with
+/// p10/p90 in `p10_us`/`p90_us` (ordered h2d, dispatch, exec, d2h).
 ///
-/// On an OpenVINO CPU PU: `h2d_us` is wrapping and setting the input tensors, `exec_us` is the
-/// synchronous infer call (dispatch and execution together), `d2h_us` is reading the outputs
-/// back into host memory. The paper's node weight w(O, P) is `exec_us`.
+/// What each part means on an OpenVINO CPU PU (unified memory, no copies to a device):
+/// - `h2d_us`: wrapping the host input buffers as tensors and setting them on the request;
+/// - `exec_us`: the backend's own per-layer times for the infer call (PERF_COUNT), summed;
+/// - `dispatch_us`: the rest of the synchronous infer call (submission, scheduling, layout
+///   reorders the backend does not attribute to a layer); where a backend gives no per-layer
+///   times, 0, and `exec_us` is the whole call;
+/// - `d2h_us`: reading each output's shape and copying its bytes back into host memory.
+///
+/// The paper's node weight w(O, P) is [`Cost::weight_us`], dispatch plus execution.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Cost {
     pub h2d_us: f64,
+    pub dispatch_us: f64,
     pub exec_us: f64,
     pub d2h_us: f64,
-    pub exec_p10_us: f64,
-    pub exec_p90_us: f64,
+    pub p10_us: [f64; 4],
+    pub p90_us: [f64; 4],
     pub runs: u32,
     pub power_w: f64,
     pub power: PowerSource,
+}
+
+impl Cost {
+    /// w(O, P): what running the op on its PU costs, dispatch and execution.
+    pub fn weight_us(&self) -> f64 {
+        self.dispatch_us + self.exec_us
+    }
 }
 
 /// One op's row of the table: a cost per PU (None where it failed, with the reason).
@@ -70,7 +85,7 @@ pub struct CostTable {
 
 impl Artifact for CostTable {
     const KIND: &'static str = "cost-table";
-    const SCHEMA_VERSION: u32 = 1;
+    const SCHEMA_VERSION: u32 = 2;
 }
 
 impl CostTable {
@@ -82,16 +97,39 @@ impl CostTable {
 #[derive(Clone, Debug)]
 pub struct ProfileConfig {
     pub warmup: u32,
+    /// Measured runs per (op, PU): the cap when `adaptive`, else exactly this many.
     pub runs: u32,
+    /// Stop measuring an op once the 95% confidence interval of its median (dispatch +
+    /// execution) is within `rel_ci` of the median, after at least `min_runs` runs.
+    pub adaptive: bool,
+    pub min_runs: u32,
+    pub rel_ci: f64,
     /// Seed of the random op inputs.
     pub seed: u64,
 }
 
 impl Default for ProfileConfig {
     fn default() -> Self {
-        // the paper's protocol is 20 + 200; the skeleton keeps profiling quick
-        Self { warmup: 5, runs: 30, seed: 0 }
+        // the paper's protocol: 20 warm-up and at most 200 measured runs
+        Self { warmup: 20, runs: 200, adaptive: true, min_runs: 10, rel_ci: 0.03, seed: 0 }
     }
+}
+
+/// Half-width of the distribution-free 95% confidence interval of the median of `sorted`
+/// (order statistics n/2 -+ 0.98 sqrt(n)), relative to the median.
+pub fn median_rel_ci(sorted: &[f64]) -> f64 {
+    let n = sorted.len();
+    if n < 3 {
+        return f64::INFINITY;
+    }
+    let half = 0.98 * (n as f64).sqrt();
+    let lo = ((n as f64 / 2.0 - half).floor().max(0.0)) as usize;
+    let hi = ((n as f64 / 2.0 + half).ceil() as usize).min(n - 1);
+    let median = sorted[n / 2];
+    if median <= 0.0 {
+        return if sorted[hi] <= sorted[lo] { 0.0 } else { f64::INFINITY };
+    }
+    (sorted[hi] - sorted[lo]) / 2.0 / median
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -248,29 +286,51 @@ fn profile_pu(
             let mut exes: Vec<Result<Box<dyn Executable>, String>> = Vec::with_capacity(n);
             for (i, m) in models.iter().enumerate() {
                 let _ = tx.send(("compiling", i, n));
-                exes.push(backend.compile(m, pu).map_err(|e| e.to_string()));
+                // per-layer times split execution from dispatch
+                exes.push(backend.compile_profiled(m, pu).map_err(|e| e.to_string()));
             }
-            let runs = cfg.runs.max(1);
-            let rounds = cfg.warmup + runs;
-            let mut samples: Vec<[Vec<f64>; 3]> = vec![Default::default(); n];
+            let cap = cfg.runs.max(1);
+            let rounds = cfg.warmup + cap;
+            // samples[i] = [h2d, dispatch, exec, d2h] per measured run
+            let mut samples: Vec<[Vec<f64>; 4]> = vec![Default::default(); n];
             let mut failed: Vec<Option<String>> = vec![None; n];
+            let mut done = vec![false; n];
             for r in 0..rounds {
                 let _ = tx.send(("timing", r as usize, rounds as usize));
                 for i in 0..n {
                     let Ok(exe) = exes[i].as_mut() else { continue };
-                    if failed[i].is_some() {
+                    if failed[i].is_some() || done[i] {
                         continue;
                     }
                     let refs: Vec<&HostTensor> = inputs[i].iter().collect();
                     match exe.run_timed(&refs) {
                         Ok((_, t)) if r >= cfg.warmup => {
-                            samples[i][0].push(t.h2d.as_secs_f64() * 1e6);
-                            samples[i][1].push(t.infer.as_secs_f64() * 1e6);
-                            samples[i][2].push(t.d2h.as_secs_f64() * 1e6);
+                            let infer = t.infer.as_secs_f64() * 1e6;
+                            let exec = exe
+                                .layers()
+                                .ok()
+                                .map(|ls| ls.iter().map(|l| l.real_time.as_secs_f64() * 1e6).sum::<f64>())
+                                .filter(|&e| e > 0.0)
+                                .map_or(infer, |e| e.min(infer));
+                            let s = &mut samples[i];
+                            s[0].push(t.h2d.as_secs_f64() * 1e6);
+                            s[1].push(infer - exec);
+                            s[2].push(exec);
+                            s[3].push(t.d2h.as_secs_f64() * 1e6);
+                            if cfg.adaptive && s[2].len() as u32 >= cfg.min_runs.max(3) {
+                                let mut w: Vec<f64> = s[1].iter().zip(&s[2]).map(|(a, b)| a + b).collect();
+                                w.sort_by(f64::total_cmp);
+                                done[i] = median_rel_ci(&w) <= cfg.rel_ci;
+                            }
                         }
                         Ok(_) => {}
                         Err(e) => failed[i] = Some(e.to_string()),
                     }
+                }
+                if r >= cfg.warmup
+                    && done.iter().zip(&failed).zip(&exes).all(|((d, f), e)| *d || f.is_some() || e.is_err())
+                {
+                    break;
                 }
             }
             let _ = tx.send(("timing", rounds as usize, rounds as usize));
@@ -278,17 +338,21 @@ fn profile_pu(
                 .into_iter()
                 .zip(samples)
                 .zip(failed)
-                .map(|((exe, [mut h2d, mut exec, mut d2h]), failed)| {
+                .map(|((exe, mut parts), failed)| {
                     exe?;
                     if let Some(e) = failed {
                         return Err(e);
                     }
+                    let runs = parts[2].len() as u32;
+                    let mut q = |k: usize, p: f64| quantile(&mut parts[k], p);
+                    let median = [q(0, 0.5), q(1, 0.5), q(2, 0.5), q(3, 0.5)];
                     Ok(Cost {
-                        h2d_us: quantile(&mut h2d, 0.5),
-                        exec_us: quantile(&mut exec, 0.5),
-                        d2h_us: quantile(&mut d2h, 0.5),
-                        exec_p10_us: quantile(&mut exec, 0.1),
-                        exec_p90_us: quantile(&mut exec, 0.9),
+                        h2d_us: median[0],
+                        dispatch_us: median[1],
+                        exec_us: median[2],
+                        d2h_us: median[3],
+                        p10_us: [q(0, 0.1), q(1, 0.1), q(2, 0.1), q(3, 0.1)],
+                        p90_us: [q(0, 0.9), q(1, 0.9), q(2, 0.9), q(3, 0.9)],
                         runs,
                         power_w: pu.declared_power_w,
                         power: PowerSource::Declared,
@@ -340,7 +404,21 @@ pub fn input_hash(graph: ContentHash, soc: &SocSpec, cfg: &ProfileConfig) -> Con
 
 #[cfg(test)]
 mod tests {
-    use super::quantile;
+    use super::{median_rel_ci, quantile};
+
+    /// The interval narrows as samples agree and as they accumulate.
+    #[test]
+    fn median_confidence_interval() {
+        assert_eq!(median_rel_ci(&[1.0, 1.0]), f64::INFINITY);
+        assert_eq!(median_rel_ci(&[5.0; 10]), 0.0);
+        let spread: Vec<f64> = (0..10).map(|i| 100.0 + i as f64).collect();
+        let wide = median_rel_ci(&spread);
+        assert!(wide > 0.03 && wide < 0.05, "{wide}");
+        let many: Vec<f64> = (0..200).map(|i| 100.0 + (i % 10) as f64).collect::<Vec<_>>();
+        let mut many = many;
+        many.sort_by(f64::total_cmp);
+        assert!(median_rel_ci(&many) < wide);
+    }
 
     #[test]
     fn quantiles_by_nearest_rank() {

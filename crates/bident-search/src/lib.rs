@@ -132,7 +132,7 @@ impl Chain {
             (0..k).map(|j| t.cost(op, j).map(f)).collect::<Vec<_>>()
         };
         Self {
-            w: order.iter().map(|&o| row(o, &|c| c.exec_us)).collect(),
+            w: order.iter().map(|&o| row(o, &|c| c.weight_us())).collect(),
             h2d: order.iter().map(|&o| row(o, &|c| c.h2d_us).into_iter().map(|v| v.unwrap_or(0.0)).collect()).collect(),
             d2h: order.iter().map(|&o| row(o, &|c| c.d2h_us).into_iter().map(|v| v.unwrap_or(0.0)).collect()).collect(),
             power: order
