@@ -280,10 +280,25 @@ fn profile_stage(
     let tty = std::io::stderr().is_terminal();
     let mut last = std::time::Instant::now();
     let t0 = std::time::Instant::now();
+    // ETA within the current phase of the current PU, from its own pace so far
+    let mut phase_start = (String::new(), std::time::Instant::now());
     let table = bident_profile::profile(g, soc, be, &cfg, &mut |p| {
-        let line = format!("profile: {} {} [{}/{}]", p.pu, p.phase, p.done, p.total);
+        let key = format!("{} {}", p.pu, p.phase);
+        if phase_start.0 != key {
+            phase_start = (key, std::time::Instant::now());
+        }
+        let spent = phase_start.1.elapsed().as_secs_f64();
+        let eta = if p.done > 0 && p.done < p.total {
+            format!(", at most {:.0} s left", spent / p.done as f64 * (p.total - p.done) as f64)
+        } else {
+            String::new()
+        };
+        let width = 20;
+        let filled = (p.done * width).checked_div(p.total).unwrap_or(width).min(width);
+        let bar = format!("{}{}", "#".repeat(filled), ".".repeat(width - filled));
+        let line = format!("profile: {} {} [{bar}] {}/{}{eta}", p.pu, p.phase, p.done, p.total);
         if tty {
-            eprint!("\r{line:<60}");
+            eprint!("\r{line:<90}");
         } else if last.elapsed().as_secs() >= 5 {
             eprintln!("{line}");
             last = std::time::Instant::now();
@@ -310,7 +325,34 @@ fn profile_stage(
             "fixed".to_string()
         }
     );
+    print_profile_summary(&table);
     Ok((table, h))
+}
+
+/// The slowest ops (by their best PU) and, per PU, the ops it cannot run.
+fn print_profile_summary(table: &CostTable) {
+    let best = |o: &bident_profile::OpCosts| {
+        o.per_pu.iter().flatten().map(bident_profile::Cost::weight_us).fold(f64::INFINITY, f64::min)
+    };
+    let mut slow: Vec<&bident_profile::OpCosts> = table.ops.iter().collect();
+    slow.sort_by(|a, b| best(b).total_cmp(&best(a)));
+    let total: f64 = table.ops.iter().map(best).sum();
+    eprintln!("profile: slowest ops (dispatch + execution on their best PU, share of the sum {total:.0} us):");
+    for o in slow.iter().take(5) {
+        let w = best(o);
+        eprintln!("  op {:>4} {:<40} {:>9.1} us {:>5.1}%", o.op, truncate(&o.kind, 40), w, 100.0 * w / total);
+    }
+    for (j, pu) in table.soc.pus.iter().enumerate() {
+        let missing: Vec<&str> =
+            table.ops.iter().filter(|o| o.per_pu.get(j).is_none_or(Option::is_none)).map(|o| o.kind.as_str()).collect();
+        if !missing.is_empty() {
+            eprintln!("profile: {} cannot run {} ops: {}", pu.name, missing.len(), truncate(&missing.join(", "), 100));
+        }
+    }
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n { s.to_string() } else { format!("{}…", s.chars().take(n - 1).collect::<String>()) }
 }
 
 pub fn profile_cmd(a: ProfileArgs) -> Result<()> {
@@ -415,6 +457,8 @@ pub fn pipeline(a: PipelineArgs) -> Result<()> {
             "objective": plan.objective.name(),
             "fused_ops": g.ops.len(),
             "predicted_us": plan.predicted_us,
+            // energy = sum of time x power of the spending PU (declared unless measured)
+            "predicted_energy_mj": plan.predicted_energy_uj / 1000.0,
             "best_single_pu": plan.best_single_pu,
             "best_single_pu_us": best_us,
             "predicted_speedup": best_us / plan.predicted_us,

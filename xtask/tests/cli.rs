@@ -90,6 +90,7 @@ fn pipeline_end_to_end_on_the_example() {
         "objective",
         "fused_ops",
         "predicted_us",
+        "predicted_energy_mj",
         "best_single_pu",
         "best_single_pu_us",
         "predicted_speedup",

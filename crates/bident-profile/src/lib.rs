@@ -7,13 +7,16 @@
 //! Owns the `CostTable` artifact. Written against `bident_backend::Backend` only: which backend
 //! measures is the caller's choice. Must not: decide mappings (that is bident-search).
 
+pub mod power;
+
 use bident_artifact::{Artifact, ContentHash};
 use bident_backend::{Backend, BackendError, Executable, PuSpec, SocSpec};
 use bident_ir::{BackendLayer, Extractor, FusedGraph, OpId};
 use bident_tensor::HostTensor;
 use serde::{Deserialize, Serialize};
 
-/// Where a power figure comes from.
+/// Where a power figure comes from. `Measured` is the package's average power (RAPL) while the
+/// PU's ops were being timed; `Declared` is the SoC spec's figure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PowerSource {
@@ -291,12 +294,17 @@ fn profile_pu(
             }
             let cap = cfg.runs.max(1);
             let rounds = cfg.warmup + cap;
+            let rapl = power::Rapl::open();
+            let mut energy = None;
             // samples[i] = [h2d, dispatch, exec, d2h] per measured run
             let mut samples: Vec<[Vec<f64>; 4]> = vec![Default::default(); n];
             let mut failed: Vec<Option<String>> = vec![None; n];
             let mut done = vec![false; n];
             for r in 0..rounds {
                 let _ = tx.send(("timing", r as usize, rounds as usize));
+                if r == cfg.warmup {
+                    energy = rapl.as_ref().and_then(power::Rapl::start);
+                }
                 for i in 0..n {
                     let Ok(exe) = exes[i].as_mut() else { continue };
                     if failed[i].is_some() || done[i] {
@@ -334,6 +342,7 @@ fn profile_pu(
                 }
             }
             let _ = tx.send(("timing", rounds as usize, rounds as usize));
+            let measured_w = rapl.as_ref().zip(energy.as_ref()).and_then(|(r, e)| r.watts_since(e));
             Ok(exes
                 .into_iter()
                 .zip(samples)
@@ -354,8 +363,8 @@ fn profile_pu(
                         p10_us: [q(0, 0.1), q(1, 0.1), q(2, 0.1), q(3, 0.1)],
                         p90_us: [q(0, 0.9), q(1, 0.9), q(2, 0.9), q(3, 0.9)],
                         runs,
-                        power_w: pu.declared_power_w,
-                        power: PowerSource::Declared,
+                        power_w: measured_w.unwrap_or(pu.declared_power_w),
+                        power: if measured_w.is_some() { PowerSource::Measured } else { PowerSource::Declared },
                     })
                 })
                 .collect())
