@@ -1,7 +1,7 @@
 //! Constant tensors: conversion between ONNX `TensorProto` and [`HostTensor`], and the f64 view
 //! that constant evaluation of shape arithmetic works in.
 
-use bident_tensor::{DType, HostTensor, f32_to_f16};
+use bident_tensor::{DType, HostTensor};
 
 use crate::proto::TensorProto;
 
@@ -100,23 +100,8 @@ pub(crate) fn from_i64_wrapping(dtype: DType, shape: Vec<u64>, values: &[i64]) -
 }
 
 pub(crate) fn from_f64(dtype: DType, shape: Vec<u64>, values: &[f64]) -> HostTensor {
-    let mut data = Vec::with_capacity(values.len() * dtype.size());
-    for &v in values {
-        match dtype {
-            DType::F32 => data.extend_from_slice(&(v as f32).to_le_bytes()),
-            DType::F64 => data.extend_from_slice(&v.to_le_bytes()),
-            DType::F16 => data.extend_from_slice(&f32_to_f16(v as f32).to_le_bytes()),
-            DType::Bf16 => data.extend_from_slice(&(((v as f32).to_bits() >> 16) as u16).to_le_bytes()),
-            DType::Bool => data.push((v != 0.0) as u8),
-            DType::I8 => data.push(v as i8 as u8),
-            DType::U8 => data.push(v as u8),
-            DType::I16 => data.extend_from_slice(&(v as i16).to_le_bytes()),
-            DType::U16 => data.extend_from_slice(&(v as u16).to_le_bytes()),
-            DType::I32 => data.extend_from_slice(&(v as i32).to_le_bytes()),
-            DType::U32 => data.extend_from_slice(&(v as u32).to_le_bytes()),
-            DType::I64 => data.extend_from_slice(&(v as i64).to_le_bytes()),
-            DType::U64 => data.extend_from_slice(&(v as u64).to_le_bytes()),
-        }
-    }
-    HostTensor { dtype, shape, data }
+    // callers give one value per element; should one not, keep the values rather than the shape
+    let n = values.len() as u64;
+    let shape = if bident_tensor::numel(&shape) == n { shape } else { vec![n] };
+    HostTensor::from_f64("", dtype, shape, values).unwrap_or_else(|_| HostTensor::zeros(dtype, vec![0]))
 }
