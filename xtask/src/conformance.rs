@@ -141,13 +141,9 @@ fn whole(
         Ok(e) => e,
         Err(e) => return Outcome::Error(format!("compile: {e}")),
     };
-    // feed by name where every port kept its name, else in graph order
-    let by_name: Option<Vec<&HostTensor>> =
-        exe.inputs().iter().map(|p| inputs.iter().find(|(n, _)| *n == p.name).map(|(_, t)| t)).collect();
-    let ordered = match by_name {
-        Some(v) => v,
-        None if exe.inputs().len() == inputs.len() => inputs.iter().map(|(_, t)| t).collect(),
-        None => return Outcome::Error(format!("{} ports for {} test inputs", exe.inputs().len(), inputs.len())),
+    let named: Vec<(&str, &HostTensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let Some(ordered) = bident_backend::feed_order(exe.inputs(), &named) else {
+        return Outcome::Error(format!("{} ports for {} test inputs", exe.inputs().len(), inputs.len()));
     };
     let names: Vec<String> = exe.outputs().iter().map(|p| p.name.clone()).collect();
     match exe.run(&ordered) {

@@ -124,6 +124,16 @@ pub trait Executable: Send {
     fn layers(&self) -> Result<Vec<Layer>, BackendError>;
 }
 
+/// The tensors to feed an executable whose inputs are `ports`, given `named` (name, tensor)
+/// pairs in the graph's order: by port name where every port kept its tensor's name, else by
+/// position when the counts agree (a backend may report another of a tensor's names, or drop
+/// an input nothing reads), else None.
+pub fn feed_order<'a>(ports: &[PortInfo], named: &[(&str, &'a HostTensor)]) -> Option<Vec<&'a HostTensor>> {
+    let by_name: Option<Vec<&HostTensor>> =
+        ports.iter().map(|p| named.iter().find(|(n, _)| *n == p.name).map(|(_, t)| *t)).collect();
+    by_name.or_else(|| (ports.len() == named.len()).then(|| named.iter().map(|(_, t)| *t).collect()))
+}
+
 /// The CPUs this process may run on (its affinity mask), in order.
 pub fn allowed_cpus() -> Vec<usize> {
     #[cfg(target_os = "linux")]

@@ -156,25 +156,15 @@ pub fn backend_layers(backend: &dyn Backend, g: &FusedGraph, pu: &PuSpec) -> Res
     let fail = |source| ProfileError::Reference { pu: pu.name.clone(), source };
     let mut exe = backend.compile_profiled(&g.lowered_model()?, pu).map_err(fail)?;
     let inputs = g.example_inputs(0);
-    // by name: a backend may drop inputs nothing reads (a pinned value that was folded away);
-    // by position when a port goes by another of its tensor's names
-    let by_name: Option<Vec<&HostTensor>> = exe
-        .inputs()
-        .iter()
-        .map(|port| g.inputs.iter().position(|&t| g.tensor(t).name == port.name).map(|k| &inputs[k]))
-        .collect();
-    let fed = match by_name {
-        Some(fed) => fed,
-        None if exe.inputs().len() == inputs.len() => inputs.iter().collect(),
-        None => {
-            return Err(fail(BackendError::BadInput {
-                pu: pu.name.clone(),
-                index: 0,
-                name: exe.inputs().iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
-                reason: format!("the compiled model's inputs do not match the graph's {}", inputs.len()),
-            }));
-        }
-    };
+    let named: Vec<(&str, &HostTensor)> = g.inputs.iter().map(|&t| g.tensor(t).name.as_str()).zip(&inputs).collect();
+    let fed = bident_backend::feed_order(exe.inputs(), &named).ok_or_else(|| {
+        fail(BackendError::BadInput {
+            pu: pu.name.clone(),
+            index: 0,
+            name: exe.inputs().iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
+            reason: format!("the compiled model's inputs do not match the graph's {}", inputs.len()),
+        })
+    })?;
     exe.run(&fed).map_err(fail)?;
     Ok(exe
         .layers()

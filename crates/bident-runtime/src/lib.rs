@@ -308,13 +308,10 @@ pub fn run(
         let (outs, us) = workers[&best_idx]
             .call(cfg.op_timeout, move |exes| {
                 let exe = exes.get_mut(&WHOLE).expect("compiled above");
-                // by name where the backend kept the names, else in graph order
-                let by_name: Option<Vec<&HostTensor>> = exe
-                    .inputs()
-                    .iter()
-                    .map(|p| names.iter().position(|n| *n == p.name).map(|k| ins[k].as_ref()))
-                    .collect();
-                let refs = by_name.unwrap_or_else(|| ins.iter().map(|t| t.as_ref()).collect());
+                let named: Vec<(&str, &HostTensor)> =
+                    names.iter().map(String::as_str).zip(ins.iter().map(|t| t.as_ref())).collect();
+                let refs = bident_backend::feed_order(exe.inputs(), &named)
+                    .unwrap_or_else(|| ins.iter().map(|t| t.as_ref()).collect());
                 let out_names: Vec<String> = exe.outputs().iter().map(|p| p.name.clone()).collect();
                 let t = Instant::now();
                 let out = exe.run(&refs);
