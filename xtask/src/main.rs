@@ -129,6 +129,19 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().map(PathBuf::from).unwrap_or_default()
 }
 
+/// The `*.yaml` case files of a folder under `tests/data/`, sorted.
+fn case_files(area: &str) -> Result<Vec<PathBuf>> {
+    use anyhow::Context;
+    let dir = root().join("tests/data").join(area);
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .with_context(|| dir.display().to_string())?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    cases.sort();
+    Ok(cases)
+}
+
 fn ci() -> Result<()> {
     use std::process::Command;
     let step = |name: &str, cmd: &mut Command| -> Result<()> {

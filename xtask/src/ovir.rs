@@ -30,13 +30,7 @@ pub fn ovir(json: bool) -> Result<()> {
     let be = crate::pipeline::backend()?;
     let pu = SocSpec::preset("local", be.as_ref())?.pus.remove(0);
     let python = python()?;
-    let dir = root.join("tests/data/ovir");
-    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .with_context(|| dir.display().to_string())?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    cases.sort();
+    let cases = crate::case_files("ovir")?;
     let mut rows = vec![];
     for path in &cases {
         let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();

@@ -154,31 +154,34 @@ fn model_path(import: &ImportArgs) -> Result<(PathBuf, String)> {
 }
 
 fn parse_shapes(items: &[String]) -> Result<BTreeMap<String, Vec<u64>>> {
-    let mut out = BTreeMap::new();
-    for it in items {
-        let (name, dims) =
-            it.split_once('=').with_context(|| format!("--input-shape `{it}`: expected NAME=D,D,..."))?;
-        let dims = dims
-            .split(',')
-            .map(|d| d.trim().parse::<u64>().ok().filter(|&v| v > 0))
-            .collect::<Option<Vec<_>>>()
-            .with_context(|| format!("--input-shape `{it}`: dims must be positive integers"))?;
-        out.insert(name.to_string(), dims);
-    }
-    Ok(out)
+    parse_named_lists(items, "--input-shape", "NAME=D,D,...", "dims must be positive integers", |d| {
+        d.parse::<u64>().ok().filter(|&v| v > 0)
+    })
 }
 
 fn parse_values(items: &[String]) -> Result<BTreeMap<String, Vec<f64>>> {
+    parse_named_lists(items, "--input-value", "NAME=V,V,...", "values must be finite numbers", |v| {
+        v.parse::<f64>().ok().filter(|v| v.is_finite())
+    })
+}
+
+/// `NAME=a,b,...` items of a repeatable flag, each element read by `item`.
+fn parse_named_lists<T>(
+    items: &[String],
+    flag: &str,
+    form: &str,
+    rule: &str,
+    item: impl Fn(&str) -> Option<T>,
+) -> Result<BTreeMap<String, Vec<T>>> {
     let mut out = BTreeMap::new();
     for it in items {
-        let (name, vals) =
-            it.split_once('=').with_context(|| format!("--input-value `{it}`: expected NAME=V,V,..."))?;
-        let vals = vals
+        let (name, list) = it.split_once('=').with_context(|| format!("{flag} `{it}`: expected {form}"))?;
+        let list = list
             .split(',')
-            .map(|v| v.trim().parse::<f64>().ok().filter(|v| v.is_finite()))
+            .map(|x| item(x.trim()))
             .collect::<Option<Vec<_>>>()
-            .with_context(|| format!("--input-value `{it}`: values must be finite numbers"))?;
-        out.insert(name.to_string(), vals);
+            .with_context(|| format!("{flag} `{it}`: {rule}"))?;
+        out.insert(name.to_string(), list);
     }
     Ok(out)
 }

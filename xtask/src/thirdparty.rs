@@ -70,13 +70,7 @@ fn fetch(c: &Case) -> Result<PathBuf> {
 }
 
 pub fn thirdparty(soc: &str, fusion: &str, runs: u32, profile_runs: u32, json: bool) -> Result<()> {
-    let dir = crate::root().join("tests/data/thirdparty");
-    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .with_context(|| dir.display().to_string())?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    cases.sort();
+    let cases = crate::case_files("thirdparty")?;
     let mut rows = vec![];
     for path in &cases {
         let c: Case =
