@@ -130,7 +130,18 @@ pub fn summary(g: &FusedGraph, p: &bident_partition::PhasedGraph) -> GraphSummar
             .enumerate()
             .map(|(i, o)| {
                 let shapes: Vec<String> = o.outputs.iter().map(|&t| format!("{:?}", g.tensor(t).shape)).collect();
-                format!("{i}: {} -> {}", o.kind, shapes.join(", "))
+                let w = &o.work;
+                format!(
+                    "{i}: {} -> {} [{} {} {} flops, {}+{} B in, {} B out]",
+                    o.kind,
+                    shapes.join(", "),
+                    w.class.name(),
+                    w.dtype,
+                    w.flops,
+                    w.bytes_in,
+                    w.weight_bytes,
+                    w.bytes_out
+                )
             })
             .collect(),
         phases: p.phases.iter().map(|ph| ph.branches.iter().map(|b| b.ops.clone()).collect()).collect(),

@@ -28,6 +28,7 @@ pub use bident_tensor::DType;
 pub use error::IrError;
 pub use extract::Extractor;
 pub use fusion::{BackendFusion, BackendLayer, Fusion, FusionInfo};
+pub use ops::{OpClass, Work};
 pub use lower::{ImportOptions, import, import_bytes, import_openvino_ir_bytes, import_shared};
 
 /// Index of a tensor in [`FusedGraph::tensors`].
@@ -79,6 +80,8 @@ pub struct FusedOp {
     pub nodes: Vec<u32>,
     pub inputs: Vec<TensorId>,
     pub outputs: Vec<TensorId>,
+    /// What the op computes (class, FLOPs, bytes): the input of analytic cost models.
+    pub work: Work,
 }
 
 /// Where a fused graph came from.
@@ -125,7 +128,7 @@ pub struct FusedGraph {
 
 impl Artifact for FusedGraph {
     const KIND: &'static str = "fused-graph";
-    const SCHEMA_VERSION: u32 = 2;
+    const SCHEMA_VERSION: u32 = 3;
 }
 
 impl FusedGraph {

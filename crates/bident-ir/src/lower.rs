@@ -765,6 +765,23 @@ impl<'o> Lowering<'o> {
         }
     }
 
+    /// What node `n` computes (`producer`: the node producing each tensor, to see through
+    /// `DequantizeLinear` to the integer type an operand is stored in).
+    fn node_work(&self, n: &NodeProto, producer: &HashMap<&str, usize>) -> ops::work::NodeWork {
+        let fact = |t: &String| (!t.is_empty()).then(|| self.facts.get(t)).flatten();
+        let inputs: Vec<Option<&Fact>> = n.input.iter().map(fact).collect();
+        let outputs: Vec<Option<&Fact>> = n.output.iter().map(fact).collect();
+        let nodes = &self.graph().node;
+        let operand_dtype = |k: usize| {
+            let t = n.input.get(k).filter(|t| !t.is_empty())?;
+            match producer.get(t.as_str()).map(|&p| &nodes[p]) {
+                Some(p) if p.op_type() == "DequantizeLinear" => p.input.first().and_then(fact).map(|f| f.dtype),
+                _ => fact(t).map(|f| f.dtype),
+            }
+        };
+        ops::work::node_work(n, ops::lookup(n.domain(), n.op_type()), &inputs, &outputs, &operand_dtype)
+    }
+
     fn role(&self, n: &NodeProto) -> Role {
         ops::lookup(n.domain(), n.op_type()).map_or(Role::Plain, |d| d.role)
     }
@@ -945,6 +962,8 @@ impl<'o> Lowering<'o> {
             all.sort_by_key(|i| new_index[i]);
             let inside: HashSet<&str> = all.iter().flat_map(|&i| nodes[i].output.iter().map(String::as_str)).collect();
             let mut op_inputs = vec![];
+            let mut group_consts: HashSet<&str> = HashSet::new();
+            let mut input_names: Vec<&str> = vec![];
             for &i in &all {
                 for t in &self.uses[i] {
                     if inside.contains(t.as_str()) {
@@ -952,33 +971,47 @@ impl<'o> Lowering<'o> {
                     }
                     if self.is_value(t) {
                         used_consts.insert(t.clone());
+                        group_consts.insert(t);
                         continue;
                     }
                     let id = tid(t, &self.facts);
                     if !op_inputs.contains(&id) {
                         op_inputs.push(id);
+                        input_names.push(t.as_str());
                     }
                 }
             }
             let mut op_outputs = vec![];
+            let mut output_names: Vec<&str> = vec![];
             for &i in members {
                 for o in nodes[i].output.iter().filter(|o| !o.is_empty()) {
                     let used_outside = graph_outputs.contains(o.as_str())
                         || consumer_groups.get(o.as_str()).is_some_and(|gs| gs.iter().any(|&c| c != g));
                     if used_outside {
                         op_outputs.push(tid(o, &self.facts));
+                        output_names.push(o.as_str());
                     }
                 }
             }
             let anchor_at =
                 members.iter().copied().find(|&i| self.role(&nodes[i]) == Role::Anchor).unwrap_or(members[0]);
             let anchor = &nodes[anchor_at];
+            let bytes = |ts: &mut dyn Iterator<Item = &str>| {
+                ts.filter_map(|t| self.facts.get(t)).fold(0u64, |a, f| a.saturating_add(tensor_bytes(f)))
+            };
+            let work = ops::work::group_work(
+                &members.iter().map(|&i| (self.node_work(&nodes[i], &producer), nodes[i].op_type().to_string())).collect::<Vec<_>>(),
+                bytes(&mut input_names.into_iter()),
+                bytes(&mut group_consts.iter().copied()),
+                bytes(&mut output_names.into_iter()),
+            );
             fused_ops.push(FusedOp {
                 name: node_label(anchor, anchor_at),
                 kind: members.iter().map(|&i| nodes[i].op_type()).collect::<Vec<_>>().join("+"),
                 nodes: all.iter().map(|i| new_index[i]).collect(),
                 inputs: op_inputs,
                 outputs: op_outputs,
+                work,
             });
         }
         let outputs: Vec<TensorId> = self.outputs.iter().map(|n| tid(n, &self.facts)).collect();

@@ -6,13 +6,13 @@ use std::collections::HashMap;
 
 use bident_tensor::{DType, HostTensor};
 
-use super::{Ctx, Fact, Registry, Role, axis};
+use super::{Ctx, Fact, OpClass, Registry, Role, axis};
 use crate::proto::{GraphProto, ValueInfoProto, tensor_shape_proto::dimension::Value as Dim, type_proto};
 
 pub(super) fn register(r: &mut Registry) {
-    r.add(&["If"], Role::Plain, infer_if, None);
-    r.add(&["Loop"], Role::Plain, infer_loop, None);
-    r.add(&["Scan"], Role::Plain, infer_scan, None);
+    r.add(&["If"], (Role::Plain, OpClass::Control), infer_if, None);
+    r.add(&["Loop"], (Role::Plain, OpClass::Control), infer_loop, None);
+    r.add(&["Scan"], (Role::Plain, OpClass::Control), infer_scan, None);
 }
 
 /// Element type and shape of a subgraph output, if declared; dims may be unknown (None).

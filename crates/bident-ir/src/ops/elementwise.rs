@@ -3,7 +3,7 @@
 
 use bident_tensor::{DType, HostTensor};
 
-use super::{Ctx, Fact, Registry, Role, broadcast, same_as_input0};
+use super::{Ctx, Fact, OpClass, Registry, Role, broadcast, same_as_input0};
 use crate::consts::{from_f64, to_f64};
 
 const ACTIVATIONS: &[&str] = &[
@@ -73,16 +73,16 @@ const BINARY: &[&str] = &[
 const COMPARE: &[&str] = &["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"];
 
 pub(super) fn register(r: &mut Registry) {
-    r.add(ACTIVATIONS, Role::Activation, same_as_input0, Some(eval_unary));
-    r.add(UNARY, Role::Plain, same_as_input0, Some(eval_unary));
-    r.add(&["IsNaN", "IsInf"], Role::Plain, |c| Ok(vec![Fact::new(DType::Bool, c.shape(0)?.to_vec())]), None);
-    r.add(ARITH, Role::Affine, infer_binary, Some(eval_binary));
-    r.add(BINARY, Role::Plain, infer_binary, Some(eval_binary));
-    r.add(COMPARE, Role::Plain, infer_compare, Some(eval_binary));
-    r.add(&["Where"], Role::Plain, infer_where, Some(eval_where));
-    r.add(&["Cast"], Role::Plain, infer_cast, Some(eval_cast));
-    r.add(&["CastLike"], Role::Plain, |c| Ok(vec![Fact::new(c.dtype(1)?, c.shape(0)?.to_vec())]), None);
-    r.add(&["Dropout"], Role::Plain, infer_dropout, None);
+    r.add(ACTIVATIONS, (Role::Activation, OpClass::Elementwise), same_as_input0, Some(eval_unary));
+    r.add(UNARY, (Role::Plain, OpClass::Elementwise), same_as_input0, Some(eval_unary));
+    r.add(&["IsNaN", "IsInf"], (Role::Plain, OpClass::Elementwise), |c| Ok(vec![Fact::new(DType::Bool, c.shape(0)?.to_vec())]), None);
+    r.add(ARITH, (Role::Affine, OpClass::Elementwise), infer_binary, Some(eval_binary));
+    r.add(BINARY, (Role::Plain, OpClass::Elementwise), infer_binary, Some(eval_binary));
+    r.add(COMPARE, (Role::Plain, OpClass::Elementwise), infer_compare, Some(eval_binary));
+    r.add(&["Where"], (Role::Plain, OpClass::Elementwise), infer_where, Some(eval_where));
+    r.add(&["Cast"], (Role::Plain, OpClass::Elementwise), infer_cast, Some(eval_cast));
+    r.add(&["CastLike"], (Role::Plain, OpClass::Elementwise), |c| Ok(vec![Fact::new(c.dtype(1)?, c.shape(0)?.to_vec())]), None);
+    r.add(&["Dropout"], (Role::Plain, OpClass::Elementwise), infer_dropout, None);
 }
 
 fn infer_binary(c: &Ctx) -> Result<Vec<Fact>, String> {

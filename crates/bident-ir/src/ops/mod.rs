@@ -10,6 +10,7 @@ mod elementwise;
 mod nn;
 mod reduce;
 mod shape;
+pub(crate) mod work;
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -18,6 +19,7 @@ use bident_tensor::{DType, HostTensor};
 
 use crate::consts;
 use crate::proto::{AttributeProto, NodeProto};
+pub use work::{OpClass, Work};
 
 /// Static type of a tensor.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,14 +66,21 @@ pub(crate) struct OpDef {
     pub infer: Rule<Vec<Fact>>,
     pub eval: Option<Rule<Vec<HostTensor>>>,
     pub role: Role,
+    pub class: OpClass,
 }
 
 pub(crate) struct Registry(HashMap<&'static str, OpDef>);
 
 impl Registry {
-    fn add(&mut self, ops: &[&'static str], role: Role, infer: Rule<Vec<Fact>>, eval: Option<Rule<Vec<HostTensor>>>) {
+    fn add(
+        &mut self,
+        ops: &[&'static str],
+        (role, class): (Role, OpClass),
+        infer: Rule<Vec<Fact>>,
+        eval: Option<Rule<Vec<HostTensor>>>,
+    ) {
         for op in ops {
-            self.0.insert(op, OpDef { infer, eval, role });
+            self.0.insert(op, OpDef { infer, eval, role, class });
         }
     }
 }

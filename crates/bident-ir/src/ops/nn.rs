@@ -3,38 +3,64 @@
 
 use bident_tensor::DType;
 
-use super::{Ctx, Fact, Registry, Role, axis, broadcast, same_as_input0};
+use super::{Ctx, Fact, OpClass, Registry, Role, axis, broadcast, same_as_input0};
 
 pub(super) fn register(r: &mut Registry) {
-    r.add(&["Conv", "ConvInteger"], Role::Anchor, infer_conv, None);
-    r.add(&["ConvTranspose"], Role::Anchor, infer_conv_transpose, None);
-    r.add(&["MatMul", "MatMulInteger"], Role::Anchor, infer_matmul, None);
-    r.add(&["Gemm"], Role::Anchor, infer_gemm, None);
-    r.add(&["MaxPool", "AveragePool", "LpPool"], Role::Plain, infer_pool, None);
-    r.add(&["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"], Role::Plain, infer_global_pool, None);
-    r.add(&["BatchNormalization"], Role::Affine, infer_batchnorm, None);
+    let mac = |class| (Role::Anchor, class);
+    let plain = |class| (Role::Plain, class);
+    r.add(&["Conv", "ConvInteger"], mac(OpClass::Conv), infer_conv, None);
+    r.add(&["ConvTranspose"], mac(OpClass::Conv), infer_conv_transpose, None);
+    r.add(&["MatMul", "MatMulInteger"], mac(OpClass::Matmul), infer_matmul, None);
+    r.add(&["Gemm"], mac(OpClass::Matmul), infer_gemm, None);
+    r.add(&["MaxPool", "AveragePool", "LpPool"], plain(OpClass::Reduction), infer_pool, None);
+    r.add(&["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"], plain(OpClass::Reduction), infer_global_pool, None);
+    r.add(&["BatchNormalization"], (Role::Affine, OpClass::Normalization), infer_batchnorm, None);
     r.add(
-        &[
-            "InstanceNormalization",
-            "LRN",
-            "Softmax",
-            "LogSoftmax",
-            "Hardmax",
-            "CumSum",
-            "Trilu",
-            "MeanVarianceNormalization",
-        ],
-        Role::Plain,
+        &["InstanceNormalization", "LRN", "Softmax", "LogSoftmax", "Hardmax", "MeanVarianceNormalization"],
+        plain(OpClass::Normalization),
         same_as_input0,
         None,
     );
-    r.add(&["LayerNormalization"], Role::Plain, infer_layernorm, None);
-    r.add(&["QuantizeLinear"], Role::Plain, infer_quantize, None);
-    r.add(&["DequantizeLinear"], Role::Plain, infer_dequantize, None);
-    r.add(&["LSTM", "GRU", "RNN"], Role::Plain, infer_rnn, None);
-    r.add(&["Einsum"], Role::Plain, infer_einsum, None);
-    r.add(&["TopK"], Role::Plain, infer_topk, None);
-    r.add(&["ArgMax", "ArgMin"], Role::Plain, infer_argmax, None);
+    r.add(&["Trilu"], plain(OpClass::Elementwise), same_as_input0, None);
+    r.add(&["CumSum"], plain(OpClass::Scan), same_as_input0, None);
+    r.add(&["DFT"], plain(OpClass::Fft), infer_dft, None);
+    r.add(&["LayerNormalization"], plain(OpClass::Normalization), infer_layernorm, None);
+    r.add(&["QuantizeLinear"], plain(OpClass::Elementwise), infer_quantize, None);
+    r.add(&["DequantizeLinear"], plain(OpClass::Elementwise), infer_dequantize, None);
+    r.add(&["LSTM", "GRU", "RNN"], plain(OpClass::Recurrent), infer_rnn, None);
+    r.add(&["Einsum"], plain(OpClass::Matmul), infer_einsum, None);
+    r.add(&["TopK"], plain(OpClass::Reduction), infer_topk, None);
+    r.add(&["ArgMax", "ArgMin"], plain(OpClass::Reduction), infer_argmax, None);
+}
+
+/// DFT (opset 17: `axis` attribute, default 1; opset 20: `axis` input, default -2). The
+/// signal axis becomes `dft_length` (or stays), halved plus one when `onesided`; the last dim,
+/// real (1) or complex (2), becomes complex.
+fn infer_dft(c: &Ctx) -> Result<Vec<Fact>, String> {
+    let x = c.input(0)?;
+    let rank = x.shape.len();
+    if rank < 2 || !matches!(x.shape[rank - 1], 1 | 2) {
+        return Err(format!("DFT input must end in a dim of 1 (real) or 2 (complex), got {:?}", x.shape));
+    }
+    let a = if c.opset >= 20 {
+        if c.has_input(2) { c.const_ints(2, "axis")?.first().copied().unwrap_or(-2) } else { -2 }
+    } else {
+        c.attr_i("axis", 1)
+    };
+    let a = axis(a, rank)?;
+    if a == rank - 1 {
+        return Err("DFT axis cannot be the last (real/imaginary) dim".into());
+    }
+    let mut shape = x.shape.clone();
+    if c.has_input(1) {
+        let n = c.const_ints(1, "dft_length")?.first().copied().unwrap_or(0);
+        shape[a] = u64::try_from(n).ok().filter(|&n| n > 0).ok_or_else(|| format!("dft_length {n} is not positive"))?;
+    }
+    if c.attr_i("onesided", 0) == 1 {
+        shape[a] = shape[a] / 2 + 1;
+    }
+    shape[rank - 1] = 2;
+    Ok(vec![Fact::new(x.dtype, shape)])
 }
 
 /// Output spatial sizes of a windowed op (Conv, pooling).

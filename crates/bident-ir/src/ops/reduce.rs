@@ -1,6 +1,6 @@
 //! Reductions.
 
-use super::{Ctx, Fact, Registry, Role, axis};
+use super::{Ctx, Fact, OpClass, Registry, Role, axis};
 
 const REDUCE: &[&str] = &[
     "ReduceMean",
@@ -16,7 +16,7 @@ const REDUCE: &[&str] = &[
 ];
 
 pub(super) fn register(r: &mut Registry) {
-    r.add(REDUCE, Role::Plain, infer_reduce, None);
+    r.add(REDUCE, (Role::Plain, OpClass::Reduction), infer_reduce, None);
 }
 
 fn infer_reduce(c: &Ctx) -> Result<Vec<Fact>, String> {

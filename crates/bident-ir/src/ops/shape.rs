@@ -5,37 +5,37 @@
 use bident_tensor::{DType, HostTensor};
 
 use super::elementwise::broadcast_map;
-use super::{Ctx, Fact, Registry, Role, axis, broadcast};
+use super::{Ctx, Fact, OpClass, Registry, Role, axis, broadcast};
 use crate::consts::{from_f64, from_proto, to_f64};
 
 pub(super) fn register(r: &mut Registry) {
-    r.add(&["Reshape"], Role::Plain, infer_reshape, Some(eval_reshape));
-    r.add(&["Flatten"], Role::Plain, infer_flatten, Some(eval_reshape));
-    r.add(&["Transpose"], Role::Plain, infer_transpose, None);
-    r.add(&["Squeeze"], Role::Plain, infer_squeeze, Some(eval_reshape));
-    r.add(&["Unsqueeze"], Role::Plain, infer_unsqueeze, Some(eval_reshape));
-    r.add(&["Concat"], Role::Plain, infer_concat, Some(eval_concat));
-    r.add(&["Split"], Role::Plain, infer_split, None);
-    r.add(&["Slice"], Role::Plain, infer_slice, Some(eval_slice));
-    r.add(&["Gather"], Role::Plain, infer_gather, Some(eval_gather));
-    r.add(&["GatherElements"], Role::Plain, |c| Ok(vec![Fact::new(c.dtype(0)?, c.shape(1)?.to_vec())]), None);
-    r.add(&["GatherND"], Role::Plain, infer_gather_nd, None);
-    r.add(&["ScatterND", "ScatterElements", "Scatter"], Role::Plain, |c| Ok(vec![c.input(0)?.clone()]), None);
-    r.add(&["Expand"], Role::Plain, infer_expand, Some(eval_expand));
-    r.add(&["Tile"], Role::Plain, infer_tile, None);
-    r.add(&["Pad"], Role::Plain, infer_pad, None);
-    r.add(&["Resize", "Upsample"], Role::Plain, infer_resize, None);
-    r.add(&["DepthToSpace", "SpaceToDepth"], Role::Plain, infer_depth_space, None);
-    r.add(&["Shape"], Role::Plain, infer_shape_op, Some(eval_shape_op));
-    r.add(&["Size"], Role::Plain, |_| Ok(vec![Fact::new(DType::I64, vec![])]), Some(eval_size));
-    r.add(&["ConstantOfShape"], Role::Plain, infer_constant_of_shape, Some(eval_constant_of_shape));
+    r.add(&["Reshape"], (Role::Plain, OpClass::Movement), infer_reshape, Some(eval_reshape));
+    r.add(&["Flatten"], (Role::Plain, OpClass::Movement), infer_flatten, Some(eval_reshape));
+    r.add(&["Transpose"], (Role::Plain, OpClass::Movement), infer_transpose, None);
+    r.add(&["Squeeze"], (Role::Plain, OpClass::Movement), infer_squeeze, Some(eval_reshape));
+    r.add(&["Unsqueeze"], (Role::Plain, OpClass::Movement), infer_unsqueeze, Some(eval_reshape));
+    r.add(&["Concat"], (Role::Plain, OpClass::Movement), infer_concat, Some(eval_concat));
+    r.add(&["Split"], (Role::Plain, OpClass::Movement), infer_split, None);
+    r.add(&["Slice"], (Role::Plain, OpClass::Movement), infer_slice, Some(eval_slice));
+    r.add(&["Gather"], (Role::Plain, OpClass::Gather), infer_gather, Some(eval_gather));
+    r.add(&["GatherElements"], (Role::Plain, OpClass::Gather), |c| Ok(vec![Fact::new(c.dtype(0)?, c.shape(1)?.to_vec())]), None);
+    r.add(&["GatherND"], (Role::Plain, OpClass::Gather), infer_gather_nd, None);
+    r.add(&["ScatterND", "ScatterElements", "Scatter"], (Role::Plain, OpClass::Gather), |c| Ok(vec![c.input(0)?.clone()]), None);
+    r.add(&["Expand"], (Role::Plain, OpClass::Movement), infer_expand, Some(eval_expand));
+    r.add(&["Tile"], (Role::Plain, OpClass::Movement), infer_tile, None);
+    r.add(&["Pad"], (Role::Plain, OpClass::Movement), infer_pad, None);
+    r.add(&["Resize", "Upsample"], (Role::Plain, OpClass::Movement), infer_resize, None);
+    r.add(&["DepthToSpace", "SpaceToDepth"], (Role::Plain, OpClass::Movement), infer_depth_space, None);
+    r.add(&["Shape"], (Role::Plain, OpClass::Movement), infer_shape_op, Some(eval_shape_op));
+    r.add(&["Size"], (Role::Plain, OpClass::Movement), |_| Ok(vec![Fact::new(DType::I64, vec![])]), Some(eval_size));
+    r.add(&["ConstantOfShape"], (Role::Plain, OpClass::Movement), infer_constant_of_shape, Some(eval_constant_of_shape));
     r.add(
         &["Range"],
-        Role::Plain,
+        (Role::Plain, OpClass::Movement),
         |c| Ok(vec![Fact::new(c.dtype(0)?, vec![range_params(c)?.2])]),
         Some(|c| Ok(vec![range(c)?])),
     );
-    r.add(&["Constant"], Role::Plain, |c| Ok(vec![fact_of(&constant(c)?)]), Some(|c| Ok(vec![constant(c)?])));
+    r.add(&["Constant"], (Role::Plain, OpClass::Movement), |c| Ok(vec![fact_of(&constant(c)?)]), Some(|c| Ok(vec![constant(c)?])));
 }
 
 fn fact_of(t: &HostTensor) -> Fact {
