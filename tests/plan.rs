@@ -64,6 +64,7 @@ fn synthetic_costs(g: &bident_ir::FusedGraph) -> bident_profile::CostTable {
         backend: "synthetic".into(),
         measured_on: "nowhere (synthetic)".into(),
         warmup: 0,
+        contention: None,
         ops,
     }
 }

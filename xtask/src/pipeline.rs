@@ -15,6 +15,7 @@ use bident_artifact::{self as artifact, Artifact, ContentHash, Stamped};
 use bident_backend::{Backend, SocSpec, openvino::OpenVino};
 use bident_ir::{FusedGraph, OpId};
 use bident_partition::PhasedGraph;
+use bident_profile::simulate::VirtualSoc;
 use bident_profile::{CostTable, ProfileConfig};
 use bident_runtime::{RunConfig, RunReport};
 use bident_search::{Objective, Plan, SearchConfig};
@@ -55,8 +56,10 @@ pub struct DirArgs {
 
 #[derive(Args, Clone)]
 pub struct SocArgs {
-    /// SoC: a preset, `local` (one PU per OpenVINO device) or `cores` (one pinned PU per CPU
-    /// core), or a spec file `FILE.toml` (`cargo xtask soc NAME` prints a preset as one).
+    /// SoC: a preset, `local` (one PU per OpenVINO device), `cores` (one pinned PU per CPU
+    /// core) or `lunar-lake` (virtual: the paper's CPU + GPU + NPU as an analytic model, every
+    /// figure simulated, nothing runs), or a spec file `FILE.toml` (`cargo xtask soc NAME`
+    /// prints a preset as one).
     #[arg(long, default_value = "local")]
     pub soc: String,
 }
@@ -121,6 +124,31 @@ pub fn target_dir() -> PathBuf {
 pub fn backend() -> Result<Arc<OpenVino>> {
     let lib = bident_backend::openvino::install::ensure(&target_dir(), &mut |line| eprintln!("{line}"))?;
     Ok(Arc::new(OpenVino::load(&lib)?))
+}
+
+/// A SoC to plan for: real PUs that are measured (and run the plan), or a virtual SoC whose
+/// costs are simulated (nothing runs, no backend needed).
+pub enum Soc {
+    Measured(SocSpec, Arc<OpenVino>),
+    Virtual(VirtualSoc),
+}
+
+impl Soc {
+    /// `--soc`: a virtual preset, a measured preset or a spec file.
+    pub fn load(spec: &str) -> Result<Soc> {
+        if let Some(v) = VirtualSoc::preset(spec) {
+            return Ok(Soc::Virtual(v));
+        }
+        let be = backend()?;
+        match SocSpec::load(spec, be.as_ref()) {
+            Ok(soc) => Ok(Soc::Measured(soc, be)),
+            Err(bident_backend::SocError::UnknownPreset(p)) => bail!(
+                "unknown SoC `{p}` (measured: local, cores; virtual: {}; or a spec file .toml)",
+                bident_profile::simulate::PRESETS.join(", ")
+            ),
+            Err(e) => Err(e.into()),
+        }
+    }
 }
 
 fn write<A: Artifact>(dir: &Path, file: &str, value: &A, inputs: ContentHash) -> Result<ContentHash> {
@@ -273,12 +301,27 @@ fn profile_stage(
     dir: &Path,
     g: &FusedGraph,
     gh: ContentHash,
-    soc: &SocSpec,
-    be: &dyn Backend,
+    soc: &Soc,
     runs: u32,
     fixed_runs: bool,
 ) -> Result<(CostTable, ContentHash)> {
     clear(dir, &[COSTS, PLAN, REPORT])?;
+    let (soc, be) = match soc {
+        Soc::Measured(spec, be) => (spec, be),
+        Soc::Virtual(v) => {
+            let table = bident_profile::simulate::simulate(g, v)?;
+            let h = write(dir, COSTS, &table, bident_profile::simulate::input_hash(gh, v))?;
+            eprintln!(
+                "profile: {} ops x {} PUs SIMULATED on virtual SoC {} (analytic model; nothing was measured)",
+                table.ops.len(),
+                v.spec.pus.len(),
+                v.spec.name
+            );
+            print_profile_summary(&table);
+            return Ok((table, h));
+        }
+    };
+    let be = be.as_ref();
     let cfg = ProfileConfig { runs, adaptive: !fixed_runs, ..Default::default() };
     let tty = std::io::stderr().is_terminal();
     let mut last = std::time::Instant::now();
@@ -360,9 +403,8 @@ fn truncate(s: &str, n: usize) -> String {
 
 pub fn profile_cmd(a: ProfileArgs) -> Result<()> {
     let (g, gh) = read_fused(&a.dir)?;
-    let be = backend()?;
-    let soc = SocSpec::load(&a.soc.soc, be.as_ref())?;
-    profile_stage(&a.dir, &g, gh, &soc, be.as_ref(), a.profile_runs, a.fixed_runs).map(|_| ())
+    let soc = Soc::load(&a.soc.soc)?;
+    profile_stage(&a.dir, &g, gh, &soc, a.profile_runs, a.fixed_runs).map(|_| ())
 }
 
 fn objective(s: &str) -> Result<Objective> {
@@ -428,30 +470,42 @@ pub fn run_cmd(a: RunArgs) -> Result<()> {
     // the plan must come from exactly these phases and costs
     let expected = plan_inputs(phased.header.payload_hash, costs.header.payload_hash, plan.value.objective);
     artifact::expect_inputs(&a.dir.join(PLAN), &plan.header, expected)?;
+    if costs.value.simulated {
+        bail!(
+            "{}: the plan is for virtual SoC `{}` (simulated costs): there are no such PUs to run it on",
+            a.dir.display(),
+            costs.value.soc.name
+        );
+    }
     let be = backend()?;
     let r = run_stage(&a.dir, &g, (&plan.value, plan.header.payload_hash), &costs.value.soc, be, a.runs)?;
-    print_summary(&g, &plan.value, &r);
+    print_summary(&g, &plan.value, Some(&r));
     Ok(())
 }
 
-/// All stages in order.
-pub fn run_stages(a: &PipelineArgs) -> Result<(FusedGraph, Plan, RunReport)> {
+/// All stages in order. On a virtual SoC the run stage is skipped (there is nothing to run on).
+pub fn run_stages(a: &PipelineArgs) -> Result<(FusedGraph, Plan, Option<RunReport>)> {
     let (dir, g, gh) = import_cmd(a.import.clone())?;
     let (phased, ph) = partition_stage(&dir, &g, gh)?;
-    let be = backend()?;
-    let soc = SocSpec::load(&a.soc.soc, be.as_ref())?;
-    let (costs, ch) = profile_stage(&dir, &g, gh, &soc, be.as_ref(), a.profile_runs, a.fixed_runs)?;
+    let soc = Soc::load(&a.soc.soc)?;
+    let (costs, ch) = profile_stage(&dir, &g, gh, &soc, a.profile_runs, a.fixed_runs)?;
     let (plan, plan_h) = search_stage(&dir, (&phased, ph), (&costs, ch), objective(&a.objective)?)?;
-    let report = run_stage(&dir, &g, (&plan, plan_h), &soc, be, a.runs)?;
+    let report = match soc {
+        Soc::Measured(spec, be) => Some(run_stage(&dir, &g, (&plan, plan_h), &spec, be, a.runs)?),
+        Soc::Virtual(v) => {
+            eprintln!("run: skipped: `{}` is a virtual SoC, its plan is simulated only", v.spec.name);
+            None
+        }
+    };
     Ok((g, plan, report))
 }
 
 pub fn pipeline(a: PipelineArgs) -> Result<()> {
     let (g, plan, report) = run_stages(&a)?;
-    print_summary(&g, &plan, &report);
+    print_summary(&g, &plan, report.as_ref());
     if a.json {
         let best_us = plan.best_single_pu_us.unwrap_or(f64::NAN);
-        let j = serde_json::json!({
+        let mut j = serde_json::json!({
             "model": g.name,
             "soc": plan.soc,
             "simulated": plan.simulated,
@@ -465,18 +519,23 @@ pub fn pipeline(a: PipelineArgs) -> Result<()> {
             "best_single_pu": plan.best_single_pu,
             "best_single_pu_us": best_us,
             "predicted_speedup": best_us / plan.predicted_us,
-            "measured_us": report.measured_us,
-            "measured_best_single_pu_us": report.measured_best_single_pu_us,
-            "measured_speedup": report.measured_speedup(),
-            "max_abs_err": report.max_abs_err,
-            "measured_on": report.measured_on,
         });
+        // a virtual SoC's plan has no measured fields at all
+        if let Some(r) = &report {
+            j.as_object_mut().expect("an object").extend([
+                ("measured_us".to_string(), r.measured_us.into()),
+                ("measured_best_single_pu_us".to_string(), r.measured_best_single_pu_us.into()),
+                ("measured_speedup".to_string(), r.measured_speedup().into()),
+                ("max_abs_err".to_string(), r.max_abs_err.into()),
+                ("measured_on".to_string(), r.measured_on.clone().into()),
+            ]);
+        }
         println!("{j}");
     }
     Ok(())
 }
 
-fn print_summary(g: &FusedGraph, plan: &Plan, r: &RunReport) {
+fn print_summary(g: &FusedGraph, plan: &Plan, r: Option<&RunReport>) {
     let mix: Vec<String> = plan.ops_per_pu.iter().map(|(pu, n)| format!("{n} on {pu}")).collect();
     let label = if plan.simulated { "simulated" } else { "measured" };
     println!("model      {} ({} fused ops from {} ONNX nodes)", g.name, g.ops.len(), g.source.nodes);
@@ -489,6 +548,10 @@ fn print_summary(g: &FusedGraph, plan: &Plan, r: &RunReport) {
         plan.best_single_pu_us.unwrap_or(f64::NAN),
         plan.best_single_pu_us.unwrap_or(f64::NAN) / plan.predicted_us
     );
+    let Some(r) = r else {
+        println!("measured   nothing: {} is a virtual SoC; every figure above is simulated", plan.soc);
+        return;
+    };
     println!(
         "measured   {:.1} µs (p10 {:.1}, p90 {:.1})   whole model on {} {:.1} µs   speedup {:.2}x   [{}]",
         r.measured_us,
@@ -542,9 +605,23 @@ pub fn extract(a: ExtractArgs) -> Result<()> {
 
 /// Print a SoC (preset or file), checked against this machine, in the spec file format.
 pub fn soc(spec: &str) -> Result<()> {
-    let be = backend()?;
-    let soc = SocSpec::load(spec, be.as_ref())?;
-    print!("{}", soc.to_toml());
+    match Soc::load(spec)? {
+        Soc::Measured(soc, _) => print!("{}", soc.to_toml()),
+        Soc::Virtual(v) => {
+            println!("# VIRTUAL SoC: costs come from an analytic model (simulated), calibrated to {}", v.calibration);
+            print!("{}", v.spec.to_toml());
+            for (pu, model) in v.spec.pus.iter().zip(&v.pus) {
+                println!("\n# model of `{}` (simulated)", pu.name);
+                for line in toml::to_string(model)?.lines() {
+                    println!("# {line}");
+                }
+            }
+            println!("\n# contention: sf[i][j] = slowdown of PU i while PU j is busy (simulated)");
+            for (pu, row) in v.spec.pus.iter().zip(&v.contention) {
+                println!("# {:<6} {row:?}", pu.name);
+            }
+        }
+    }
     Ok(())
 }
 

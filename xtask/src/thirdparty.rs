@@ -93,6 +93,7 @@ pub fn thirdparty(soc: &str, fusion: &str, runs: u32, profile_runs: u32, json: b
             json: false,
         };
         let (g, plan, report) = crate::pipeline::run_stages(&args)?;
+        let report = report.context("thirdparty checks outputs: it needs a measured SoC, not a virtual one")?;
         rows.push(serde_json::json!({
             "case": name_of(path),
             "model": g.name,

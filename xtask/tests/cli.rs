@@ -269,3 +269,30 @@ fn soc_spec_files() {
     assert_eq!(j["soc"].as_str(), Some("core0-and-cpu"), "{stdout}");
     assert!(j["max_abs_err"].as_f64().is_some_and(|e| e <= 1e-4), "{stdout}");
 }
+
+/// `--soc lunar-lake` plans from the virtual SoC: simulated everywhere, nothing measured, and
+/// the plan cannot be run.
+#[test]
+fn virtual_soc_plans_and_says_it_is_simulated() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().display().to_string();
+    let o = xtask(&["pipeline", "zoo:attention", "--out", &dir, "--soc", "lunar-lake", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("[simulated]"), "{stdout}");
+    let j: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON");
+    assert_eq!(j["simulated"].as_bool(), Some(true), "{stdout}");
+    assert_eq!(j["pus"].as_sequence().map(Vec::len), Some(3), "{stdout}");
+    assert!(j["predicted_energy_mj"].as_f64().is_some_and(|e| e > 0.0), "{stdout}");
+    for key in ["measured_us", "measured_speedup", "max_abs_err", "measured_on"] {
+        assert!(j.get(key).is_none(), "a virtual SoC reported `{key}`: {stdout}");
+    }
+    assert!(!tmp.path().join("run-report.bin").exists());
+    let costs = std::fs::read_to_string(tmp.path().join("cost-table.yaml")).expect("cost table twin");
+    assert!(costs.contains("simulated: true") && costs.contains("power: simulated"), "{costs}");
+    let o = xtask(&["run", &dir]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("virtual SoC `lunar-lake`"), "{}", stderr(&o));
+    let o = xtask(&["pipeline", "--soc", "no-such-soc"]);
+    assert!(stderr(&o).contains("unknown SoC `no-such-soc`") && stderr(&o).contains("lunar-lake"), "{}", stderr(&o));
+}

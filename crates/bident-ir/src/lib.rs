@@ -28,8 +28,8 @@ pub use bident_tensor::DType;
 pub use error::IrError;
 pub use extract::Extractor;
 pub use fusion::{BackendFusion, BackendLayer, Fusion, FusionInfo};
-pub use ops::{OpClass, Work};
 pub use lower::{ImportOptions, import, import_bytes, import_openvino_ir_bytes, import_shared};
+pub use ops::{OpClass, Work};
 
 /// Index of a tensor in [`FusedGraph::tensors`].
 pub type TensorId = u32;

@@ -1000,7 +1000,10 @@ impl<'o> Lowering<'o> {
                 ts.filter_map(|t| self.facts.get(t)).fold(0u64, |a, f| a.saturating_add(tensor_bytes(f)))
             };
             let work = ops::work::group_work(
-                &members.iter().map(|&i| (self.node_work(&nodes[i], &producer), nodes[i].op_type().to_string())).collect::<Vec<_>>(),
+                &members
+                    .iter()
+                    .map(|&i| (self.node_work(&nodes[i], &producer), nodes[i].op_type().to_string()))
+                    .collect::<Vec<_>>(),
                 bytes(&mut input_names.into_iter()),
                 bytes(&mut group_consts.iter().copied()),
                 bytes(&mut output_names.into_iter()),

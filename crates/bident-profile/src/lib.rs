@@ -8,6 +8,7 @@
 //! measures is the caller's choice. Must not: decide mappings (that is bident-search).
 
 pub mod power;
+pub mod simulate;
 
 use bident_artifact::{Artifact, ContentHash};
 use bident_backend::{Backend, BackendError, Executable, PuSpec, SocSpec};
@@ -16,13 +17,34 @@ use bident_tensor::HostTensor;
 use serde::{Deserialize, Serialize};
 
 /// Where a power figure comes from. `Measured` is the package's average power (RAPL) while the
-/// PU's ops were being timed; `Declared` is the SoC spec's figure.
+/// PU's ops were being timed; `Declared` is the SoC spec's figure; `Simulated` a virtual SoC's
+/// model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PowerSource {
     /// Declared in the SoC spec, not measured.
     Declared,
     Measured,
+    Simulated,
+}
+
+/// Cross-PU contention (paper 3.2.2): `sf[i][j]` is the slowdown factor of an op on PU i while
+/// PU j runs another op at the same time (1 = no interference; the diagonal is 1).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Contention {
+    /// Indexed like `CostTable::soc.pus`, both ways.
+    pub sf: Vec<Vec<f64>>,
+    pub source: ContentionSource,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ContentionSource {
+    /// Barrier-synchronised co-runs on this machine: each probe op timed alone and while another
+    /// PU runs its own copy; `sf` is the median over probes of (co-run median / solo median).
+    Measured { probes: Vec<String>, runs: u32 },
+    /// A virtual SoC's model.
+    Simulated,
 }
 
 /// Profiled cost of one fused op on one PU. Times in microseconds: medians of `runs` runs, with
@@ -83,12 +105,14 @@ pub struct CostTable {
     /// The machine the figures were measured on.
     pub measured_on: String,
     pub warmup: u32,
+    /// Cross-PU slowdown factors, when measured or modelled.
+    pub contention: Option<Contention>,
     pub ops: Vec<OpCosts>,
 }
 
 impl Artifact for CostTable {
     const KIND: &'static str = "cost-table";
-    const SCHEMA_VERSION: u32 = 2;
+    const SCHEMA_VERSION: u32 = 3;
 }
 
 impl CostTable {
@@ -258,6 +282,7 @@ pub fn profile(
         backend: format!("{} {}", backend.name(), backend.version()),
         measured_on: host_description(),
         warmup: cfg.warmup,
+        contention: None,
         ops,
     })
 }

@@ -138,6 +138,34 @@ impl Builder {
         self.add_initializer(name, &HostTensor { data, ..t })
     }
 
+    /// A seeded weight of another element type: f16 from the f32 weight's values, integers as
+    /// seeded bytes.
+    pub fn weight_typed(&mut self, name: &str, dtype: DType, shape: &[u64]) -> String {
+        match dtype {
+            DType::F32 => self.weight(name, shape),
+            DType::F16 => {
+                let w = self.weight(name, shape);
+                let t = self.graph.initializer.pop().expect("weight just added");
+                let data: Vec<u8> = t
+                    .raw_data
+                    .unwrap_or_default()
+                    .chunks(4)
+                    .flat_map(|c| bident_tensor::f32_to_f16(f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_le_bytes())
+                    .collect();
+                self.add_initializer(&w, &HostTensor { dtype, shape: shape.to_vec(), data })
+            }
+            _ => {
+                self.counter += 1;
+                let t = HostTensor::seeded(
+                    dtype,
+                    shape.to_vec(),
+                    self.seed.wrapping_mul(1_000_003).wrapping_add(self.counter),
+                );
+                self.add_initializer(name, &t)
+            }
+        }
+    }
+
     pub fn scalar_f32(&mut self, name: &str, v: f32) -> String {
         self.add_initializer(name, &HostTensor { dtype: DType::F32, shape: vec![], data: v.to_le_bytes().to_vec() })
     }

@@ -75,13 +75,23 @@ const COMPARE: &[&str] = &["Equal", "Less", "Greater", "LessOrEqual", "GreaterOr
 pub(super) fn register(r: &mut Registry) {
     r.add(ACTIVATIONS, (Role::Activation, OpClass::Elementwise), same_as_input0, Some(eval_unary));
     r.add(UNARY, (Role::Plain, OpClass::Elementwise), same_as_input0, Some(eval_unary));
-    r.add(&["IsNaN", "IsInf"], (Role::Plain, OpClass::Elementwise), |c| Ok(vec![Fact::new(DType::Bool, c.shape(0)?.to_vec())]), None);
+    r.add(
+        &["IsNaN", "IsInf"],
+        (Role::Plain, OpClass::Elementwise),
+        |c| Ok(vec![Fact::new(DType::Bool, c.shape(0)?.to_vec())]),
+        None,
+    );
     r.add(ARITH, (Role::Affine, OpClass::Elementwise), infer_binary, Some(eval_binary));
     r.add(BINARY, (Role::Plain, OpClass::Elementwise), infer_binary, Some(eval_binary));
     r.add(COMPARE, (Role::Plain, OpClass::Elementwise), infer_compare, Some(eval_binary));
     r.add(&["Where"], (Role::Plain, OpClass::Elementwise), infer_where, Some(eval_where));
     r.add(&["Cast"], (Role::Plain, OpClass::Elementwise), infer_cast, Some(eval_cast));
-    r.add(&["CastLike"], (Role::Plain, OpClass::Elementwise), |c| Ok(vec![Fact::new(c.dtype(1)?, c.shape(0)?.to_vec())]), None);
+    r.add(
+        &["CastLike"],
+        (Role::Plain, OpClass::Elementwise),
+        |c| Ok(vec![Fact::new(c.dtype(1)?, c.shape(0)?.to_vec())]),
+        None,
+    );
     r.add(&["Dropout"], (Role::Plain, OpClass::Elementwise), infer_dropout, None);
 }
 

@@ -18,9 +18,19 @@ pub(super) fn register(r: &mut Registry) {
     r.add(&["Split"], (Role::Plain, OpClass::Movement), infer_split, None);
     r.add(&["Slice"], (Role::Plain, OpClass::Movement), infer_slice, Some(eval_slice));
     r.add(&["Gather"], (Role::Plain, OpClass::Gather), infer_gather, Some(eval_gather));
-    r.add(&["GatherElements"], (Role::Plain, OpClass::Gather), |c| Ok(vec![Fact::new(c.dtype(0)?, c.shape(1)?.to_vec())]), None);
+    r.add(
+        &["GatherElements"],
+        (Role::Plain, OpClass::Gather),
+        |c| Ok(vec![Fact::new(c.dtype(0)?, c.shape(1)?.to_vec())]),
+        None,
+    );
     r.add(&["GatherND"], (Role::Plain, OpClass::Gather), infer_gather_nd, None);
-    r.add(&["ScatterND", "ScatterElements", "Scatter"], (Role::Plain, OpClass::Gather), |c| Ok(vec![c.input(0)?.clone()]), None);
+    r.add(
+        &["ScatterND", "ScatterElements", "Scatter"],
+        (Role::Plain, OpClass::Gather),
+        |c| Ok(vec![c.input(0)?.clone()]),
+        None,
+    );
     r.add(&["Expand"], (Role::Plain, OpClass::Movement), infer_expand, Some(eval_expand));
     r.add(&["Tile"], (Role::Plain, OpClass::Movement), infer_tile, None);
     r.add(&["Pad"], (Role::Plain, OpClass::Movement), infer_pad, None);
@@ -28,14 +38,24 @@ pub(super) fn register(r: &mut Registry) {
     r.add(&["DepthToSpace", "SpaceToDepth"], (Role::Plain, OpClass::Movement), infer_depth_space, None);
     r.add(&["Shape"], (Role::Plain, OpClass::Movement), infer_shape_op, Some(eval_shape_op));
     r.add(&["Size"], (Role::Plain, OpClass::Movement), |_| Ok(vec![Fact::new(DType::I64, vec![])]), Some(eval_size));
-    r.add(&["ConstantOfShape"], (Role::Plain, OpClass::Movement), infer_constant_of_shape, Some(eval_constant_of_shape));
+    r.add(
+        &["ConstantOfShape"],
+        (Role::Plain, OpClass::Movement),
+        infer_constant_of_shape,
+        Some(eval_constant_of_shape),
+    );
     r.add(
         &["Range"],
         (Role::Plain, OpClass::Movement),
         |c| Ok(vec![Fact::new(c.dtype(0)?, vec![range_params(c)?.2])]),
         Some(|c| Ok(vec![range(c)?])),
     );
-    r.add(&["Constant"], (Role::Plain, OpClass::Movement), |c| Ok(vec![fact_of(&constant(c)?)]), Some(|c| Ok(vec![constant(c)?])));
+    r.add(
+        &["Constant"],
+        (Role::Plain, OpClass::Movement),
+        |c| Ok(vec![fact_of(&constant(c)?)]),
+        Some(|c| Ok(vec![constant(c)?])),
+    );
 }
 
 fn fact_of(t: &HostTensor) -> Fact {

@@ -92,7 +92,8 @@ pub struct Work {
     /// Element type that node computes in; for an operand dequantized from an integer type
     /// (`DequantizeLinear`), that integer type (the backend runs such ops in integer).
     pub dtype: DType,
-    /// Arithmetic operations (a multiply-accumulate counts 2), summed over the group.
+    /// Arithmetic operations (a multiply-accumulate counts 2; a Gather counts one per element
+    /// moved), summed over the group.
     pub flops: u64,
     /// Bytes of the op's activation inputs (tensors from other ops or the graph's inputs).
     pub bytes_in: u64,
@@ -159,8 +160,9 @@ pub(crate) fn node_work(
         }
         OpClass::Normalization => prod(&[5, out_numel]),
         OpClass::Reduction => in0_numel.max(out_numel),
-        OpClass::Elementwise | OpClass::Scan | OpClass::Other => out_numel,
-        OpClass::Movement | OpClass::Gather | OpClass::Control | OpClass::DepthwiseConv => 0,
+        // Gather: one element moved per output element
+        OpClass::Elementwise | OpClass::Scan | OpClass::Gather | OpClass::Other => out_numel,
+        OpClass::Movement | OpClass::Control | OpClass::DepthwiseConv => 0,
     };
     let dtype = match class {
         OpClass::Matmul | OpClass::Conv | OpClass::DepthwiseConv => {
