@@ -146,3 +146,36 @@ fn example_on_pinned_cores() {
     assert!(soc.pus.iter().all(|p| p.cores.len() == 1 && p.properties["INFERENCE_NUM_THREADS"] == "1"));
     assert!(costs.ops.iter().all(|o| o.per_pu.iter().all(Option::is_some)), "every op compiles on every core");
 }
+
+/// The SF matrix of the `cores` SoC, measured by barrier-synchronised co-runs: one factor per
+/// ordered pair and probe, 1 on the diagonal; a co-run is never much faster than running alone.
+#[test]
+fn contention_measured_on_pinned_cores() {
+    let be = backend();
+    let soc = SocSpec::preset("cores", be.as_ref()).expect("cores");
+    let probes: Vec<bident_profile::contention::Probe> = [("matmul", 64), ("add", 64)]
+        .iter()
+        .map(|&(op, n)| bident_profile::contention::Probe {
+            name: op.into(),
+            onnx: bident_zoo::build_bytes(&format!("probe-{op}-f32-{n}"), 0).expect("probe"),
+        })
+        .collect();
+    let cfg = bident_profile::contention::ContentionConfig { warmup: 2, runs: 20, blocks: 2 };
+    let c = bident_profile::contention::measure(be.as_ref(), &soc, &probes, cfg).expect("contention");
+    let n = soc.pus.len();
+    assert_eq!(c.sf.len(), n);
+    let bident_profile::ContentionSource::Measured { by_probe, runs, .. } = &c.source else {
+        panic!("measured contention says {:?}", c.source)
+    };
+    assert_eq!((*runs, by_probe.len()), (20, 2));
+    for (i, row) in c.sf.iter().enumerate() {
+        assert_eq!(row.len(), n);
+        for (j, &sf) in row.iter().enumerate() {
+            if i == j {
+                assert_eq!(sf, 1.0);
+            } else {
+                assert!(sf.is_finite() && sf > 0.8, "SF({i} | {j}) = {sf}");
+            }
+        }
+    }
+}

@@ -353,6 +353,10 @@ fn profile_stage(
     if tty {
         eprintln!();
     }
+    let mut table = table;
+    if soc.pus.len() > 1 {
+        table.contention = Some(measure_contention(soc, be)?);
+    }
     let h = write(dir, COSTS, &table, bident_profile::input_hash(gh, soc, &cfg))?;
     let failed: usize = table.ops.iter().map(|o| o.failures.len()).sum();
     let entries: Vec<u32> = table.ops.iter().flat_map(|o| o.per_pu.iter().flatten().map(|c| c.runs)).collect();
@@ -373,6 +377,44 @@ fn profile_stage(
     );
     print_profile_summary(&table);
     Ok((table, h))
+}
+
+/// Representative ops for the contention co-runs: compute-bound (MatMul, Conv) and
+/// memory-bound (a 2 MB-per-operand Add), in f32 like the measured PUs.
+const CONTENTION_PROBES: &[(&str, u64)] = &[("matmul", 256), ("conv", 32), ("add", 512)];
+
+/// The measured SF matrix of `soc` (paper 3.2.2), printed as a table.
+fn measure_contention(soc: &SocSpec, be: &dyn Backend) -> Result<bident_profile::Contention> {
+    let probes = CONTENTION_PROBES
+        .iter()
+        .map(|&(op, n)| {
+            let model = bident_zoo::probe(op, bident_tensor::DType::F32, n).context("contention probe")?;
+            Ok(bident_profile::contention::Probe {
+                name: format!("{op}-f32-{n}"),
+                onnx: prost::Message::encode_to_vec(&model),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let t0 = std::time::Instant::now();
+    let c = bident_profile::contention::measure(be, soc, &probes, Default::default())?;
+    eprintln!(
+        "contention: SF(row PU | column PU busy), measured in {:.1} s with co-runs of {}:",
+        t0.elapsed().as_secs_f64(),
+        probes.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
+    );
+    eprintln!("  {:>25} {}", "", soc.pus.iter().map(|p| format!("{:>8}", p.name)).collect::<String>());
+    let row = |label: &str, pu: &str, sf: &[f64]| {
+        eprintln!("  {label:>16} {pu:>8} {}", sf.iter().map(|v| format!("{v:>8.2}")).collect::<String>());
+    };
+    for (i, pu) in soc.pus.iter().enumerate() {
+        row("median", &pu.name, &c.sf[i]);
+        if let bident_profile::ContentionSource::Measured { by_probe, .. } = &c.source {
+            for (probe, m) in probes.iter().zip(by_probe) {
+                row(&probe.name, "", &m[i]);
+            }
+        }
+    }
+    Ok(c)
 }
 
 /// The slowest ops (by their best PU) and, per PU, the ops it cannot run.

@@ -19,7 +19,7 @@ pub use soc::{PuFile, PuKind, PuSpec, SocError, SocFile, SocSpec};
 
 use std::time::Duration;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum BackendError {
     #[error("backend library: {0}")]
     Library(String),

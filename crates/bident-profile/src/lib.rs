@@ -7,6 +7,7 @@
 //! Owns the `CostTable` artifact. Written against `bident_backend::Backend` only: which backend
 //! measures is the caller's choice. Must not: decide mappings (that is bident-search).
 
+pub mod contention;
 pub mod power;
 pub mod simulate;
 
@@ -42,7 +43,12 @@ pub struct Contention {
 pub enum ContentionSource {
     /// Barrier-synchronised co-runs on this machine: each probe op timed alone and while another
     /// PU runs its own copy; `sf` is the median over probes of (co-run median / solo median).
-    Measured { probes: Vec<String>, runs: u32 },
+    Measured {
+        probes: Vec<String>,
+        runs: u32,
+        /// `by_probe[p][i][j]`: the factor probe p gave (`sf` is the median over probes).
+        by_probe: Vec<Vec<Vec<f64>>>,
+    },
     /// A virtual SoC's model.
     Simulated,
 }
@@ -169,6 +175,8 @@ pub enum ProfileError {
     WrongBackend { soc: String, wanted: String, got: String },
     #[error("a profiling thread for PU `{0}` panicked")]
     Worker(String),
+    #[error("measuring contention on PU `{pu}`")]
+    Contention { pu: String, source: BackendError },
     #[error("profiling the whole model on reference PU `{pu}`")]
     Reference { pu: String, source: BackendError },
 }
