@@ -107,6 +107,9 @@ pub fn measure(
     })
 }
 
+/// A probe compiled for a PU, with its inputs.
+type Compiled = (Box<dyn Executable>, Vec<HostTensor>);
+
 /// One PU's worker: pin, compile every probe, then time what it is asked to.
 fn worker(
     backend: &dyn Backend,
@@ -116,7 +119,7 @@ fn worker(
     jobs: Receiver<Job>,
     results: Sender<Result<Vec<f64>, BackendError>>,
 ) {
-    let setup = || -> Result<Vec<(Box<dyn Executable>, Vec<HostTensor>)>, BackendError> {
+    let setup = || -> Result<Vec<Compiled>, BackendError> {
         bident_backend::pin_current_thread(&pu.name, &pu.cores)?;
         probes
             .iter()
