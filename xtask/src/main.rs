@@ -39,6 +39,12 @@ enum Cmd {
     Search(pipeline::SearchArgs),
     /// Stage 5: fused-graph.bin + plan.bin -> run-report.bin (executes on the PUs)
     Run(pipeline::RunArgs),
+    /// Cost tables to and from JSON or CSV (by extension): profile on one machine, plan on
+    /// another.
+    Costs {
+        #[command(subcommand)]
+        cmd: pipeline::CostsCmd,
+    },
     /// Print any artifact as YAML.
     Show { file: PathBuf },
     /// Print a SoC (preset name or spec file), checked against this machine, as a spec file.
@@ -104,6 +110,7 @@ fn main() {
         Cmd::Profile(a) => pipeline::profile_cmd(a),
         Cmd::Search(a) => pipeline::search_cmd(a),
         Cmd::Run(a) => pipeline::run_cmd(a),
+        Cmd::Costs { cmd } => pipeline::costs(cmd),
         Cmd::Show { file } => pipeline::show(&file),
         Cmd::Extract(a) => pipeline::extract(a),
         Cmd::Soc { spec } => pipeline::soc(&spec),

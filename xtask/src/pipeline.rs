@@ -484,6 +484,8 @@ fn plan_inputs(phased: ContentHash, costs: ContentHash, obj: Objective) -> Conte
 pub fn search_cmd(a: SearchArgs) -> Result<()> {
     let p = read::<PhasedGraph>(&a.dir, PHASED)?;
     let c = read::<CostTable>(&a.dir, COSTS)?;
+    let (g, _) = read_fused(&a.dir)?;
+    c.value.check(&g).with_context(|| a.dir.join(COSTS).display().to_string())?;
     search_stage(&a.dir, (&p.value, p.header.payload_hash), (&c.value, c.header.payload_hash), objective(&a.objective)?)
         .map(|_| ())
 }
@@ -642,6 +644,52 @@ pub fn extract(a: ExtractArgs) -> Result<()> {
     };
     std::fs::write(&a.out, &bytes).with_context(|| a.out.display().to_string())?;
     eprintln!("extract: {} bytes -> {}", bytes.len(), a.out.display());
+    Ok(())
+}
+
+#[derive(clap::Subcommand)]
+pub enum CostsCmd {
+    /// Write DIR's cost table as FILE (`.json`: every field; `.csv`: a row per (op, PU), the
+    /// metadata as `# key: value` lines).
+    Export { dir: PathBuf, file: PathBuf },
+    /// Read FILE (an export) as DIR's cost table, after checking it is for DIR's fused graph.
+    Import { file: PathBuf, dir: PathBuf },
+}
+
+pub fn costs(cmd: CostsCmd) -> Result<()> {
+    use bident_profile::portable::{self, Format};
+    let format = |f: &Path| Format::of_path(f).with_context(|| format!("{}: give a .json or .csv file", f.display()));
+    match cmd {
+        CostsCmd::Export { dir, file } => {
+            let t = read::<CostTable>(&dir, COSTS)?.value;
+            std::fs::write(&file, portable::export(&t, format(&file)?)?).with_context(|| file.display().to_string())?;
+            eprintln!(
+                "costs: {} ops x {} PUs ({}) -> {}",
+                t.ops.len(),
+                t.soc.pus.len(),
+                if t.simulated { "simulated" } else { "measured" },
+                file.display()
+            );
+        }
+        CostsCmd::Import { file, dir } => {
+            let fmt = format(&file)?;
+            let text = std::fs::read_to_string(&file).with_context(|| file.display().to_string())?;
+            let t = portable::import(&text, fmt, &file.display().to_string())?;
+            let (g, gh) = read_fused(&dir)?;
+            t.check(&g).with_context(|| file.display().to_string())?;
+            clear(&dir, &[COSTS, PLAN, REPORT])?;
+            write(&dir, COSTS, &t, ContentHash::of_parts(&[&gh.0, text.as_bytes()]))?;
+            eprintln!(
+                "costs: {} -> {} ({} ops x {} PUs, {} on {})",
+                file.display(),
+                dir.join(COSTS).display(),
+                t.ops.len(),
+                t.soc.pus.len(),
+                if t.simulated { "simulated" } else { "measured" },
+                t.measured_on
+            );
+        }
+    }
     Ok(())
 }
 

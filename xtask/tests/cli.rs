@@ -296,3 +296,45 @@ fn virtual_soc_plans_and_says_it_is_simulated() {
     let o = xtask(&["pipeline", "--soc", "no-such-soc"]);
     assert!(stderr(&o).contains("unknown SoC `no-such-soc`") && stderr(&o).contains("lunar-lake"), "{}", stderr(&o));
 }
+
+/// Cost tables leave as CSV or JSON and come back identical (a PU's failure reason included);
+/// a table for another graph, or with a negative figure, is refused.
+#[test]
+fn cost_tables_round_trip_through_csv_and_json() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("a");
+    let d = dir.display().to_string();
+    // control flow runs only on the virtual SoC's CPU: rows with failure reasons
+    let o = xtask(&["pipeline", "zoo:control-if", "--out", &d, "--soc", "lunar-lake"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let twin = || {
+        let text = std::fs::read_to_string(dir.join("cost-table.yaml")).expect("twin");
+        text.lines().filter(|l| !l.contains("hash")).collect::<Vec<_>>().join("\n")
+    };
+    let before = twin();
+    assert!(before.contains("this model runs control flow on the CPU only"), "{before}");
+    for ext in ["csv", "json"] {
+        let file = tmp.path().join(format!("costs.{ext}")).display().to_string();
+        let o = xtask(&["costs", "export", &d, &file]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let o = xtask(&["costs", "import", &file, &d]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert_eq!(twin(), before, "{ext} round trip changed the table");
+    }
+    // a negative figure
+    let csv = std::fs::read_to_string(tmp.path().join("costs.csv")).expect("csv");
+    let row = csv.lines().find(|l| l.starts_with("0,")).expect("a row of op 0");
+    let mut cells: Vec<&str> = row.split(',').collect();
+    cells[6] = "-1.0";
+    let bad = tmp.path().join("bad.csv");
+    std::fs::write(&bad, csv.replace(row, &cells.join(","))).expect("write");
+    let o = xtask(&["costs", "import", &bad.display().to_string(), &d]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("negative or non-finite"), "{}", stderr(&o));
+    // another model's graph
+    let other = tmp.path().join("b").display().to_string();
+    assert!(xtask(&["import", "zoo:mlp", "--out", &other]).status.success());
+    let o = xtask(&["costs", "import", &tmp.path().join("costs.json").display().to_string(), &other]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("it was made for graph"), "{}", stderr(&o));
+}

@@ -8,6 +8,7 @@
 //! measures is the caller's choice. Must not: decide mappings (that is bident-search).
 
 pub mod contention;
+pub mod portable;
 pub mod power;
 pub mod simulate;
 
@@ -175,6 +176,10 @@ pub enum ProfileError {
     WrongBackend { soc: String, wanted: String, got: String },
     #[error("a profiling thread for PU `{0}` panicked")]
     Worker(String),
+    #[error("{origin}: {reason}")]
+    Portable { origin: String, reason: String },
+    #[error("the cost table of `{model}` does not fit: {reason}")]
+    Mismatch { model: String, reason: String },
     #[error("measuring contention on PU `{pu}`")]
     Contention { pu: String, source: BackendError },
     #[error("profiling the whole model on reference PU `{pu}`")]

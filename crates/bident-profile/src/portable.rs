@@ -1,0 +1,249 @@
+//! Cost tables outside bident's artifact format, so a table measured on the device can be
+//! planned from elsewhere (and read in a spreadsheet):
+//! - JSON: the whole table, every field;
+//! - CSV: one row per (op, PU), a missing entry as a row with its failure reason, the table's
+//!   metadata (model, graph hash, SoC, contention, ...) as `# key: value` lines before the header.
+//!
+//! Both round-trip exactly. A table read back is checked against the fused graph it is for
+//! ([`CostTable::check`]) before any stage uses it.
+
+use bident_ir::FusedGraph;
+use serde::{Deserialize, Serialize};
+
+use crate::{Cost, CostTable, OpCosts, PowerSource, ProfileError};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Json,
+    Csv,
+}
+
+impl Format {
+    /// By file extension: `.json` or `.csv`.
+    pub fn of_path(path: &std::path::Path) -> Option<Format> {
+        match path.extension()?.to_str()? {
+            "json" => Some(Format::Json),
+            "csv" => Some(Format::Csv),
+            _ => None,
+        }
+    }
+}
+
+/// One CSV row.
+#[derive(Serialize, Deserialize)]
+struct Row {
+    op: u32,
+    name: String,
+    kind: String,
+    pu: String,
+    h2d_us: Option<f64>,
+    dispatch_us: Option<f64>,
+    exec_us: Option<f64>,
+    d2h_us: Option<f64>,
+    h2d_p10_us: Option<f64>,
+    dispatch_p10_us: Option<f64>,
+    exec_p10_us: Option<f64>,
+    d2h_p10_us: Option<f64>,
+    h2d_p90_us: Option<f64>,
+    dispatch_p90_us: Option<f64>,
+    exec_p90_us: Option<f64>,
+    d2h_p90_us: Option<f64>,
+    runs: Option<u32>,
+    power_w: Option<f64>,
+    power: Option<PowerSource>,
+    /// Why the PU has no entry for the op.
+    failure: Option<String>,
+}
+
+/// The metadata lines of a CSV export, in order. Values are JSON.
+const META: &[&str] = &["model", "graph", "simulated", "backend", "measured_on", "warmup", "soc", "contention"];
+const CSV_MAGIC: &str = "# bident cost table";
+
+pub fn export(t: &CostTable, format: Format) -> Result<String, ProfileError> {
+    let bad = |e: &dyn std::fmt::Display| ProfileError::Portable { origin: "export".into(), reason: e.to_string() };
+    match format {
+        Format::Json => serde_json::to_string_pretty(t).map_err(|e| bad(&e)),
+        Format::Csv => {
+            let mut out =
+                format!("{CSV_MAGIC} (schema {})\n", <CostTable as bident_artifact::Artifact>::SCHEMA_VERSION);
+            let meta = serde_json::json!({
+                "model": t.model, "graph": t.graph, "simulated": t.simulated, "backend": t.backend,
+                "measured_on": t.measured_on, "warmup": t.warmup, "soc": t.soc, "contention": t.contention,
+            });
+            for key in META {
+                out.push_str(&format!("# {key}: {}\n", meta[key]));
+            }
+            let mut w = csv::Writer::from_writer(vec![]);
+            for o in &t.ops {
+                for (j, pu) in t.soc.pus.iter().enumerate() {
+                    let c = o.per_pu.get(j).and_then(Option::as_ref);
+                    let failure = o.failures.iter().find(|(p, _)| *p == pu.name).map(|(_, r)| r.clone());
+                    let part = |f: fn(&Cost) -> f64| c.map(f);
+                    w.serialize(Row {
+                        op: o.op,
+                        name: o.name.clone(),
+                        kind: o.kind.clone(),
+                        pu: pu.name.clone(),
+                        h2d_us: part(|c| c.h2d_us),
+                        dispatch_us: part(|c| c.dispatch_us),
+                        exec_us: part(|c| c.exec_us),
+                        d2h_us: part(|c| c.d2h_us),
+                        h2d_p10_us: part(|c| c.p10_us[0]),
+                        dispatch_p10_us: part(|c| c.p10_us[1]),
+                        exec_p10_us: part(|c| c.p10_us[2]),
+                        d2h_p10_us: part(|c| c.p10_us[3]),
+                        h2d_p90_us: part(|c| c.p90_us[0]),
+                        dispatch_p90_us: part(|c| c.p90_us[1]),
+                        exec_p90_us: part(|c| c.p90_us[2]),
+                        d2h_p90_us: part(|c| c.p90_us[3]),
+                        runs: c.map(|c| c.runs),
+                        power_w: part(|c| c.power_w),
+                        power: c.map(|c| c.power),
+                        failure,
+                    })
+                    .map_err(|e| bad(&e))?;
+                }
+            }
+            let body = w.into_inner().map_err(|e| bad(&e))?;
+            out.push_str(&String::from_utf8_lossy(&body));
+            Ok(out)
+        }
+    }
+}
+
+/// Read a table exported by [`export`]; `origin` names the file in errors.
+pub fn import(text: &str, format: Format, origin: &str) -> Result<CostTable, ProfileError> {
+    let bad = |reason: String| ProfileError::Portable { origin: origin.into(), reason };
+    match format {
+        Format::Json => serde_json::from_str(text).map_err(|e| bad(e.to_string())),
+        Format::Csv => {
+            let mut lines = text.lines();
+            let first = lines.next().unwrap_or("");
+            if !first.starts_with(CSV_MAGIC) {
+                return Err(bad(format!("not a bident cost table export (first line should start `{CSV_MAGIC}`)")));
+            }
+            let mut meta = serde_json::Map::new();
+            let mut body_at = first.len() + 1;
+            for line in lines {
+                let Some(kv) = line.strip_prefix("# ") else { break };
+                body_at += line.len() + 1;
+                let (k, v) = kv.split_once(": ").ok_or_else(|| bad(format!("bad metadata line `{line}`")))?;
+                let v = serde_json::from_str(v).map_err(|e| bad(format!("metadata `{k}`: {e}")))?;
+                meta.insert(k.to_string(), v);
+            }
+            for key in META {
+                if !meta.contains_key(*key) {
+                    return Err(bad(format!("metadata line `# {key}: ...` is missing")));
+                }
+            }
+            // the table without its ops, from the metadata
+            meta.insert("ops".into(), serde_json::Value::Array(vec![]));
+            let mut t: CostTable =
+                serde_json::from_value(serde_json::Value::Object(meta)).map_err(|e| bad(format!("metadata: {e}")))?;
+            let n = t.soc.pus.len();
+            let mut r = csv::Reader::from_reader(text.get(body_at..).unwrap_or("").as_bytes());
+            for (k, row) in r.deserialize::<Row>().enumerate() {
+                let row = row.map_err(|e| bad(format!("row {}: {e}", k + 1)))?;
+                let j = t
+                    .soc
+                    .pus
+                    .iter()
+                    .position(|p| p.name == row.pu)
+                    .ok_or_else(|| bad(format!("row {}: PU `{}` is not in the SoC", k + 1, row.pu)))?;
+                if row.op as usize == t.ops.len() {
+                    t.ops.push(OpCosts {
+                        op: row.op,
+                        name: row.name.clone(),
+                        kind: row.kind.clone(),
+                        per_pu: vec![None; n],
+                        failures: vec![],
+                    });
+                }
+                let o = t
+                    .ops
+                    .get_mut(row.op as usize)
+                    .filter(|o| o.name == row.name && o.kind == row.kind)
+                    .ok_or_else(|| bad(format!("row {}: op {} `{}` is out of order", k + 1, row.op, row.name)))?;
+                let cost =
+                    match (row.h2d_us, row.dispatch_us, row.exec_us, row.d2h_us, row.runs, row.power_w, row.power) {
+                        (Some(h2d), Some(dispatch), Some(exec), Some(d2h), Some(runs), Some(power_w), Some(power)) => {
+                            let q = |v: [Option<f64>; 4]| -> Result<[f64; 4], ProfileError> {
+                                let got: Option<Vec<f64>> = v.into_iter().collect();
+                                got.and_then(|g| g.try_into().ok())
+                                    .ok_or_else(|| bad(format!("row {}: a p10/p90 is missing", k + 1)))
+                            };
+                            Some(Cost {
+                                h2d_us: h2d,
+                                dispatch_us: dispatch,
+                                exec_us: exec,
+                                d2h_us: d2h,
+                                p10_us: q([row.h2d_p10_us, row.dispatch_p10_us, row.exec_p10_us, row.d2h_p10_us])?,
+                                p90_us: q([row.h2d_p90_us, row.dispatch_p90_us, row.exec_p90_us, row.d2h_p90_us])?,
+                                runs,
+                                power_w,
+                                power,
+                            })
+                        }
+                        (None, None, None, None, None, None, None) => None,
+                        _ => return Err(bad(format!("row {}: some cost columns are empty, others not", k + 1))),
+                    };
+                o.per_pu[j] = cost;
+                if let Some(reason) = row.failure {
+                    o.failures.push((row.pu, reason));
+                }
+            }
+            Ok(t)
+        }
+    }
+}
+
+impl CostTable {
+    /// Check that this table is whole and is for `g`: same graph, same ops, one entry slot per
+    /// PU, every op runnable somewhere, every figure a finite non-negative number, a square
+    /// contention matrix.
+    pub fn check(&self, g: &FusedGraph) -> Result<(), ProfileError> {
+        let bad = |reason: String| ProfileError::Mismatch { model: self.model.clone(), reason };
+        let graph = g.content_hash()?;
+        if self.graph != graph {
+            return Err(bad(format!(
+                "it was made for graph {} but this fused graph (`{}`) is {}",
+                self.graph.short(),
+                g.name,
+                graph.short()
+            )));
+        }
+        if self.ops.len() != g.ops.len() {
+            return Err(bad(format!("it has {} ops, the graph {}", self.ops.len(), g.ops.len())));
+        }
+        let n = self.soc.pus.len();
+        for (i, (o, op)) in self.ops.iter().zip(&g.ops).enumerate() {
+            if o.op as usize != i || o.name != op.name || o.kind != op.kind {
+                return Err(bad(format!(
+                    "op {i} is `{}` ({}) in the table, `{}` ({}) in the graph",
+                    o.name, o.kind, op.name, op.kind
+                )));
+            }
+            if o.per_pu.len() != n {
+                return Err(bad(format!("op {i} has {} PU slots for {n} PUs", o.per_pu.len())));
+            }
+            if o.per_pu.iter().all(Option::is_none) {
+                return Err(bad(format!("op {i} `{}` has no cost on any PU", o.name)));
+            }
+            for c in o.per_pu.iter().flatten() {
+                let all = [c.h2d_us, c.dispatch_us, c.exec_us, c.d2h_us, c.power_w]
+                    .into_iter()
+                    .chain(c.p10_us)
+                    .chain(c.p90_us);
+                if all.into_iter().any(|v| !(v.is_finite() && v >= 0.0)) {
+                    return Err(bad(format!("op {i} `{}` has a negative or non-finite figure", o.name)));
+                }
+            }
+        }
+        if let Some(c) = &self.contention
+            && (c.sf.len() != n || c.sf.iter().any(|r| r.len() != n || r.iter().any(|v| !(v.is_finite() && *v > 0.0))))
+        {
+            return Err(bad(format!("its contention matrix is not {n} x {n} positive factors")));
+        }
+        Ok(())
+    }
+}
