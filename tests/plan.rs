@@ -117,7 +117,7 @@ fn measure_example(
     let be = backend();
     let soc = SocSpec::preset(soc, be.as_ref()).expect("SoC preset");
     let cfg = bident_profile::ProfileConfig { warmup: 1, runs: 3, adaptive: false, ..Default::default() };
-    let costs = bident_profile::profile(&g, &soc, be.as_ref(), &cfg, &mut |_| {}).expect("profile");
+    let costs = bident_profile::profile(&g, &soc, be.as_ref(), &cfg, None, &mut |_| {}).expect("profile");
     let plan = bident_search::search(&phased, &costs, &Default::default()).expect("search");
     assert_eq!(plan.steps.len(), g.ops.len());
     let run_cfg = bident_runtime::RunConfig { warmup: 1, runs: 3, ..Default::default() };
@@ -178,4 +178,37 @@ fn contention_measured_on_pinned_cores() {
             }
         }
     }
+}
+
+/// The profile cache: a second profile of the same model measures nothing and gives the same
+/// table; after a small edit (the example's head widened) only the changed ops are measured.
+#[test]
+fn profile_cache_measures_only_what_changed() {
+    let be = backend();
+    let soc = SocSpec::preset("local", be.as_ref()).expect("local SoC");
+    let cfg = bident_profile::ProfileConfig { warmup: 1, runs: 3, adaptive: false, ..Default::default() };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cache = bident_profile::cache::CostCache::new(tmp.path());
+    let profile = |model: &str| {
+        let case = ModelCase { model: format!("zoo:{model}"), input_shape: Default::default(), fusion: None };
+        let g = import(&case, &root().join("tests/data/import/example.yaml"));
+        let mut cached = 0;
+        let t = bident_profile::profile(&g, &soc, be.as_ref(), &cfg, Some(&cache), &mut |p| {
+            if p.phase == "cached" {
+                cached += p.done;
+            }
+        })
+        .expect("profile");
+        (t, cached)
+    };
+    let (first, cached) = profile("example");
+    assert_eq!(cached, 0);
+    let (again, cached) = profile("example");
+    assert_eq!(cached, first.ops.len() * soc.pus.len());
+    assert_eq!(again.ops, first.ops);
+    // Gemm and Softmax changed; the 8 ops before them did not
+    let (edited, cached) = profile("example-edited");
+    assert_eq!(edited.ops.len(), first.ops.len());
+    assert_eq!(cached, (first.ops.len() - 2) * soc.pus.len());
+    assert_eq!(edited.ops[..8], first.ops[..8]);
 }

@@ -76,6 +76,9 @@ pub struct ProfileArgs {
     /// known within 3% (95% confidence).
     #[arg(long)]
     pub fixed_runs: bool,
+    /// Measure every (op, PU) again instead of reusing the profile cache (target/bident/cache).
+    #[arg(long)]
+    pub no_cache: bool,
 }
 
 #[derive(Args, Clone)]
@@ -108,6 +111,9 @@ pub struct PipelineArgs {
     /// Time every (op, PU) exactly --profile-runs times (no adaptive stop).
     #[arg(long)]
     pub fixed_runs: bool,
+    /// Measure every (op, PU) again instead of reusing the profile cache (target/bident/cache).
+    #[arg(long)]
+    pub no_cache: bool,
     #[arg(long, default_value_t = RunConfig::default().runs)]
     pub runs: u32,
     /// Print one JSON object as the last line of stdout.
@@ -297,13 +303,20 @@ pub fn partition_cmd(a: DirArgs) -> Result<()> {
 }
 
 /// Stage 3.
+/// How the profile stage measures: the run cap, the adaptive stop, the cache.
+#[derive(Clone, Copy)]
+pub struct Measuring {
+    pub runs: u32,
+    pub fixed_runs: bool,
+    pub no_cache: bool,
+}
+
 fn profile_stage(
     dir: &Path,
     g: &FusedGraph,
     gh: ContentHash,
     soc: &Soc,
-    runs: u32,
-    fixed_runs: bool,
+    m: Measuring,
 ) -> Result<(CostTable, ContentHash)> {
     clear(dir, &[COSTS, PLAN, REPORT])?;
     let (soc, be) = match soc {
@@ -322,13 +335,18 @@ fn profile_stage(
         }
     };
     let be = be.as_ref();
-    let cfg = ProfileConfig { runs, adaptive: !fixed_runs, ..Default::default() };
+    let cfg = ProfileConfig { runs: m.runs, adaptive: !m.fixed_runs, ..Default::default() };
+    let cache = (!m.no_cache).then(|| bident_profile::cache::CostCache::new(target_dir().join("bident/cache/costs")));
     let tty = std::io::stderr().is_terminal();
     let mut last = std::time::Instant::now();
     let t0 = std::time::Instant::now();
     // ETA within the current phase of the current PU, from its own pace so far
     let mut phase_start = (String::new(), std::time::Instant::now());
-    let table = bident_profile::profile(g, soc, be, &cfg, &mut |p| {
+    let table = bident_profile::profile(g, soc, be, &cfg, cache.as_ref(), &mut |p| {
+        if p.phase == "cached" {
+            eprintln!("profile: {}: {} of {} ops from the profile cache", p.pu, p.done, p.total);
+            return;
+        }
         let key = format!("{} {}", p.pu, p.phase);
         if phase_start.0 != key {
             phase_start = (key, std::time::Instant::now());
@@ -446,7 +464,8 @@ fn truncate(s: &str, n: usize) -> String {
 pub fn profile_cmd(a: ProfileArgs) -> Result<()> {
     let (g, gh) = read_fused(&a.dir)?;
     let soc = Soc::load(&a.soc.soc)?;
-    profile_stage(&a.dir, &g, gh, &soc, a.profile_runs, a.fixed_runs).map(|_| ())
+    let m = Measuring { runs: a.profile_runs, fixed_runs: a.fixed_runs, no_cache: a.no_cache };
+    profile_stage(&a.dir, &g, gh, &soc, m).map(|_| ())
 }
 
 fn objective(s: &str) -> Result<Objective> {
@@ -532,7 +551,8 @@ pub fn run_stages(a: &PipelineArgs) -> Result<(FusedGraph, Plan, Option<RunRepor
     let (dir, g, gh) = import_cmd(a.import.clone())?;
     let (phased, ph) = partition_stage(&dir, &g, gh)?;
     let soc = Soc::load(&a.soc.soc)?;
-    let (costs, ch) = profile_stage(&dir, &g, gh, &soc, a.profile_runs, a.fixed_runs)?;
+    let m = Measuring { runs: a.profile_runs, fixed_runs: a.fixed_runs, no_cache: a.no_cache };
+    let (costs, ch) = profile_stage(&dir, &g, gh, &soc, m)?;
     let (plan, plan_h) = search_stage(&dir, (&phased, ph), (&costs, ch), objective(&a.objective)?)?;
     let report = match soc {
         Soc::Measured(spec, be) => Some(run_stage(&dir, &g, (&plan, plan_h), &spec, be, a.runs)?),

@@ -89,6 +89,7 @@ pub fn thirdparty(soc: &str, fusion: &str, runs: u32, profile_runs: u32, json: b
             objective: "latency".into(),
             profile_runs,
             fixed_runs: false,
+            no_cache: false,
             runs,
             json: false,
         };

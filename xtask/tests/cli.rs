@@ -143,7 +143,7 @@ fn pipeline_end_to_end_on_the_example() {
     std::fs::copy(tmp.path().join("cost-table.bin"), other.path().join("cost-table.bin")).expect("copy");
     let o = xtask(&["search", &od]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("cost table is for `example`"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("the cost table of `example` does not fit"), "{}", stderr(&o));
 }
 
 #[test]

@@ -7,6 +7,7 @@
 //! Owns the `CostTable` artifact. Written against `bident_backend::Backend` only: which backend
 //! measures is the caller's choice. Must not: decide mappings (that is bident-search).
 
+pub mod cache;
 pub mod contention;
 pub mod portable;
 pub mod power;
@@ -227,11 +228,15 @@ pub struct Progress<'a> {
 /// round executing every op once in the graph's order with seeded inputs. Timing ops in rounds
 /// rather than each op back to back keeps caches and the backend's threads in the state the
 /// runtime meets them in.
+///
+/// With a `cache`, an (op, PU) pair measured before under the same conditions (see
+/// [`cache::CostCache::key`]) is taken from it and not measured; what is measured is stored.
 pub fn profile(
     g: &FusedGraph,
     soc: &SocSpec,
     backend: &dyn Backend,
     cfg: &ProfileConfig,
+    cache: Option<&cache::CostCache>,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<CostTable, ProfileError> {
     if soc.backend != backend.name() {
@@ -258,10 +263,45 @@ pub fn profile(
                 .collect()
         })
         .collect();
+    let backend_id = format!("{} {}", backend.name(), backend.version());
+    let machine = host_description();
     // per_pu[j][i]: op i on PU j
     let mut columns: Vec<Vec<Result<Cost, String>>> = Vec::with_capacity(soc.pus.len());
     for pu in &soc.pus {
-        columns.push(profile_pu(backend, pu, &models, &inputs, cfg, progress)?);
+        let keys: Vec<ContentHash> = match cache {
+            Some(_) => models
+                .iter()
+                .zip(&inputs)
+                .map(|(m, i)| cache::CostCache::key(m, i, pu, &backend_id, &machine, cfg))
+                .collect(),
+            None => vec![],
+        };
+        let mut column: Vec<Option<Result<Cost, String>>> = match cache {
+            Some(c) => keys.iter().map(|&k| c.get(k)).collect(),
+            None => vec![None; models.len()],
+        };
+        let todo: Vec<usize> = (0..models.len()).filter(|&i| column[i].is_none()).collect();
+        if cache.is_some() {
+            progress(Progress { pu: &pu.name, phase: "cached", done: models.len() - todo.len(), total: models.len() });
+        }
+        if !todo.is_empty() {
+            let sub_models: Vec<&[u8]> = todo.iter().map(|&i| models[i].as_slice()).collect();
+            let sub_inputs: Vec<&[HostTensor]> = todo.iter().map(|&i| inputs[i].as_slice()).collect();
+            match profile_pu(backend, pu, &sub_models, &sub_inputs, cfg, progress)? {
+                Ok(measured) => {
+                    for (&i, r) in todo.iter().zip(measured) {
+                        if let Some(c) = cache {
+                            c.put(keys[i], &r);
+                        }
+                        column[i] = Some(r);
+                    }
+                }
+                // the PU itself is unusable (e.g. cannot pin): every op fails there with that
+                // reason, and nothing is cached
+                Err(reason) => todo.iter().for_each(|&i| column[i] = Some(Err(reason.clone()))),
+            }
+        }
+        columns.push(column.into_iter().map(|c| c.unwrap_or_else(|| Err("not measured".into()))).collect());
     }
     let mut ops = Vec::with_capacity(g.ops.len());
     for (i, op) in g.ops.iter().enumerate() {
@@ -300,15 +340,16 @@ pub fn profile(
     })
 }
 
-/// One PU's column of the table: a cost, or the backend's reason, per op.
+/// One PU's column of the table: a cost, or the backend's reason, per op; `Err` when the PU
+/// itself cannot be used.
 fn profile_pu(
     backend: &dyn Backend,
     pu: &PuSpec,
-    models: &[Vec<u8>],
-    inputs: &[Vec<HostTensor>],
+    models: &[&[u8]],
+    inputs: &[&[HostTensor]],
     cfg: &ProfileConfig,
     progress: &mut dyn FnMut(Progress),
-) -> Result<Vec<Result<Cost, String>>, ProfileError> {
+) -> Result<Result<Vec<Result<Cost, String>>, String>, ProfileError> {
     let (tx, rx) = std::sync::mpsc::channel::<(&'static str, usize, usize)>();
     std::thread::scope(|s| {
         let worker = s.spawn(move || -> Result<Vec<Result<Cost, String>>, BackendError> {
@@ -401,9 +442,7 @@ fn profile_pu(
             progress(Progress { pu: &pu.name, phase, done, total });
         }
         match worker.join() {
-            Ok(Ok(col)) => Ok(col),
-            // the PU itself is unusable (e.g. cannot pin): every op fails there with that reason
-            Ok(Err(e)) => Ok(models.iter().map(|_| Err(e.to_string())).collect()),
+            Ok(col) => Ok(col.map_err(|e| e.to_string())),
             Err(_) => Err(ProfileError::Worker(pu.name.clone())),
         }
     })

@@ -15,6 +15,7 @@ pub use builder::Builder;
 /// Names of the models [`build`] knows, with one line each.
 pub const MODELS: &[(&str, &str)] = &[
     ("example", "small CNN with a fork/join (stem, two branches, add, head): the pipeline's default"),
+    ("example-edited", "the example with a 12-class head: every op before the head unchanged (a small model edit)"),
     ("mlp", "three MatMul+Add+Relu layers: a plain chain"),
     (
         "attention",
@@ -124,7 +125,8 @@ pub fn build(name: &str, seed: u64) -> Option<ModelProto> {
         return probe(op, dtype, n.parse().ok()?);
     }
     Some(match name {
-        "example" => example(seed),
+        "example" => example(seed, 10),
+        "example-edited" => example(seed, 12),
         "mlp" => mlp(seed, 1),
         "attention" => attention(seed),
         "bert-encoder" => {
@@ -356,7 +358,7 @@ pub fn build_bytes(name: &str, seed: u64) -> Option<Vec<u8>> {
     build(name, seed).map(|m| m.encode_to_vec())
 }
 
-fn example(seed: u64) -> ModelProto {
+fn example(seed: u64, classes: u64) -> ModelProto {
     let mut b = Builder::new(seed);
     let x = b.input("image", &[1, 3, 32, 32]);
     let stem = b.conv_bn_relu(&x, 3, 16, 3, 1);
@@ -369,12 +371,12 @@ fn example(seed: u64) -> ModelProto {
     let r = b.node("Relu", &[&j], &[]);
     let p = b.node("GlobalAveragePool", &[&r], &[]);
     let f = b.node("Flatten", &[&p], &[("axis", 1i64.into())]);
-    let w = b.weight("head.w", &[16, 10]);
-    let bias = b.weight("head.b", &[10]);
+    let w = b.weight("head.w", &[16, classes]);
+    let bias = b.weight("head.b", &[classes]);
     let g = b.node("Gemm", &[&f, &w, &bias], &[]);
     let s = b.node("Softmax", &[&g], &[("axis", 1i64.into())]);
     b.output(&s);
-    b.finish("example")
+    b.finish(if classes == 10 { "example" } else { "example_edited" })
 }
 
 fn control_if(seed: u64, typed: bool) -> ModelProto {
