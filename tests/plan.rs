@@ -34,6 +34,7 @@ fn synthetic_costs(g: &bident_ir::FusedGraph) -> bident_profile::CostTable {
         runs: 1,
         power_w: power,
         power: PowerSource::Declared,
+        stop_check: None,
     };
     let ops = g
         .ops

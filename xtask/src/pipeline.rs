@@ -394,6 +394,7 @@ fn profile_stage(
         }
     );
     print_profile_summary(&table);
+    print_stop_check(&table, &cfg);
     Ok((table, h))
 }
 
@@ -433,6 +434,39 @@ fn measure_contention(soc: &SocSpec, be: &dyn Backend) -> Result<bident_profile:
         }
     }
     Ok(c)
+}
+
+/// With `--fixed-runs`: how the adaptive stop would have done on the same runs.
+fn print_stop_check(table: &CostTable, cfg: &ProfileConfig) {
+    let checks: Vec<(u32, &bident_profile::StopCheck)> = table
+        .ops
+        .iter()
+        .flat_map(|o| o.per_pu.iter().flatten())
+        .filter_map(|c| c.stop_check.as_ref().map(|s| (c.runs, s)))
+        .collect();
+    if checks.is_empty() {
+        return;
+    }
+    let (all, stopped): (u32, u32) = checks.iter().fold((0, 0), |(a, s), (runs, c)| (a + runs, s + c.runs));
+    // the fixed protocol's cost includes the warm-up runs the adaptive one makes too
+    let warm = cfg.warmup * checks.len() as u32;
+    let mut dev: Vec<f64> = checks.iter().map(|(_, c)| (c.median_us / c.full_median_us - 1.0).abs() * 100.0).collect();
+    dev.sort_by(f64::total_cmp);
+    let within = dev.iter().filter(|&&d| d <= cfg.rel_ci * 100.0).count();
+    eprintln!(
+        "profile: adaptive-stop check on these {} entries: {stopped} of {all} timed runs ({:.1}x fewer; {:.1}x \
+         counting the {} warm-up runs); its medians vs the full ones: median {:.2}%, p90 {:.2}%, max {:.2}% off, \
+         {within} of {} within {:.0}%",
+        checks.len(),
+        all as f64 / stopped.max(1) as f64,
+        (all + warm) as f64 / (stopped + warm).max(1) as f64,
+        cfg.warmup,
+        dev[dev.len() / 2],
+        dev[(dev.len() - 1) * 9 / 10],
+        dev[dev.len() - 1],
+        dev.len(),
+        cfg.rel_ci * 100.0
+    );
 }
 
 /// The slowest ops (by their best PU) and, per PU, the ops it cannot run.

@@ -10,7 +10,7 @@
 use bident_ir::FusedGraph;
 use serde::{Deserialize, Serialize};
 
-use crate::{Cost, CostTable, OpCosts, PowerSource, ProfileError};
+use crate::{Cost, CostTable, OpCosts, PowerSource, ProfileError, StopCheck};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -51,6 +51,10 @@ struct Row {
     runs: Option<u32>,
     power_w: Option<f64>,
     power: Option<PowerSource>,
+    /// The adaptive stop replayed on a fixed-count measurement (see `StopCheck`).
+    stop_runs: Option<u32>,
+    stop_median_us: Option<f64>,
+    full_median_us: Option<f64>,
     /// Why the PU has no entry for the op.
     failure: Option<String>,
 }
@@ -99,6 +103,9 @@ pub fn export(t: &CostTable, format: Format) -> Result<String, ProfileError> {
                         runs: c.map(|c| c.runs),
                         power_w: part(|c| c.power_w),
                         power: c.map(|c| c.power),
+                        stop_runs: c.and_then(|c| c.stop_check.as_ref()).map(|s| s.runs),
+                        stop_median_us: c.and_then(|c| c.stop_check.as_ref()).map(|s| s.median_us),
+                        full_median_us: c.and_then(|c| c.stop_check.as_ref()).map(|s| s.full_median_us),
                         failure,
                     })
                     .map_err(|e| bad(&e))?;
@@ -182,6 +189,15 @@ pub fn import(text: &str, format: Format, origin: &str) -> Result<CostTable, Pro
                                 runs,
                                 power_w,
                                 power,
+                                stop_check: match (row.stop_runs, row.stop_median_us, row.full_median_us) {
+                                    (Some(runs), Some(median_us), Some(full_median_us)) => {
+                                        Some(StopCheck { runs, median_us, full_median_us })
+                                    }
+                                    (None, None, None) => None,
+                                    _ => {
+                                        return Err(bad(format!("row {}: the stop-check columns are incomplete", k + 1)));
+                                    }
+                                },
                             })
                         }
                         (None, None, None, None, None, None, None) => None,

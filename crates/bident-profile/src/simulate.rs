@@ -218,6 +218,7 @@ impl VirtualPu {
             runs: 0,
             power_w: self.power_w,
             power: PowerSource::Simulated,
+            stop_check: None,
         })
     }
 }
