@@ -195,7 +195,10 @@ pub fn import(text: &str, format: Format, origin: &str) -> Result<CostTable, Pro
                                     }
                                     (None, None, None) => None,
                                     _ => {
-                                        return Err(bad(format!("row {}: the stop-check columns are incomplete", k + 1)));
+                                        return Err(bad(format!(
+                                            "row {}: the stop-check columns are incomplete",
+                                            k + 1
+                                        )));
                                     }
                                 },
                             })

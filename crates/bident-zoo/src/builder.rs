@@ -250,14 +250,23 @@ impl Builder {
     }
 
     pub fn conv(&mut self, x: &str, cin: u64, cout: u64, k: u64, pad: i64) -> String {
+        self.conv_strided(x, cin, cout, k, pad, 1)
+    }
+
+    pub fn conv_strided(&mut self, x: &str, cin: u64, cout: u64, k: u64, pad: i64, stride: i64) -> String {
         let id = self.counter + 1;
         let w = self.weight(&format!("conv{id}.w"), &[cout, cin, k, k]);
         let b = self.weight(&format!("conv{id}.b"), &[cout]);
-        self.node("Conv", &[x, &w, &b], &[("pads", vec![pad; 4].into()), ("kernel_shape", vec![k as i64; 2].into())])
+        let mut attrs = vec![("pads", vec![pad; 4].into()), ("kernel_shape", vec![k as i64; 2].into())];
+        if stride != 1 {
+            attrs.push(("strides", vec![stride; 2].into()));
+        }
+        self.node("Conv", &[x, &w, &b], &attrs)
     }
 
-    pub fn conv_bn_relu(&mut self, x: &str, cin: u64, cout: u64, k: u64, pad: i64) -> String {
-        let c = self.conv(x, cin, cout, k, pad);
+    /// Conv, BatchNormalization and, when `relu`, Relu: the classic fusable group.
+    pub fn conv_bn(&mut self, x: &str, cin: u64, cout: u64, (k, pad, stride): (u64, i64, i64), relu: bool) -> String {
+        let c = self.conv_strided(x, cin, cout, k, pad, stride);
         let id = self.counter + 1;
         let scale = self.weight(&format!("bn{id}.scale"), &[cout]);
         let bias = self.weight(&format!("bn{id}.bias"), &[cout]);
@@ -269,7 +278,11 @@ impl Builder {
         };
         let var = self.add_initializer(&format!("bn{id}.var"), &var_t);
         let bn = self.node("BatchNormalization", &[&c, &scale, &bias, &mean, &var], &[]);
-        self.node("Relu", &[&bn], &[])
+        if relu { self.node("Relu", &[&bn], &[]) } else { bn }
+    }
+
+    pub fn conv_bn_relu(&mut self, x: &str, cin: u64, cout: u64, k: u64, pad: i64) -> String {
+        self.conv_bn(x, cin, cout, (k, pad, 1), true)
     }
 
     /// Declare an output with a static f32 shape (subgraph outputs need one).

@@ -18,6 +18,11 @@ pub const MODELS: &[(&str, &str)] = &[
     ("example-edited", "the example with a 12-class head: every op before the head unchanged (a small model edit)"),
     ("mlp", "three MatMul+Add+Relu layers: a plain chain"),
     (
+        "resnet50",
+        "ResNet-50 v1.5 at 224x224 (torchvision layout: bottlenecks [3, 4, 6, 3], stride on the 3x3, \
+         ~25.6M f32 parameters), seeded weights",
+    ),
+    (
         "attention",
         "single-head self-attention block with LayerNorm and GELU (Erf), shape arithmetic via Shape/Gather/Concat",
     ),
@@ -127,6 +132,7 @@ pub fn build(name: &str, seed: u64) -> Option<ModelProto> {
     Some(match name {
         "example" => example(seed, 10),
         "example-edited" => example(seed, 12),
+        "resnet50" => resnet50(seed),
         "mlp" => mlp(seed, 1),
         "attention" => attention(seed),
         "bert-encoder" => {
@@ -377,6 +383,38 @@ fn example(seed: u64, classes: u64) -> ModelProto {
     let s = b.node("Softmax", &[&g], &[("axis", 1i64.into())]);
     b.output(&s);
     b.finish(if classes == 10 { "example" } else { "example_edited" })
+}
+
+fn resnet50(seed: u64) -> ModelProto {
+    let mut b = Builder::new(seed);
+    let x = b.input("image", &[1, 3, 224, 224]);
+    let stem = b.conv_bn(&x, 3, 64, (7, 3, 2), true);
+    let mut h = b.node(
+        "MaxPool",
+        &[&stem],
+        &[("kernel_shape", vec![3, 3].into()), ("strides", vec![2, 2].into()), ("pads", vec![1; 4].into())],
+    );
+    let mut cin = 64;
+    for (stage, (blocks, mid)) in [(3, 64), (4, 128), (6, 256), (3, 512)].into_iter().enumerate() {
+        for i in 0..blocks {
+            let stride = if i == 0 && stage > 0 { 2 } else { 1 };
+            let out = mid * 4;
+            let a = b.conv_bn(&h, cin, mid, (1, 0, 1), true);
+            let c = b.conv_bn(&a, mid, mid, (3, 1, stride), true);
+            let d = b.conv_bn(&c, mid, out, (1, 0, 1), false);
+            let shortcut = if i == 0 { b.conv_bn(&h, cin, out, (1, 0, stride), false) } else { h.clone() };
+            let sum = b.node("Add", &[&d, &shortcut], &[]);
+            h = b.node("Relu", &[&sum], &[]);
+            cin = out;
+        }
+    }
+    let p = b.node("GlobalAveragePool", &[&h], &[]);
+    let f = b.node("Flatten", &[&p], &[("axis", 1i64.into())]);
+    let w = b.weight("fc.w", &[2048, 1000]);
+    let bias = b.weight("fc.b", &[1000]);
+    let logits = b.node("Gemm", &[&f, &w, &bias], &[]);
+    b.output(&logits);
+    b.finish("resnet50")
 }
 
 fn control_if(seed: u64, typed: bool) -> ModelProto {
