@@ -98,10 +98,75 @@ fn declared_power(kind: PuKind) -> f64 {
     }
 }
 
+/// The `local` PUs of one device: the device itself, or, for the CPU of a hybrid processor
+/// (P-cores and E-cores), one PU per core type (`SCHEDULING_CORE_TYPE`), each pinned to its cores.
+fn local_pus(d: crate::DeviceInfo, hybrid: Option<&(Vec<usize>, Vec<usize>)>) -> Vec<PuSpec> {
+    let pu = |name: String, properties: BTreeMap<String, String>, cores: Vec<usize>, share: f64| PuSpec {
+        name,
+        kind: d.kind,
+        device: d.name.clone(),
+        properties,
+        cores,
+        declared_power_w: declared_power(d.kind) * share,
+    };
+    match (d.kind, hybrid) {
+        (PuKind::Cpu, Some((p, e))) => {
+            let total = (p.len() + e.len()) as f64;
+            [("P", "PCORE_ONLY", p.clone()), ("E", "ECORE_ONLY", e.clone())]
+                .into_iter()
+                .map(|(suffix, core_type, cores)| {
+                    let mut props = exact_precision(d.kind);
+                    props.insert("SCHEDULING_CORE_TYPE".into(), core_type.into());
+                    let share = cores.len() as f64 / total;
+                    pu(format!("{}.{suffix}", d.name), props, cores, share)
+                })
+                .collect()
+        }
+        _ => vec![pu(d.name.clone(), exact_precision(d.kind), vec![], 1.0)],
+    }
+}
+
+/// The P-cores and E-cores this process may run on, when the processor is hybrid: Linux lists
+/// them in `/sys/devices/cpu_core/cpus` and `/sys/devices/cpu_atom/cpus`
+/// (`BIDENT_SYSFS_DEVICES` points elsewhere). None when either list is missing or empty.
+pub fn hybrid_cores() -> Option<(Vec<usize>, Vec<usize>)> {
+    let dir =
+        std::env::var_os("BIDENT_SYSFS_DEVICES").map(std::path::PathBuf::from).unwrap_or_else(|| "/sys/devices".into());
+    hybrid_cores_in(&dir, &crate::allowed_cpus())
+}
+
+fn hybrid_cores_in(dir: &std::path::Path, allowed: &[usize]) -> Option<(Vec<usize>, Vec<usize>)> {
+    let read = |pmu: &str| -> Option<Vec<usize>> {
+        let text = std::fs::read_to_string(dir.join(pmu).join("cpus")).ok()?;
+        let cpus: Vec<usize> = parse_cpu_list(text.trim())?.into_iter().filter(|c| allowed.contains(c)).collect();
+        (!cpus.is_empty()).then_some(cpus)
+    };
+    Some((read("cpu_core")?, read("cpu_atom")?))
+}
+
+/// A Linux CPU list such as `0-3,8,10-11`.
+fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
+    let mut out = vec![];
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (a.parse::<usize>().ok()?, b.parse::<usize>().ok()?);
+                if b < a || b - a > 4096 {
+                    return None;
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(part.parse().ok()?),
+        }
+    }
+    Some(out)
+}
+
 impl SocSpec {
     /// Build a preset SoC against the devices this backend sees.
     ///
-    /// - `local`: one PU per device, with the device's own defaults.
+    /// - `local`: one PU per device, with the device's own defaults; a hybrid CPU becomes two
+    ///   PUs, `CPU.P` and `CPU.E` (see [`hybrid_cores`]).
     /// - `cores`: one single-threaded PU per online CPU core, each pinned to its core.
     pub fn preset(name: &str, backend: &dyn Backend) -> Result<SocSpec, SocError> {
         let soc = match name {
@@ -109,18 +174,10 @@ impl SocSpec {
                 name: "local".into(),
                 backend: backend.name().into(),
                 simulated: false,
-                pus: backend
-                    .devices()?
-                    .into_iter()
-                    .map(|d| PuSpec {
-                        name: d.name.clone(),
-                        kind: d.kind,
-                        device: d.name,
-                        properties: exact_precision(d.kind),
-                        cores: vec![],
-                        declared_power_w: declared_power(d.kind),
-                    })
-                    .collect(),
+                pus: {
+                    let hybrid = hybrid_cores();
+                    backend.devices()?.into_iter().flat_map(|d| local_pus(d, hybrid.as_ref())).collect()
+                },
             },
             "cores" => {
                 let cpus = crate::allowed_cpus();
@@ -317,4 +374,44 @@ pub struct PuFile {
     pub declared_power_w: f64,
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0-3,8,10-11"), Some(vec![0, 1, 2, 3, 8, 10, 11]));
+        assert_eq!(parse_cpu_list(""), Some(vec![]));
+        assert_eq!(parse_cpu_list("3-1"), None);
+        assert_eq!(parse_cpu_list("x"), None);
+    }
+
+    /// A hybrid CPU (as Linux lists it) becomes a P-core PU and an E-core PU; other devices and
+    /// non-hybrid CPUs stay one PU.
+    #[test]
+    fn hybrid_cpu_is_split_by_core_type() {
+        let dir = std::env::temp_dir().join(format!("bident-sysfs-{}", std::process::id()));
+        for (pmu, list) in [("cpu_core", "0-3"), ("cpu_atom", "4-11")] {
+            std::fs::create_dir_all(dir.join(pmu)).expect("dir");
+            std::fs::write(dir.join(pmu).join("cpus"), format!("{list}\n")).expect("write");
+        }
+        let allowed: Vec<usize> = (0..10).collect();
+        let hybrid = hybrid_cores_in(&dir, &allowed);
+        std::fs::remove_dir_all(&dir).ok();
+        assert_eq!(hybrid, Some(((0..4).collect(), (4..10).collect())));
+        let cpu = crate::DeviceInfo { name: "CPU".into(), kind: PuKind::Cpu, full_name: "hybrid".into() };
+        let pus = local_pus(cpu.clone(), hybrid.as_ref());
+        let names: Vec<&str> = pus.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["CPU.P", "CPU.E"]);
+        assert_eq!(pus[0].properties["SCHEDULING_CORE_TYPE"], "PCORE_ONLY");
+        assert_eq!(pus[1].properties["SCHEDULING_CORE_TYPE"], "ECORE_ONLY");
+        assert_eq!((pus[0].cores.len(), pus[1].cores.len()), (4, 6));
+        assert!((pus[0].declared_power_w + pus[1].declared_power_w - DECLARED_CPU_POWER_W).abs() < 1e-9);
+        assert_eq!(local_pus(cpu, None).len(), 1);
+        let gpu = crate::DeviceInfo { name: "GPU".into(), kind: PuKind::Gpu, full_name: "gpu".into() };
+        assert_eq!(local_pus(gpu, hybrid.as_ref()).len(), 1);
+        assert_eq!(hybrid_cores_in(std::path::Path::new("/nonexistent"), &allowed), None);
+    }
 }
