@@ -213,3 +213,32 @@ fn profile_cache_measures_only_what_changed() {
     assert_eq!(cached, (first.ops.len() - 2) * soc.pus.len());
     assert_eq!(edited.ops[..8], first.ops[..8]);
 }
+
+/// Co-execution costs of two models' ops on each `cores` PU: a seeded sample when there are
+/// more pairs than the budget, every pair timed alone and together, and a fitted model whose
+/// cross-validated error is kept.
+#[test]
+fn coexecution_costs_on_pinned_cores() {
+    let be = backend();
+    let soc = SocSpec::preset("cores", be.as_ref()).expect("cores");
+    let model = |name: &str| {
+        let case = ModelCase { model: format!("zoo:{name}"), input_shape: Default::default(), fusion: None };
+        import(&case, &root().join("tests/data/import/example.yaml"))
+    };
+    let (a, b) = (model("example"), model("mlp"));
+    let cfg = bident_profile::coexec::CoExecConfig { max_pairs: 12, warmup: 1, runs: 3, blocks: 1, seed: 1 };
+    let t = bident_profile::coexec::measure(be.as_ref(), &soc, (&a, &b), cfg, &mut |_| {}).expect("coexec");
+    assert_eq!(t.pairs.len(), soc.pus.len());
+    for (j, pairs) in t.pairs.iter().enumerate() {
+        assert_eq!(pairs.len(), 12);
+        assert!(!t.complete[j], "10 x 3 pairs exceed the budget of 12");
+        assert!(pairs.iter().all(|p| (p.a as usize) < a.ops.len() && (p.b as usize) < b.ops.len()));
+        for p in pairs {
+            for v in [p.solo_a_us, p.solo_b_us, p.co_a_us, p.co_b_us] {
+                assert!(v.is_finite() && v > 0.0, "{p:?}");
+            }
+        }
+        let fit = t.fit[j].as_ref().expect("a fit on 12 pairs");
+        assert!(fit.cv_median_rel_err.is_finite() && fit.cv_p90_rel_err >= fit.cv_median_rel_err);
+    }
+}

@@ -39,6 +39,8 @@ enum Cmd {
     Search(pipeline::SearchArgs),
     /// Stage 5: fused-graph.bin + plan.bin -> run-report.bin (executes on the PUs)
     Run(pipeline::RunArgs),
+    /// Co-execution costs of two imported models' ops sharing each PU (for concurrent search).
+    Coexec(pipeline::CoexecArgs),
     /// Cost tables to and from JSON or CSV (by extension): profile on one machine, plan on
     /// another.
     Costs {
@@ -111,6 +113,7 @@ fn main() {
         Cmd::Search(a) => pipeline::search_cmd(a),
         Cmd::Run(a) => pipeline::run_cmd(a),
         Cmd::Costs { cmd } => pipeline::costs(cmd),
+        Cmd::Coexec(a) => pipeline::coexec(a),
         Cmd::Show { file } => pipeline::show(&file),
         Cmd::Extract(a) => pipeline::extract(a),
         Cmd::Soc { spec } => pipeline::soc(&spec),

@@ -701,6 +701,83 @@ pub fn extract(a: ExtractArgs) -> Result<()> {
     Ok(())
 }
 
+#[derive(Args)]
+pub struct CoexecArgs {
+    /// Folders of the two imported models (A and B; may be the same).
+    pub a: PathBuf,
+    pub b: PathBuf,
+    #[command(flatten)]
+    pub soc: SocArgs,
+    /// Measure every (A op, B op) pair up to this many per PU, else a seeded sample of this
+    /// many, with a fitted model (and its cross-validated error) for the rest.
+    #[arg(long, default_value_t = bident_profile::coexec::CoExecConfig::default().max_pairs)]
+    pub max_pairs: usize,
+    /// Output folder (default: target/bident/pairs/<A>+<B>/).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+pub fn coexec(a: CoexecArgs) -> Result<()> {
+    let (ga, ha) = read_fused(&a.a)?;
+    let (gb, hb) = read_fused(&a.b)?;
+    let Soc::Measured(soc, be) = Soc::load(&a.soc.soc)? else {
+        bail!("co-execution costs are measured: `{}` is a virtual SoC", a.soc.soc);
+    };
+    let cfg = bident_profile::coexec::CoExecConfig { max_pairs: a.max_pairs, ..Default::default() };
+    let dir =
+        a.out.clone().unwrap_or_else(|| target_dir().join("bident/pairs").join(format!("{}+{}", ga.name, gb.name)));
+    let file = "coexec-table.bin";
+    clear(&dir, &[file])?;
+    let tty = std::io::stderr().is_terminal();
+    let t0 = std::time::Instant::now();
+    let table = bident_profile::coexec::measure(be.as_ref(), &soc, (&ga, &gb), cfg, &mut |p| {
+        if tty {
+            eprint!("\rcoexec: {} pair {}/{}   ", p.pu, p.done, p.total);
+        }
+    })?;
+    if tty {
+        eprintln!();
+    }
+    write(&dir, file, &table, bident_profile::coexec::input_hash(ha, hb, &soc, &cfg))?;
+    eprintln!(
+        "coexec: {} x {} ops of `{}` and `{}` on {} in {:.1} s ({}) -> {}",
+        ga.ops.len(),
+        gb.ops.len(),
+        ga.name,
+        gb.name,
+        soc.name,
+        t0.elapsed().as_secs_f64(),
+        table.measured_on,
+        dir.join(file).display()
+    );
+    for (j, pu) in soc.pus.iter().enumerate() {
+        let pairs = &table.pairs[j];
+        let mut slow: Vec<f64> =
+            pairs.iter().flat_map(|p| [p.co_a_us / p.solo_a_us, p.co_b_us / p.solo_b_us]).collect();
+        let med = bident_profile::quantile(&mut slow, 0.5);
+        let fit = match &table.fit[j] {
+            Some(f) => format!(
+                "fit co(x|y) = {:.2} t_x + {:.2} t_y + {:.2} min(t_x, t_y) + {:.1} µs, cross-validated error \
+                 median {:.1}%, p90 {:.1}%",
+                f.a,
+                f.b,
+                f.c,
+                f.d,
+                f.cv_median_rel_err * 100.0,
+                f.cv_p90_rel_err * 100.0
+            ),
+            None => "too few pairs to fit".into(),
+        };
+        eprintln!(
+            "coexec: {}: {} pairs measured ({}), median slowdown sharing the PU {med:.2}x; {fit}",
+            pu.name,
+            pairs.len(),
+            if table.complete[j] { "all of them" } else { "a sample" }
+        );
+    }
+    Ok(())
+}
+
 #[derive(clap::Subcommand)]
 pub enum CostsCmd {
     /// Write DIR's cost table as FILE (`.json`: every field; `.csv`: a row per (op, PU), the
@@ -775,6 +852,7 @@ pub fn show(file: &Path) -> Result<()> {
     let yaml = match header.kind.as_str() {
         FusedGraph::KIND => twin::<FusedGraph>(file, &bytes)?,
         PhasedGraph::KIND => twin::<PhasedGraph>(file, &bytes)?,
+        bident_profile::coexec::CoExecTable::KIND => twin::<bident_profile::coexec::CoExecTable>(file, &bytes)?,
         CostTable::KIND => twin::<CostTable>(file, &bytes)?,
         Plan::KIND => twin::<Plan>(file, &bytes)?,
         RunReport::KIND => twin::<RunReport>(file, &bytes)?,

@@ -3,7 +3,8 @@
 //! Protocol: one worker thread per PU, pinned to the PU's cores, compiles every probe model.
 //! For every pair of PUs and every probe, in blocks: the probe is timed on each of the two PUs
 //! alone (the other idle), then on both in barrier-synchronised rounds (both threads wait at a
-//! barrier, then each runs the probe once), so each run of one PU overlaps a run of the other.
+//! barrier, then each runs the probe once, timed from the barrier's release), so each run of
+//! one PU overlaps a run of the other.
 //! Alternating solo and co-run blocks keeps slow drift of a shared machine out of the ratio. One
 //! co-run gives both directions: SF(i | j) from i's times, SF(j | i) from j's. A probe's factor is
 //! (co-run median / solo median); the matrix holds the median over probes.
@@ -37,10 +38,42 @@ impl Default for ContentionConfig {
     }
 }
 
-enum Job {
-    /// Time `probe` `runs` times (after `warmup` untimed), waiting at `barrier` before each run
-    /// when given.
-    Time { probe: usize, barrier: Option<Arc<Barrier>> },
+pub(crate) enum Job {
+    /// Time `probe` `runs` times (after `warmup` untimed), meeting the partner at `sync` before
+    /// each run when given.
+    Time { probe: usize, sync: Option<Arc<CoRun>> },
+}
+
+/// The rendezvous of two threads running at the same time. A co-run's time is measured from
+/// the moment the barrier released both threads (the later arrival), not from when each thread
+/// got to run: a thread that shares a core waits for the CPU, and that wait is part of its cost.
+pub(crate) struct CoRun {
+    barrier: Barrier,
+    epoch: std::time::Instant,
+    /// Latest arrival at the barrier this round, ns since `epoch`.
+    last_arrival: std::sync::atomic::AtomicU64,
+}
+
+impl CoRun {
+    pub(crate) fn new() -> Arc<CoRun> {
+        Arc::new(CoRun {
+            barrier: Barrier::new(2),
+            epoch: std::time::Instant::now(),
+            last_arrival: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    /// Wait for the partner; returns the release instant.
+    fn meet(&self) -> std::time::Instant {
+        use std::sync::atomic::Ordering;
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        self.last_arrival.fetch_max(now, Ordering::SeqCst);
+        self.barrier.wait();
+        let release = self.epoch + std::time::Duration::from_nanos(self.last_arrival.load(Ordering::SeqCst));
+        // both have read the release before either arrives for the next round
+        self.barrier.wait();
+        release
+    }
 }
 
 /// Measure the SF matrix of `soc`'s PUs with `probes`.
@@ -74,12 +107,12 @@ pub fn measure(
                     let (mut solo, mut co) = ([vec![], vec![]], [vec![], vec![]]);
                     for _ in 0..cfg.blocks {
                         for (k, pu) in [i, j].into_iter().enumerate() {
-                            let _ = jobs[pu].send(Job::Time { probe: p, barrier: None });
+                            let _ = jobs[pu].send(Job::Time { probe: p, sync: None });
                             solo[k].extend(recv(pu)?);
                         }
-                        let barrier = Arc::new(Barrier::new(2));
-                        let _ = jobs[i].send(Job::Time { probe: p, barrier: Some(barrier.clone()) });
-                        let _ = jobs[j].send(Job::Time { probe: p, barrier: Some(barrier) });
+                        let sync = CoRun::new();
+                        let _ = jobs[i].send(Job::Time { probe: p, sync: Some(sync.clone()) });
+                        let _ = jobs[j].send(Job::Time { probe: p, sync: Some(sync) });
                         co[0].extend(recv(i)?);
                         co[1].extend(recv(j)?);
                     }
@@ -111,7 +144,7 @@ pub fn measure(
 type Compiled = (Box<dyn Executable>, Vec<HostTensor>);
 
 /// One PU's worker: pin, compile every probe, then time what it is asked to.
-fn worker(
+pub(crate) fn worker(
     backend: &dyn Backend,
     pu: &bident_backend::PuSpec,
     probes: &[Probe],
@@ -146,27 +179,31 @@ fn worker(
     let mut exes = match setup() {
         Ok(e) => e,
         Err(e) => {
-            // answer every job with the setup error
-            for _ in jobs {
+            // answer every job with the setup error, still meeting the barrier every round so
+            // that the partner thread is not left waiting
+            for Job::Time { sync, .. } in jobs {
+                for _ in 0..cfg.warmup + cfg.runs {
+                    if let Some(s) = &sync {
+                        s.meet();
+                    }
+                }
                 let _ = results.send(Err(e.clone()));
             }
             return;
         }
     };
-    for Job::Time { probe, barrier } in jobs {
+    for Job::Time { probe, sync } in jobs {
         let (exe, inputs) = &mut exes[probe];
         let refs: Vec<&HostTensor> = inputs.iter().collect();
         let mut times = Vec::with_capacity(cfg.runs as usize);
         let mut outcome = Ok(());
         for r in 0..cfg.warmup + cfg.runs {
-            if let Some(b) = &barrier {
-                b.wait();
-            }
-            // keep meeting the barrier after a failure, so the partner is not left waiting
+            let release = sync.as_ref().map(|s| s.meet());
+            // keep meeting the partner after a failure, so it is not left waiting
             if outcome.is_err() {
                 continue;
             }
-            let t0 = std::time::Instant::now();
+            let t0 = release.unwrap_or_else(std::time::Instant::now);
             match exe.run(&refs) {
                 Ok(_) if r >= cfg.warmup => times.push(t0.elapsed().as_secs_f64() * 1e6),
                 Ok(_) => {}

@@ -8,6 +8,7 @@
 //! measures is the caller's choice. Must not: decide mappings (that is bident-search).
 
 pub mod cache;
+pub mod coexec;
 pub mod contention;
 pub mod portable;
 pub mod power;
