@@ -17,11 +17,11 @@
 use std::sync::mpsc::{Receiver, Sender, channel};
 
 use bident_artifact::{Artifact, ContentHash};
-use bident_backend::{Backend, BackendError, SocSpec};
+use bident_backend::{Backend, SocSpec};
 use bident_ir::{Extractor, FusedGraph, OpId};
 use serde::{Deserialize, Serialize};
 
-use crate::contention::{CoRun, Job, Probe, worker};
+use crate::contention::{Answer, CoRun, Job, Probe, worker};
 use crate::{ProfileError, quantile};
 
 /// One measured pair on one PU: op `a` of model A and op `b` of model B, µs (medians).
@@ -155,7 +155,7 @@ pub fn measure(
     let rounds = crate::contention::ContentionConfig { warmup: cfg.warmup, runs: cfg.runs, blocks: cfg.blocks };
     for pu in &soc.pus {
         let measured = std::thread::scope(|s| -> Result<Vec<PairCost>, ProfileError> {
-            let mut sides: Vec<(Sender<Job>, Receiver<Result<Vec<f64>, BackendError>>)> = vec![];
+            let mut sides: Vec<(Sender<Job>, Receiver<Answer>)> = vec![];
             for probes in [probes_a.as_slice(), probes_b.as_slice()] {
                 let (job_tx, job_rx) = channel::<Job>();
                 let (res_tx, res_rx) = channel();
@@ -235,11 +235,12 @@ fn solve(obs: &[(f64, f64, f64)]) -> Option<[f64; 4]> {
             return None;
         }
         m.swap(col, pivot);
-        for r in 0..N {
+        let pivot_row = m[col];
+        for (r, row) in m.iter_mut().enumerate() {
             if r != col {
-                let k = m[r][col] / m[col][col];
-                for c in col..=N {
-                    m[r][c] -= k * m[col][c];
+                let k = row[col] / pivot_row[col];
+                for (v, p) in row.iter_mut().zip(pivot_row).skip(col) {
+                    *v -= k * p;
                 }
             }
         }

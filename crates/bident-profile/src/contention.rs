@@ -38,6 +38,9 @@ impl Default for ContentionConfig {
     }
 }
 
+/// A worker's answer to a job: the timed runs (µs), or why it could not run them.
+pub(crate) type Answer = Result<Vec<f64>, BackendError>;
+
 pub(crate) enum Job {
     /// Time `probe` `runs` times (after `warmup` untimed), meeting the partner at `sync` before
     /// each run when given.
@@ -86,7 +89,7 @@ pub fn measure(
     let n = soc.pus.len();
     std::thread::scope(|s| {
         let mut jobs: Vec<Sender<Job>> = vec![];
-        let mut results: Vec<Receiver<Result<Vec<f64>, BackendError>>> = vec![];
+        let mut results: Vec<Receiver<Answer>> = vec![];
         for pu in &soc.pus {
             let (job_tx, job_rx) = channel::<Job>();
             let (res_tx, res_rx) = channel();
@@ -150,7 +153,7 @@ pub(crate) fn worker(
     probes: &[Probe],
     cfg: ContentionConfig,
     jobs: Receiver<Job>,
-    results: Sender<Result<Vec<f64>, BackendError>>,
+    results: Sender<Answer>,
 ) {
     let setup = || -> Result<Vec<Compiled>, BackendError> {
         bident_backend::pin_current_thread(&pu.name, &pu.cores)?;
