@@ -65,6 +65,7 @@ fn synthetic_costs(g: &bident_ir::FusedGraph) -> bident_profile::CostTable {
         backend: "synthetic".into(),
         measured_on: "nowhere (synthetic)".into(),
         warmup: 0,
+        components: vec!["synthetic".into(); 2],
         contention: None,
         ops,
     }
@@ -80,23 +81,77 @@ fn plans_on_a_synthetic_soc() {
         let phased = bident_partition::partition(&g).expect("partition");
         let costs = synthetic_costs(&g);
         for objective in [bident_search::Objective::Latency, bident_search::Objective::Energy] {
-            let plan =
-                bident_search::search(&phased, &costs, &bident_search::SearchConfig { objective }).expect("search");
+            let cfg = bident_search::SearchConfig { objective, mode: bident_search::Mode::Sequential };
+            let plan = bident_search::search(&phased, &costs, &cfg).expect("search");
             assert!(plan.simulated);
             let best = plan.baselines.iter().filter_map(|b| b.predicted_us).fold(f64::INFINITY, f64::min);
             if objective == bident_search::Objective::Latency {
                 assert!(plan.predicted_us <= best + 1e-9, "{name}: plan worse than a single PU");
             }
-            insta::assert_yaml_snapshot!(format!("plan-synthetic-{name}-{}", objective.name()), plan, {
-                ".graph" => "[hash]",
-                ".**.exec_us" => insta::rounded_redaction(3),
-                ".**.transfer_us" => insta::rounded_redaction(3),
-                ".predicted_us" => insta::rounded_redaction(3),
-                ".predicted_energy_uj" => insta::rounded_redaction(3),
-                ".**.predicted_us" => insta::rounded_redaction(3),
-                ".**.predicted_energy_uj" => insta::rounded_redaction(3),
-                ".best_single_pu_us" => insta::rounded_redaction(3),
-            });
+            let snap = format!("plan-synthetic-{name}-{}", objective.name());
+            redactions().bind(|| insta::assert_yaml_snapshot!(snap, plan));
+        }
+    }
+}
+
+/// Floats in plan snapshots, rounded so that the last bits of a sum do not churn them.
+fn redactions() -> insta::Settings {
+    let mut s = insta::Settings::clone_current();
+    s.add_redaction(".graph", "[hash]");
+    for field in [
+        ".**.exec_us",
+        ".**.start_us",
+        ".**.finish_us",
+        ".**.transfer_in_us",
+        ".**.transfer_out_us",
+        ".**.contention",
+        ".**.cost_us[]",
+        ".predicted_us",
+        ".predicted_energy_uj",
+        ".search_estimate",
+        ".**.predicted_us",
+        ".**.predicted_energy_uj",
+        ".best_single_pu_us",
+    ] {
+        s.add_redaction(field, insta::rounded_redaction(3));
+    }
+    s
+}
+
+/// Plans on the virtual `lunar-lake` SoC for the example models, in both modes and for both
+/// objectives (snapshots), with the orderings the search guarantees under the evaluator:
+/// parallel <= sequential <= best single PU, and no energy plan above the best single PU's energy.
+#[test]
+fn plans_on_lunar_lake() {
+    use bident_search::{Mode, Objective, SearchConfig};
+    let soc = bident_profile::simulate::VirtualSoc::preset("lunar-lake").expect("lunar-lake");
+    for name in ["example", "attention", "mlp"] {
+        let path = root().join(format!("tests/data/import/{name}.yaml"));
+        let g = import(&read_case(&path), &path);
+        let phased = bident_partition::partition(&g).expect("partition");
+        let costs = bident_profile::simulate::simulate(&g, &soc).expect("simulate");
+        for objective in [Objective::Latency, Objective::Energy] {
+            let plan =
+                |mode| bident_search::search(&phased, &costs, &SearchConfig { objective, mode }).expect("search");
+            let (seq, par) = (plan(Mode::Sequential), plan(Mode::Parallel));
+            let best_us = seq.baselines.iter().filter_map(|b| b.predicted_us).fold(f64::INFINITY, f64::min);
+            let best_uj = seq.baselines.iter().filter_map(|b| b.predicted_energy_uj).fold(f64::INFINITY, f64::min);
+            let tol = 1.0 + 1e-9;
+            match objective {
+                Objective::Latency => {
+                    assert!(par.predicted_us <= seq.predicted_us * tol, "{name}: parallel slower than sequential");
+                    assert!(seq.predicted_us <= best_us * tol, "{name}: sequential slower than one PU");
+                }
+                Objective::Energy => {
+                    assert!(par.predicted_energy_uj <= seq.predicted_energy_uj * tol, "{name}: parallel energy");
+                    assert!(seq.predicted_energy_uj <= best_uj * tol, "{name}: more energy than one PU");
+                }
+            }
+            for (mode, p) in [("sequential", &seq), ("parallel", &par)] {
+                assert!(p.simulated);
+                let snap = format!("plan-lunar-lake-{name}-{mode}-{}", objective.name());
+                redactions().bind(|| insta::assert_yaml_snapshot!(snap, p));
+            }
         }
     }
 }

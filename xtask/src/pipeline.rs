@@ -18,7 +18,7 @@ use bident_partition::PhasedGraph;
 use bident_profile::simulate::VirtualSoc;
 use bident_profile::{CostTable, ProfileConfig};
 use bident_runtime::{RunConfig, RunReport};
-use bident_search::{Objective, Plan, SearchConfig};
+use bident_search::{Mode, Objective, Plan, SearchConfig};
 use clap::Args;
 
 const FUSED: &str = "fused-graph.bin";
@@ -81,12 +81,32 @@ pub struct ProfileArgs {
     pub no_cache: bool,
 }
 
+/// What the search optimises and may use.
+#[derive(Args, Clone)]
+pub struct PlanArgs {
+    /// latency or energy
+    #[arg(long, default_value = "latency", value_parser = ["latency", "energy"])]
+    pub objective: String,
+    /// sequential (one op at a time) or parallel (the branches of a phase at once on different
+    /// PUs, with contention)
+    #[arg(long, default_value = "sequential", value_parser = ["sequential", "parallel"])]
+    pub mode: String,
+}
+
+impl PlanArgs {
+    fn config(&self) -> SearchConfig {
+        SearchConfig {
+            objective: if self.objective == "energy" { Objective::Energy } else { Objective::Latency },
+            mode: if self.mode == "parallel" { Mode::Parallel } else { Mode::Sequential },
+        }
+    }
+}
+
 #[derive(Args, Clone)]
 pub struct SearchArgs {
     pub dir: PathBuf,
-    /// latency or energy
-    #[arg(long, default_value = "latency")]
-    pub objective: String,
+    #[command(flatten)]
+    pub plan: PlanArgs,
 }
 
 #[derive(Args, Clone)]
@@ -103,8 +123,8 @@ pub struct PipelineArgs {
     pub import: ImportArgs,
     #[command(flatten)]
     pub soc: SocArgs,
-    #[arg(long, default_value = "latency")]
-    pub objective: String,
+    #[command(flatten)]
+    pub plan: PlanArgs,
     /// Timed runs per (op, PU): the cap (the paper's 200) unless --fixed-runs.
     #[arg(long, default_value_t = ProfileConfig::default().runs)]
     pub profile_runs: u32,
@@ -502,36 +522,35 @@ pub fn profile_cmd(a: ProfileArgs) -> Result<()> {
     profile_stage(&a.dir, &g, gh, &soc, m).map(|_| ())
 }
 
-fn objective(s: &str) -> Result<Objective> {
-    Ok(match s {
-        "latency" => Objective::Latency,
-        "energy" => Objective::Energy,
-        o => bail!("unknown objective `{o}` (latency or energy)"),
-    })
-}
-
 /// Stage 4.
 fn search_stage(
     dir: &Path,
     phased: (&PhasedGraph, ContentHash),
     costs: (&CostTable, ContentHash),
-    obj: Objective,
+    cfg: &SearchConfig,
 ) -> Result<(Plan, ContentHash)> {
     clear(dir, &[PLAN, REPORT])?;
-    let plan = bident_search::search(phased.0, costs.0, &SearchConfig { objective: obj })?;
-    let h = write(dir, PLAN, &plan, plan_inputs(phased.1, costs.1, obj))?;
+    let t0 = std::time::Instant::now();
+    let plan = bident_search::search(phased.0, costs.0, cfg)?;
+    let took = t0.elapsed();
+    let h = write(dir, PLAN, &plan, plan_inputs(phased.1, costs.1, cfg.objective, cfg.mode))?;
     eprintln!(
-        "search: {} objective, predicted {:.1} µs vs best single PU {} {:.1} µs",
-        obj.name(),
+        "search: {} mode ({} schedule), {} objective in {:.1} ms: predicted {:.1} µs (the search's own estimate {:.1}) \
+         vs best single PU {} {:.1} µs",
+        cfg.mode.name(),
+        plan.schedule.name(),
+        cfg.objective.name(),
+        took.as_secs_f64() * 1e3,
         plan.predicted_us,
+        plan.search_estimate,
         plan.best_single_pu.as_deref().unwrap_or("-"),
         plan.best_single_pu_us.unwrap_or(f64::NAN)
     );
     Ok((plan, h))
 }
 
-fn plan_inputs(phased: ContentHash, costs: ContentHash, obj: Objective) -> ContentHash {
-    ContentHash::of_parts(&[&phased.0, &costs.0, obj.name().as_bytes()])
+fn plan_inputs(phased: ContentHash, costs: ContentHash, obj: Objective, mode: Mode) -> ContentHash {
+    ContentHash::of_parts(&[&phased.0, &costs.0, obj.name().as_bytes(), mode.name().as_bytes()])
 }
 
 pub fn search_cmd(a: SearchArgs) -> Result<()> {
@@ -539,7 +558,7 @@ pub fn search_cmd(a: SearchArgs) -> Result<()> {
     let c = read::<CostTable>(&a.dir, COSTS)?;
     let (g, _) = read_fused(&a.dir)?;
     c.value.check(&g).with_context(|| a.dir.join(COSTS).display().to_string())?;
-    search_stage(&a.dir, (&p.value, p.header.payload_hash), (&c.value, c.header.payload_hash), objective(&a.objective)?)
+    search_stage(&a.dir, (&p.value, p.header.payload_hash), (&c.value, c.header.payload_hash), &a.plan.config())
         .map(|_| ())
 }
 
@@ -565,7 +584,8 @@ pub fn run_cmd(a: RunArgs) -> Result<()> {
     let costs = read::<CostTable>(&a.dir, COSTS)?;
     let phased = read::<PhasedGraph>(&a.dir, PHASED)?;
     // the plan must come from exactly these phases and costs
-    let expected = plan_inputs(phased.header.payload_hash, costs.header.payload_hash, plan.value.objective);
+    let expected =
+        plan_inputs(phased.header.payload_hash, costs.header.payload_hash, plan.value.objective, plan.value.mode);
     artifact::expect_inputs(&a.dir.join(PLAN), &plan.header, expected)?;
     if costs.value.simulated {
         bail!(
@@ -587,7 +607,7 @@ pub fn run_stages(a: &PipelineArgs) -> Result<(FusedGraph, Plan, Option<RunRepor
     let soc = Soc::load(&a.soc.soc)?;
     let m = Measuring { runs: a.profile_runs, fixed_runs: a.fixed_runs, no_cache: a.no_cache };
     let (costs, ch) = profile_stage(&dir, &g, gh, &soc, m)?;
-    let (plan, plan_h) = search_stage(&dir, (&phased, ph), (&costs, ch), objective(&a.objective)?)?;
+    let (plan, plan_h) = search_stage(&dir, (&phased, ph), (&costs, ch), &a.plan.config())?;
     let report = match soc {
         Soc::Measured(spec, be) => Some(run_stage(&dir, &g, (&plan, plan_h), &spec, be, a.runs)?),
         Soc::Virtual(v) => {
@@ -608,7 +628,8 @@ pub fn pipeline(a: PipelineArgs) -> Result<()> {
             "soc": plan.soc,
             "simulated": plan.simulated,
             "pus": plan.pus,
-            "mode": "sequential",
+            "mode": plan.mode.name(),
+            "schedule": plan.schedule.name(),
             "objective": plan.objective.name(),
             "fused_ops": g.ops.len(),
             "predicted_us": plan.predicted_us,
@@ -638,7 +659,13 @@ fn print_summary(g: &FusedGraph, plan: &Plan, r: Option<&RunReport>) {
     let label = if plan.simulated { "simulated" } else { "measured" };
     println!("model      {} ({} fused ops from {} ONNX nodes)", g.name, g.ops.len(), g.source.nodes);
     println!("soc        {} [{}], PUs: {}", plan.soc, label, plan.pus.join(", "));
-    println!("plan       sequential ({} objective): {}", plan.objective.name(), mix.join(", "));
+    println!(
+        "plan       {} mode, {} schedule ({} objective): {}",
+        plan.mode.name(),
+        plan.schedule.name(),
+        plan.objective.name(),
+        mix.join(", ")
+    );
     println!(
         "predicted  {:.1} µs   best single PU {} {:.1} µs   speedup {:.2}x",
         plan.predicted_us,

@@ -86,7 +86,7 @@ pub fn thirdparty(soc: &str, fusion: &str, runs: u32, profile_runs: u32, json: b
                 fusion: fusion.to_string(),
             },
             soc: SocArgs { soc: soc.to_string() },
-            objective: "latency".into(),
+            plan: crate::pipeline::PlanArgs { objective: "latency".into(), mode: "sequential".into() },
             profile_runs,
             fixed_runs: false,
             no_cache: false,

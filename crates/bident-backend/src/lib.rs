@@ -106,6 +106,9 @@ pub trait Backend: Send + Sync {
     /// As [`Backend::compile`], with per-layer profiling on, so [`Executable::layers`] works.
     /// Profiling may slow the model down: do not time such an executable.
     fn compile_profiled(&self, onnx: &[u8], pu: &PuSpec) -> Result<Box<dyn Executable>, BackendError>;
+    /// What the parts of [`RunTiming`] stand for on a PU of this kind, in one line (recorded in
+    /// cost tables beside the figures).
+    fn timing_meaning(&self, kind: PuKind) -> String;
 }
 
 /// A model compiled for one PU. `run` executes synchronously on the calling thread.

@@ -33,11 +33,18 @@ pub struct PhasedGraph {
     pub graph: ContentHash,
     pub op_count: u32,
     pub phases: Vec<Phase>,
+    /// Producer -> consumer pairs of ops (one per pair, however many tensors), sorted: what a
+    /// plan's transfers are charged on.
+    pub edges: Vec<(OpId, OpId)>,
+    /// Ops that read a graph input (from the host), sorted.
+    pub reads_input: Vec<OpId>,
+    /// Ops that produce a graph output (to the host), sorted.
+    pub writes_output: Vec<OpId>,
 }
 
 impl Artifact for PhasedGraph {
     const KIND: &'static str = "phased-graph";
-    const SCHEMA_VERSION: u32 = 1;
+    const SCHEMA_VERSION: u32 = 2;
 }
 
 impl PhasedGraph {
@@ -120,9 +127,31 @@ pub fn partition(g: &FusedGraph) -> Result<PhasedGraph, PartitionError> {
             _ => phases.push(Phase { branches }),
         }
     }
-    let out = PhasedGraph { model: g.name.clone(), graph: g.content_hash()?, op_count: n as u32, phases };
+    let (edges, reads_input, writes_output) = dataflow(g);
+    let out = PhasedGraph {
+        model: g.name.clone(),
+        graph: g.content_hash()?,
+        op_count: n as u32,
+        phases,
+        edges,
+        reads_input,
+        writes_output,
+    };
     verify(g, &out)?;
     Ok(out)
+}
+
+/// The op-level dataflow of `g`: distinct producer -> consumer pairs, the ops reading graph
+/// inputs and the ops producing graph outputs (each sorted).
+fn dataflow(g: &FusedGraph) -> (Vec<(OpId, OpId)>, Vec<OpId>, Vec<OpId>) {
+    let mut edges: Vec<(OpId, OpId)> = g.edges().into_iter().map(|(p, c, _)| (p, c)).collect();
+    edges.sort_unstable();
+    edges.dedup();
+    let reads: Vec<OpId> =
+        (0..g.ops.len() as OpId).filter(|&i| g.ops[i as usize].inputs.iter().any(|t| g.inputs.contains(t))).collect();
+    let writes: Vec<OpId> =
+        (0..g.ops.len() as OpId).filter(|&i| g.ops[i as usize].outputs.iter().any(|t| g.outputs.contains(t))).collect();
+    (edges, reads, writes)
 }
 
 /// Every op in exactly one branch; each op's producers are in an earlier phase or earlier in
@@ -132,6 +161,9 @@ pub fn verify(g: &FusedGraph, p: &PhasedGraph) -> Result<(), PartitionError> {
     let n = g.ops.len();
     if p.op_count as usize != n {
         return bad(format!("{} ops in the phased graph, {n} in the fused graph", p.op_count));
+    }
+    if (p.edges.clone(), p.reads_input.clone(), p.writes_output.clone()) != dataflow(g) {
+        return bad("its edges, input readers or output writers differ from the fused graph's".into());
     }
     // (phase, branch, position) of every op
     let mut place: Vec<Option<(usize, usize, usize)>> = vec![None; n];

@@ -146,6 +146,8 @@ pub struct CostTable {
     /// The machine the figures were measured on.
     pub measured_on: String,
     pub warmup: u32,
+    /// Per PU (indexed like `soc.pus`): what h2d, dispatch, exec and d2h stand for there.
+    pub components: Vec<String>,
     /// Cross-PU slowdown factors, when measured or modelled.
     pub contention: Option<Contention>,
     pub ops: Vec<OpCosts>,
@@ -153,7 +155,7 @@ pub struct CostTable {
 
 impl Artifact for CostTable {
     const KIND: &'static str = "cost-table";
-    const SCHEMA_VERSION: u32 = 4;
+    const SCHEMA_VERSION: u32 = 5;
 }
 
 impl CostTable {
@@ -371,6 +373,17 @@ pub fn profile(
         backend: format!("{} {}", backend.name(), backend.version()),
         measured_on: host_description(),
         warmup: cfg.warmup,
+        components: soc
+            .pus
+            .iter()
+            .map(|pu| {
+                format!(
+                    "{}; dispatch = infer minus the sum of the backend's per-layer times (PERF_COUNT), exec = \
+                     that sum (where the backend gives no layer times: dispatch 0, exec = infer)",
+                    backend.timing_meaning(pu.kind)
+                )
+            })
+            .collect(),
         contention: None,
         ops,
     })

@@ -60,7 +60,8 @@ struct Row {
 }
 
 /// The metadata lines of a CSV export, in order. Values are JSON.
-const META: &[&str] = &["model", "graph", "simulated", "backend", "measured_on", "warmup", "soc", "contention"];
+const META: &[&str] =
+    &["model", "graph", "simulated", "backend", "measured_on", "warmup", "components", "soc", "contention"];
 const CSV_MAGIC: &str = "# bident cost table";
 
 pub fn export(t: &CostTable, format: Format) -> Result<String, ProfileError> {
@@ -72,7 +73,8 @@ pub fn export(t: &CostTable, format: Format) -> Result<String, ProfileError> {
                 format!("{CSV_MAGIC} (schema {})\n", <CostTable as bident_artifact::Artifact>::SCHEMA_VERSION);
             let meta = serde_json::json!({
                 "model": t.model, "graph": t.graph, "simulated": t.simulated, "backend": t.backend,
-                "measured_on": t.measured_on, "warmup": t.warmup, "soc": t.soc, "contention": t.contention,
+                "measured_on": t.measured_on, "warmup": t.warmup, "components": t.components, "soc": t.soc,
+                "contention": t.contention,
             });
             for key in META {
                 out.push_str(&format!("# {key}: {}\n", meta[key]));
@@ -235,6 +237,9 @@ impl CostTable {
             return Err(bad(format!("it has {} ops, the graph {}", self.ops.len(), g.ops.len())));
         }
         let n = self.soc.pus.len();
+        if self.components.len() != n {
+            return Err(bad(format!("it describes the timing of {} PUs, the SoC has {n}", self.components.len())));
+        }
         for (i, (o, op)) in self.ops.iter().zip(&g.ops).enumerate() {
             if o.op as usize != i || o.name != op.name || o.kind != op.kind {
                 return Err(bad(format!(

@@ -262,6 +262,22 @@ pub fn simulate(g: &FusedGraph, soc: &VirtualSoc) -> Result<CostTable, ProfileEr
         backend: "virtual (analytic model)".into(),
         measured_on: format!("nowhere: simulated {} (calibrated to {})", soc.spec.name, soc.calibration),
         warmup: 0,
+        components: soc
+            .spec
+            .pus
+            .iter()
+            .map(|pu| {
+                let transfers = if pu.kind.is_accelerator() {
+                    "h2d/d2h = a fixed mapping cost plus bytes at the transfer bandwidth"
+                } else {
+                    "h2d/d2h = 0 (host memory)"
+                };
+                format!(
+                    "SIMULATED: dispatch = the PU's fixed submission cost; exec = the class's launch cost plus \
+                     compute (FLOPs at the class's rate) and memory traffic (bytes at the bandwidth); {transfers}"
+                )
+            })
+            .collect(),
         contention: Some(Contention { sf: soc.contention.clone(), source: ContentionSource::Simulated }),
         ops,
     })

@@ -347,7 +347,7 @@ pub fn run(
             .map(|(s, mut t)| OpTiming {
                 op: s.op,
                 pu: s.pu.clone(),
-                predicted_us: s.exec_us + s.transfer_us,
+                predicted_us: s.exec_us + s.transfer_in_us + s.transfer_out_us,
                 measured_us: q(&mut t, 0.5),
             })
             .collect(),

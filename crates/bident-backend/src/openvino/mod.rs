@@ -205,6 +205,19 @@ impl Backend for OpenVino {
         "openvino"
     }
 
+    fn timing_meaning(&self, kind: PuKind) -> String {
+        let api = "h2d = wrapping each host input as an ov_tensor and setting it on the request; infer = the \
+                   synchronous ov_infer_request_infer call; d2h = reading each output's shape and copying its \
+                   bytes to host memory";
+        match kind {
+            PuKind::Cpu => format!("{api} (CPU: unified host memory, no device copies)"),
+            _ => format!(
+                "{api} ({}: any copy to or from device memory happens inside the infer call)",
+                kind.name().to_uppercase()
+            ),
+        }
+    }
+
     fn version(&self) -> String {
         let mut v = sys::ov_version_t { buildNumber: ptr::null(), description: ptr::null() };
         // SAFETY: out-struct freed by ov_version_free.

@@ -1,0 +1,283 @@
+//! The paper's execution graph for a chain of ops (eq. 1): node weights w(O_i, P_j), and on a
+//! change of PU between consecutive ops the H2D of the next op when it enters an accelerator and
+//! the D2H of the previous op when it leaves one; the first op pays its H2D and the last its D2H
+//! when they run on an accelerator (the host is the CPU's own memory). Solved by dynamic
+//! programming in O(N K^2) and, equivalently, by Dijkstra on the explicit graph.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use crate::Objective;
+
+/// Costs along an execution order, ready for the DP and the evaluator.
+#[derive(Debug)]
+pub struct Chain {
+    /// `w[i][j]`: None where op i has no entry on PU j.
+    pub w: Vec<Vec<Option<f64>>>,
+    pub h2d: Vec<Vec<f64>>,
+    pub d2h: Vec<Vec<f64>>,
+    pub power: Vec<Vec<f64>>,
+    pub accelerator: Vec<bool>,
+}
+
+impl Chain {
+    pub(crate) fn pus(&self) -> usize {
+        self.accelerator.len()
+    }
+
+    /// Transfer before op `i` on PU `j` when op `i-1` ran on `k`, as (time on j, time on k).
+    /// H2D of op `i` reading from the host on PU `j`.
+    fn entry(&self, i: usize, j: usize) -> f64 {
+        if self.accelerator[j] { self.h2d[i][j] } else { 0.0 }
+    }
+
+    /// D2H of op `i` writing to the host from PU `j`.
+    fn exit(&self, i: usize, j: usize) -> f64 {
+        if self.accelerator[j] { self.d2h[i][j] } else { 0.0 }
+    }
+
+    pub(crate) fn transfer(&self, i: usize, k: usize, j: usize) -> (f64, f64) {
+        if k == j {
+            return (0.0, 0.0);
+        }
+        let into = if self.accelerator[j] { self.h2d[i][j] } else { 0.0 };
+        let out = if self.accelerator[k] { self.d2h[i - 1][k] } else { 0.0 };
+        (into, out)
+    }
+
+    fn weight(&self, obj: Objective, i: usize, pu: usize, us: f64) -> f64 {
+        match obj {
+            Objective::Latency => us,
+            Objective::Energy => us * self.power[i][pu],
+        }
+    }
+
+    /// Objective value of a full assignment (None if some op is unsupported where placed).
+    pub fn evaluate(&self, assign: &[usize], obj: Objective) -> Option<f64> {
+        self.evaluate_scaled(assign, obj, &|_| 1.0)
+    }
+
+    /// As [`Chain::evaluate`], op i's execution scaled by `factor(i)` (contention).
+    pub fn evaluate_scaled(&self, assign: &[usize], obj: Objective, factor: &dyn Fn(usize) -> f64) -> Option<f64> {
+        let n = assign.len();
+        if n == 0 {
+            return Some(0.0);
+        }
+        let mut total = self.weight(obj, 0, assign[0], self.entry(0, assign[0]));
+        for i in 0..n {
+            let j = assign[i];
+            total += self.weight(obj, i, j, self.w[i][j]? * factor(i));
+            if i > 0 {
+                let k = assign[i - 1];
+                let (into, out) = self.transfer(i, k, j);
+                total += self.weight(obj, i, j, into) + self.weight(obj, i - 1, k, out);
+            }
+        }
+        let last = assign[n - 1];
+        Some(total + self.weight(obj, n - 1, last, self.exit(n - 1, last)))
+    }
+
+    /// Eq. (1): O(N K^2) dynamic programming over the chain. None if some op runs nowhere.
+    pub fn dp(&self, obj: Objective) -> Option<(Vec<usize>, f64)> {
+        let (n, k) = (self.w.len(), self.pus());
+        if n == 0 {
+            return Some((vec![], 0.0));
+        }
+        let inf = f64::INFINITY;
+        let mut cost = vec![vec![inf; k]; n];
+        let mut from = vec![vec![usize::MAX; k]; n];
+        for (j, c) in cost[0].iter_mut().enumerate() {
+            if let Some(w) = self.w[0][j] {
+                *c = self.weight(obj, 0, j, self.entry(0, j)) + self.weight(obj, 0, j, w);
+            }
+        }
+        for i in 1..n {
+            for j in 0..k {
+                let Some(w) = self.w[i][j] else { continue };
+                for p in 0..k {
+                    if cost[i - 1][p] == inf {
+                        continue;
+                    }
+                    let (into, out) = self.transfer(i, p, j);
+                    let c = cost[i - 1][p]
+                        + self.weight(obj, i, j, into)
+                        + self.weight(obj, i - 1, p, out)
+                        + self.weight(obj, i, j, w);
+                    if c < cost[i][j] {
+                        cost[i][j] = c;
+                        from[i][j] = p;
+                    }
+                }
+            }
+        }
+        let (mut j, best) = (0..k)
+            .map(|j| (j, cost[n - 1][j] + self.weight(obj, n - 1, j, self.exit(n - 1, j))))
+            .min_by(|a, b| a.1.total_cmp(&b.1))?;
+        if best == inf {
+            return None;
+        }
+        let mut assign = vec![0; n];
+        for i in (0..n).rev() {
+            assign[i] = j;
+            j = from[i][j];
+        }
+        Some((assign, best))
+    }
+
+    /// The same optimum by Dijkstra on the explicit execution graph (source, a node per
+    /// (op, PU), sink; edge weights as in [`Chain::dp`]). O(N K^2 log(N K)).
+    pub fn dijkstra(&self, obj: Objective) -> Option<(Vec<usize>, f64)> {
+        let (n, k) = (self.w.len(), self.pus());
+        if n == 0 {
+            return Some((vec![], 0.0));
+        }
+        // node id: i * k + j; the sink is n * k
+        let sink = n * k;
+        let mut dist = vec![f64::INFINITY; n * k + 1];
+        let mut from = vec![usize::MAX; n * k + 1];
+        let mut heap = BinaryHeap::new();
+        let key = |d: f64| Reverse(d.to_bits());
+        for (j, d) in dist.iter_mut().enumerate().take(k) {
+            if let Some(w) = self.w[0][j] {
+                *d = self.weight(obj, 0, j, self.entry(0, j)) + self.weight(obj, 0, j, w);
+                heap.push((key(*d), j));
+            }
+        }
+        while let Some((Reverse(bits), u)) = heap.pop() {
+            let d = f64::from_bits(bits);
+            if d > dist[u] {
+                continue;
+            }
+            if u == sink {
+                break;
+            }
+            let (i, p) = (u / k, u % k);
+            let mut relax = |v: usize, c: f64, heap: &mut BinaryHeap<(Reverse<u64>, usize)>| {
+                if c < dist[v] {
+                    dist[v] = c;
+                    from[v] = u;
+                    heap.push((key(c), v));
+                }
+            };
+            if i + 1 == n {
+                relax(sink, d + self.weight(obj, i, p, self.exit(i, p)), &mut heap);
+                continue;
+            }
+            for j in 0..k {
+                let Some(w) = self.w[i + 1][j] else { continue };
+                let (into, out) = self.transfer(i + 1, p, j);
+                let c =
+                    d + self.weight(obj, i + 1, j, into) + self.weight(obj, i, p, out) + self.weight(obj, i + 1, j, w);
+                relax((i + 1) * k + j, c, &mut heap);
+            }
+        }
+        if dist[sink] == f64::INFINITY {
+            return None;
+        }
+        let mut assign = vec![0; n];
+        let mut u = from[sink];
+        for i in (0..n).rev() {
+            assign[i] = u % k;
+            u = from[u];
+        }
+        Some((assign, dist[sink]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn chain(w: Vec<Vec<Option<f64>>>, h2d: Vec<Vec<f64>>, d2h: Vec<Vec<f64>>, accel: Vec<bool>) -> Chain {
+        let power = w.iter().map(|r| (0..r.len()).map(|j| 1.0 + j as f64).collect()).collect();
+        Chain { w, h2d, d2h, power, accelerator: accel }
+    }
+
+    fn brute(c: &Chain, obj: Objective) -> Option<f64> {
+        let (n, k) = (c.w.len(), c.pus());
+        let mut best: Option<f64> = None;
+        for code in 0..k.pow(n as u32) {
+            let assign: Vec<usize> = (0..n).map(|i| code / k.pow(i as u32) % k).collect();
+            if let Some(v) = c.evaluate(&assign, obj) {
+                best = Some(best.map_or(v, |b: f64| b.min(v)));
+            }
+        }
+        best
+    }
+
+    fn instance() -> impl Strategy<Value = Chain> {
+        (1usize..=6, 1usize..=3).prop_flat_map(|(n, k)| {
+            (
+                proptest::collection::vec(
+                    proptest::collection::vec(proptest::option::weighted(0.85, 1.0f64..100.0), k),
+                    n,
+                ),
+                proptest::collection::vec(proptest::collection::vec(0.0f64..30.0, k), n),
+                proptest::collection::vec(proptest::collection::vec(0.0f64..30.0, k), n),
+                proptest::collection::vec(any::<bool>(), k),
+            )
+                .prop_map(|(w, h, d, a)| chain(w, h, d, a))
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn dp_and_dijkstra_equal_brute_force(c in instance()) {
+            for obj in [Objective::Latency, Objective::Energy] {
+                let dp = c.dp(obj);
+                let bf = brute(&c, obj);
+                let dj = c.dijkstra(obj);
+                prop_assert_eq!(dp.as_ref().map(|d| d.1.to_bits()).is_some(), dj.is_some());
+                if let (Some((_, a)), Some((assign, b))) = (&dp, &dj) {
+                    prop_assert!((a - b).abs() <= 1e-9 * a.max(1.0), "dp {a} dijkstra {b}");
+                    let e = c.evaluate(assign, obj).expect("dijkstra assignment is feasible");
+                    prop_assert!((e - b).abs() <= 1e-9 * b.max(1.0));
+                }
+                match (dp, bf) {
+                    (Some((assign, v)), Some(b)) => {
+                        prop_assert!((v - b).abs() <= 1e-9 * b.max(1.0), "dp {v} brute {b}");
+                        let e = c.evaluate(&assign, obj).expect("dp assignment is feasible");
+                        prop_assert!((e - v).abs() <= 1e-9 * v.max(1.0));
+                    }
+                    (None, None) => {}
+                    (d, b) => prop_assert!(false, "dp {d:?} vs brute {b:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn transfers_follow_the_paper() {
+        // CPU(0) -> NPU(1): H2D of the NPU op; NPU -> CPU: D2H of the NPU op; CPU -> CPU free.
+        let c = chain(
+            vec![vec![Some(10.0), Some(1.0)], vec![Some(10.0), Some(1.0)]],
+            vec![vec![2.0, 3.0], vec![5.0, 7.0]],
+            vec![vec![11.0, 13.0], vec![17.0, 19.0]],
+            vec![false, true],
+        );
+        // the CPU reads and writes the host's memory: no entry or exit transfer there
+        assert_eq!(c.evaluate(&[0, 1], Objective::Latency), Some(10.0 + 7.0 + 1.0 + 19.0));
+        assert_eq!(c.evaluate(&[1, 0], Objective::Latency), Some(3.0 + 1.0 + 13.0 + 10.0));
+        assert_eq!(c.evaluate(&[0, 0], Objective::Latency), Some(10.0 + 10.0));
+    }
+
+    #[test]
+    fn accelerator_to_accelerator_pays_both_ways() {
+        // GPU(0) -> NPU(1): D2H of the GPU op and H2D of the NPU op.
+        let c = chain(
+            vec![vec![Some(4.0), Some(6.0), Some(9.0)], vec![Some(8.0), Some(3.0), Some(9.0)]],
+            vec![vec![1.0, 2.0, 0.5], vec![5.0, 7.0, 0.5]],
+            vec![vec![11.0, 13.0, 0.5], vec![17.0, 19.0, 0.5]],
+            vec![true, true, false],
+        );
+        assert_eq!(c.evaluate(&[0, 1], Objective::Latency), Some(1.0 + 4.0 + (11.0 + 7.0) + 3.0 + 19.0));
+        // energy: each term at the power of the PU that spends it (power j+1 in this fixture)
+        assert_eq!(
+            c.evaluate(&[0, 1], Objective::Energy),
+            Some(1.0 * 1.0 + 4.0 * 1.0 + 11.0 * 1.0 + 7.0 * 2.0 + 3.0 * 2.0 + 19.0 * 2.0)
+        );
+        let (assign, v) = c.dp(Objective::Latency).unwrap();
+        assert_eq!(c.evaluate(&assign, Objective::Latency), Some(v));
+    }
+}

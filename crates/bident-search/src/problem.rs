@@ -1,0 +1,417 @@
+//! The mapping problem of one model on one SoC, and the plan evaluator.
+//!
+//! The evaluator is a discrete-event simulation of an assignment (op -> PU) under a schedule,
+//! and every cost bident reports comes from it:
+//! - transfers follow the paper's rule on every producer -> consumer edge: an op on an
+//!   accelerator pays its H2D once when any input comes from another PU or from the host (a graph
+//!   input), and its D2H once when any consumer sits on another PU or an output goes to the host;
+//! - each PU runs one op at a time;
+//! - `Sequential`: the ops run one after another in the phased order (the paper's eq. 1 on a
+//!   chain; on a DAG the transfers are charged per edge, not between neighbours in the order);
+//! - `Parallel`: phases run one after another with a barrier between them; inside a phase the
+//!   branches run at once, each branch in order, ops of two branches on one PU one after the
+//!   other (the earliest-ready op starts first); an op whose phase has other branches on other
+//!   PUs is slowed by the largest contention factor SF(its PU, their PU) (paper 3.3.2);
+//! - energy: every op's transfer and execution time at the power of its PU.
+
+use bident_partition::PhasedGraph;
+use bident_profile::CostTable;
+use serde::{Deserialize, Serialize};
+
+use crate::Objective;
+
+/// How a plan's ops are run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Schedule {
+    Sequential,
+    Parallel,
+}
+
+impl Schedule {
+    pub fn name(self) -> &'static str {
+        match self {
+            Schedule::Sequential => "sequential",
+            Schedule::Parallel => "parallel",
+        }
+    }
+}
+
+/// Everything the evaluator and the searches read, indexed by op id.
+#[derive(Clone, Debug)]
+pub struct Problem {
+    /// `w[op][pu]`: dispatch + execution, None where the PU cannot run the op.
+    pub w: Vec<Vec<Option<f64>>>,
+    pub h2d: Vec<Vec<f64>>,
+    pub d2h: Vec<Vec<f64>>,
+    pub power: Vec<Vec<f64>>,
+    pub accelerator: Vec<bool>,
+    pub preds: Vec<Vec<usize>>,
+    pub succs: Vec<Vec<usize>>,
+    pub from_host: Vec<bool>,
+    pub to_host: Vec<bool>,
+    /// `sf[i][j]`: slowdown of PU i while PU j is busy.
+    pub sf: Vec<Vec<f64>>,
+    /// Phase -> branch -> ops, as partitioned.
+    pub phases: Vec<Vec<Vec<usize>>>,
+    /// `(phase, branch)` of every op.
+    pub place: Vec<(usize, usize)>,
+}
+
+/// What the evaluator found: per op (by id) its timing, and the totals.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timeline {
+    pub start: Vec<f64>,
+    pub finish: Vec<f64>,
+    pub transfer_in: Vec<f64>,
+    pub transfer_out: Vec<f64>,
+    /// Contention factor applied to the op's execution (1 when nothing overlaps it).
+    pub factor: Vec<f64>,
+    pub latency_us: f64,
+    pub energy_uj: f64,
+}
+
+impl Timeline {
+    pub fn objective(&self, obj: Objective) -> f64 {
+        match obj {
+            Objective::Latency => self.latency_us,
+            Objective::Energy => self.energy_uj,
+        }
+    }
+}
+
+impl Problem {
+    pub fn new(phased: &PhasedGraph, t: &CostTable) -> Self {
+        let (n, k) = (phased.op_count as usize, t.soc.pus.len());
+        let field = |f: fn(&bident_profile::Cost) -> f64| -> Vec<Vec<f64>> {
+            (0..n).map(|i| (0..k).map(|j| t.cost(i as u32, j).map_or(0.0, f)).collect()).collect()
+        };
+        let mut preds = vec![vec![]; n];
+        let mut succs = vec![vec![]; n];
+        for &(p, c) in &phased.edges {
+            preds[c as usize].push(p as usize);
+            succs[p as usize].push(c as usize);
+        }
+        let mut place = vec![(0, 0); n];
+        let phases: Vec<Vec<Vec<usize>>> = phased
+            .phases
+            .iter()
+            .map(|ph| ph.branches.iter().map(|b| b.ops.iter().map(|&o| o as usize).collect()).collect())
+            .collect();
+        for (pi, ph) in phases.iter().enumerate() {
+            for (bi, b) in ph.iter().enumerate() {
+                for &o in b {
+                    place[o] = (pi, bi);
+                }
+            }
+        }
+        let flag = |ops: &[u32]| {
+            let mut v = vec![false; n];
+            for &o in ops {
+                v[o as usize] = true;
+            }
+            v
+        };
+        Problem {
+            w: (0..n).map(|i| (0..k).map(|j| t.cost(i as u32, j).map(|c| c.weight_us())).collect()).collect(),
+            h2d: field(|c| c.h2d_us),
+            d2h: field(|c| c.d2h_us),
+            power: field(|c| c.power_w),
+            accelerator: t.soc.pus.iter().map(|p| p.kind.is_accelerator()).collect(),
+            preds,
+            succs,
+            from_host: flag(&phased.reads_input),
+            to_host: flag(&phased.writes_output),
+            sf: t.contention.as_ref().map_or_else(|| vec![vec![1.0; k]; k], |c| c.sf.clone()),
+            phases,
+            place,
+        }
+    }
+
+    pub fn ops(&self) -> usize {
+        self.w.len()
+    }
+
+    pub fn pus(&self) -> usize {
+        self.accelerator.len()
+    }
+
+    /// The paper's chain over `ops` (in that order), for the DP.
+    pub fn chain(&self, ops: &[usize]) -> crate::Chain {
+        crate::Chain {
+            w: ops.iter().map(|&o| self.w[o].clone()).collect(),
+            h2d: ops.iter().map(|&o| self.h2d[o].clone()).collect(),
+            d2h: ops.iter().map(|&o| self.d2h[o].clone()).collect(),
+            power: ops.iter().map(|&o| self.power[o].clone()).collect(),
+            accelerator: self.accelerator.clone(),
+        }
+    }
+
+    /// The phased execution order.
+    pub fn order(&self) -> impl Iterator<Item = usize> + '_ {
+        self.phases.iter().flatten().flatten().copied()
+    }
+
+    /// (H2D, D2H) op `c` pays under `assign` (module docs).
+    pub fn transfers(&self, assign: &[usize], c: usize) -> (f64, f64) {
+        let j = assign[c];
+        if !self.accelerator[j] {
+            return (0.0, 0.0);
+        }
+        let into = self.from_host[c] || self.preds[c].iter().any(|&p| assign[p] != j);
+        let out = self.to_host[c] || self.succs[c].iter().any(|&s| assign[s] != j);
+        (if into { self.h2d[c][j] } else { 0.0 }, if out { self.d2h[c][j] } else { 0.0 })
+    }
+
+    /// Contention factors of a phase's ops under a parallel schedule (by position in the phase,
+    /// branch by branch): the largest SF of the op's PU against the PUs of the other branches.
+    pub(crate) fn factors(&self, assign: &[usize], phase: &[Vec<usize>]) -> Vec<Vec<f64>> {
+        let k = self.pus();
+        let used: Vec<Vec<bool>> = phase
+            .iter()
+            .map(|ops| {
+                let mut u = vec![false; k];
+                ops.iter().for_each(|&o| u[assign[o]] = true);
+                u
+            })
+            .collect();
+        phase
+            .iter()
+            .enumerate()
+            .map(|(b, ops)| {
+                // per PU: the worst SF against a PU another branch uses
+                let worst: Vec<f64> = (0..k)
+                    .map(|j| {
+                        (0..k)
+                            .filter(|&o| o != j && used.iter().enumerate().any(|(b2, u)| b2 != b && u[o]))
+                            .map(|o| self.sf[j][o])
+                            .fold(1.0, f64::max)
+                    })
+                    .collect();
+                ops.iter().map(|&o| worst[assign[o]]).collect()
+            })
+            .collect()
+    }
+
+    /// Run phase `pi` from time `at`; returns its end and energy, and fills `tl` when given.
+    /// None if an op sits on a PU that cannot run it.
+    fn run_phase(
+        &self,
+        assign: &[usize],
+        pi: usize,
+        at: f64,
+        schedule: Schedule,
+        mut tl: Option<&mut Timeline>,
+    ) -> Option<(f64, f64)> {
+        let phase = &self.phases[pi];
+        let parallel = schedule == Schedule::Parallel && phase.len() > 1;
+        let factors = if parallel { Some(self.factors(assign, phase)) } else { None };
+        let mut energy = 0.0;
+        let mut duration: Vec<Vec<f64>> = Vec::with_capacity(phase.len());
+        for (b, ops) in phase.iter().enumerate() {
+            let mut d = Vec::with_capacity(ops.len());
+            for (k, &c) in ops.iter().enumerate() {
+                let j = assign[c];
+                let w = self.w[c][j]?;
+                let (i, o) = self.transfers(assign, c);
+                let f = factors.as_ref().map_or(1.0, |fs| fs[b][k]);
+                if let Some(tl) = tl.as_deref_mut() {
+                    tl.transfer_in[c] = i;
+                    tl.transfer_out[c] = o;
+                    tl.factor[c] = f;
+                }
+                let dur = i + w * f + o;
+                energy += dur * self.power[c][j];
+                d.push(dur);
+            }
+            duration.push(d);
+        }
+        if !parallel {
+            let mut now = at;
+            for (ops, d) in phase.iter().zip(&duration) {
+                for (&c, &dur) in ops.iter().zip(d) {
+                    if let Some(tl) = tl.as_deref_mut() {
+                        tl.start[c] = now;
+                        tl.finish[c] = now + dur;
+                    }
+                    now += dur;
+                }
+            }
+            return Some((now, energy));
+        }
+        // list scheduling from the barrier: the earliest-ready branch head goes first
+        let mut next = vec![0usize; phase.len()];
+        let mut ready = vec![at; phase.len()];
+        let mut pu_free = vec![at; self.pus()];
+        let mut end = at;
+        loop {
+            let pick = (0..phase.len())
+                .filter(|&b| next[b] < phase[b].len())
+                .map(|b| (b, ready[b].max(pu_free[assign[phase[b][next[b]]]])))
+                .min_by(|x, y| x.1.total_cmp(&y.1));
+            let Some((b, start)) = pick else { break };
+            let c = phase[b][next[b]];
+            let finish = start + duration[b][next[b]];
+            if let Some(tl) = tl.as_deref_mut() {
+                tl.start[c] = start;
+                tl.finish[c] = finish;
+            }
+            ready[b] = finish;
+            pu_free[assign[c]] = finish;
+            end = end.max(finish);
+            next[b] += 1;
+        }
+        Some((end, energy))
+    }
+
+    /// Simulate `assign` under `schedule`; None if some op sits on a PU that cannot run it.
+    pub fn evaluate(&self, assign: &[usize], schedule: Schedule) -> Option<Timeline> {
+        let n = self.ops();
+        let mut tl = Timeline {
+            start: vec![0.0; n],
+            finish: vec![0.0; n],
+            transfer_in: vec![0.0; n],
+            transfer_out: vec![0.0; n],
+            factor: vec![1.0; n],
+            latency_us: 0.0,
+            energy_uj: 0.0,
+        };
+        let mut now = 0.0;
+        for pi in 0..self.phases.len() {
+            let (end, energy) = self.run_phase(assign, pi, now, schedule, Some(&mut tl))?;
+            now = end;
+            tl.energy_uj += energy;
+        }
+        tl.latency_us = now;
+        Some(tl)
+    }
+
+    /// The objective of one phase run alone (its span, or its energy).
+    pub(crate) fn phase_objective(&self, assign: &[usize], pi: usize, schedule: Schedule, obj: Objective) -> f64 {
+        match self.run_phase(assign, pi, 0.0, schedule, None) {
+            Some((span, energy)) => match obj {
+                Objective::Latency => span,
+                Objective::Energy => energy,
+            },
+            None => f64::INFINITY,
+        }
+    }
+
+    /// One op's share of a sequential objective: its transfers and execution, as time or energy.
+    pub(crate) fn contribution(&self, assign: &[usize], c: usize, obj: Objective) -> f64 {
+        let j = assign[c];
+        let Some(w) = self.w[c][j] else { return f64::INFINITY };
+        let (i, o) = self.transfers(assign, c);
+        match obj {
+            Objective::Latency => i + w + o,
+            Objective::Energy => (i + w + o) * self.power[c][j],
+        }
+    }
+
+    /// The part of the objective that the PUs of `ops` can change: the shares of the ops and
+    /// their neighbours in sequentially run phases, and the whole of every parallel phase
+    /// involved.
+    pub(crate) fn local_objective(&self, assign: &[usize], ops: &[usize], schedule: Schedule, obj: Objective) -> f64 {
+        let mut seen: Vec<usize> = Vec::with_capacity(8);
+        let mut phases: Vec<usize> = Vec::with_capacity(4);
+        let mut total = 0.0;
+        for &c in ops {
+            for &x in std::iter::once(&c).chain(&self.preds[c]).chain(&self.succs[c]) {
+                if seen.contains(&x) {
+                    continue;
+                }
+                seen.push(x);
+                let pi = self.place[x].0;
+                if schedule == Schedule::Parallel && self.phases[pi].len() > 1 {
+                    if !phases.contains(&pi) {
+                        phases.push(pi);
+                    }
+                } else {
+                    total += self.contribution(assign, x, obj);
+                }
+            }
+        }
+        total + phases.iter().map(|&pi| self.phase_objective(assign, pi, schedule, obj)).sum::<f64>()
+    }
+
+    /// Move `ops` to the PU among `choices` that most lowers the objective (each choice gives
+    /// every op's new PU); true if they moved.
+    fn best_move(
+        &self,
+        assign: &mut [usize],
+        ops: &[usize],
+        choices: &[Vec<usize>],
+        schedule: Schedule,
+        obj: Objective,
+    ) -> bool {
+        let current: Vec<usize> = ops.iter().map(|&c| assign[c]).collect();
+        let before = self.local_objective(assign, ops, schedule, obj);
+        let mut best: Option<(f64, &Vec<usize>)> = None;
+        for choice in choices {
+            if *choice == current || ops.iter().zip(choice).any(|(&c, &j)| self.w[c][j].is_none()) {
+                continue;
+            }
+            ops.iter().zip(choice).for_each(|(&c, &j)| assign[c] = j);
+            let delta = self.local_objective(assign, ops, schedule, obj) - before;
+            if delta < best.map_or(0.0, |b| b.0) - 1e-9 * before.abs().max(1.0) {
+                best = Some((delta, choice));
+            }
+        }
+        let chosen = best.map_or(&current, |b| b.1);
+        ops.iter().zip(chosen).for_each(|(&c, &j)| assign[c] = j);
+        best.is_some()
+    }
+
+    /// Phases of several branches with at most this many assignments are solved exactly (on a
+    /// chain the DP already is exact).
+    const EXACT_PHASE_LIMIT: usize = 4096;
+
+    /// Solve a phase of several branches exactly (every assignment of its ops, the rest fixed)
+    /// when it is small enough; true if its ops moved.
+    fn exact_phase(&self, assign: &mut [usize], pi: usize, schedule: Schedule, obj: Objective) -> bool {
+        let phase = &self.phases[pi];
+        let ops: Vec<usize> = phase.iter().flatten().copied().collect();
+        let k = self.pus();
+        let count = (0..ops.len()).try_fold(1usize, |acc, _| acc.checked_mul(k)).unwrap_or(usize::MAX);
+        if phase.len() < 2 || count > Self::EXACT_PHASE_LIMIT {
+            return false;
+        }
+        let choices: Vec<Vec<usize>> =
+            (0..count).map(|code| (0..ops.len()).map(|i| code / k.pow(i as u32) % k).collect()).collect();
+        self.best_move(assign, &ops, &choices, schedule, obj)
+    }
+
+    /// Hill climbing under the evaluator: each op in turn goes to the PU that most lowers the
+    /// objective; small phases of several branches are first solved exactly, and under a parallel
+    /// schedule each branch of a parallel phase may also move to one PU as a whole (single moves
+    /// cannot swap two branches' PUs). Until a pass moves nothing. Returns the moves made.
+    pub fn improve(&self, assign: &mut [usize], schedule: Schedule, obj: Objective) -> usize {
+        const MAX_PASSES: usize = 20;
+        let k = self.pus();
+        let order: Vec<usize> = self.order().collect();
+        let branches: Vec<&Vec<usize>> = match schedule {
+            Schedule::Parallel => self.phases.iter().filter(|ph| ph.len() > 1).flatten().collect(),
+            Schedule::Sequential => vec![],
+        };
+        let mut moves = 0;
+        for _ in 0..MAX_PASSES {
+            let mut moved = 0;
+            for pi in 0..self.phases.len() {
+                moved += usize::from(self.exact_phase(assign, pi, schedule, obj));
+            }
+            for &c in &order {
+                let choices: Vec<Vec<usize>> = (0..k).map(|j| vec![j]).collect();
+                moved += usize::from(self.best_move(assign, &[c], &choices, schedule, obj));
+            }
+            for b in &branches {
+                let choices: Vec<Vec<usize>> = (0..k).map(|j| vec![j; b.len()]).collect();
+                moved += usize::from(self.best_move(assign, b, &choices, schedule, obj));
+            }
+            moves += moved;
+            if moved == 0 {
+                break;
+            }
+        }
+        moves
+    }
+}

@@ -1,0 +1,195 @@
+//! The searches against the evaluator and against exhaustive search, on random phased DAGs
+//! shaped like the partitioner's output (phases of 1-3 branches, branches of 1-3 ops, each
+//! branch's head fed by a tail of the previous phase).
+
+use bident_search::{Mode, Objective, Problem, Schedule, SearchConfig, best_mapping};
+use proptest::prelude::*;
+
+/// A random instance: `shape[phase][branch]` = ops in that branch; costs from `r`.
+fn problem(shape: &[Vec<usize>], k: usize, r: &mut impl FnMut() -> f64) -> Problem {
+    let mut phases: Vec<Vec<Vec<usize>>> = vec![];
+    let mut n = 0;
+    for branches in shape {
+        phases.push(
+            branches
+                .iter()
+                .map(|&len| {
+                    let ops: Vec<usize> = (n..n + len).collect();
+                    n += len;
+                    ops
+                })
+                .collect(),
+        );
+    }
+    let mut preds = vec![vec![]; n];
+    let mut succs = vec![vec![]; n];
+    let mut edge = |p: usize, c: usize| {
+        preds[c].push(p);
+        succs[p].push(c);
+    };
+    for (pi, phase) in phases.iter().enumerate() {
+        for b in phase {
+            for w in b.windows(2) {
+                edge(w[0], w[1]);
+            }
+            if pi > 0 {
+                // fed by every branch tail of the previous phase (a join), as the partitioner cuts
+                for prev in &phases[pi - 1] {
+                    edge(*prev.last().expect("non-empty"), b[0]);
+                }
+            }
+        }
+    }
+    let mut place = vec![(0, 0); n];
+    for (pi, phase) in phases.iter().enumerate() {
+        for (bi, b) in phase.iter().enumerate() {
+            for &o in b {
+                place[o] = (pi, bi);
+            }
+        }
+    }
+    let mut from_host = vec![false; n];
+    phases[0].iter().for_each(|b| from_host[b[0]] = true);
+    let mut to_host = vec![false; n];
+    phases.last().expect("a phase").iter().for_each(|b| to_host[*b.last().expect("op")] = true);
+    // op 0 runs everywhere, others are unsupported on the last PU 15% of the time
+    let w: Vec<Vec<Option<f64>>> = (0..n)
+        .map(|i| {
+            (0..k)
+                .map(|j| {
+                    let supported = i == 0 || k == 1 || j + 1 < k || r() > 0.15;
+                    let v = 1.0 + 99.0 * r();
+                    supported.then_some(v)
+                })
+                .collect()
+        })
+        .collect();
+    let sf = (0..k).map(|i| (0..k).map(|j| if i == j { 1.0 } else { 1.0 + 0.3 * r() }).collect()).collect();
+    Problem {
+        w,
+        h2d: (0..n).map(|_| (0..k).map(|_| 20.0 * r()).collect()).collect(),
+        d2h: (0..n).map(|_| (0..k).map(|_| 20.0 * r()).collect()).collect(),
+        power: (0..n).map(|_| (0..k).map(|j| 4.0 + 6.0 * j as f64 * r()).collect()).collect(),
+        accelerator: (0..k).map(|j| j > 0).collect(),
+        preds,
+        succs,
+        from_host,
+        to_host,
+        sf,
+        phases,
+        place,
+    }
+}
+
+fn rng(seed: u64) -> impl FnMut() -> f64 {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// The best objective over every assignment under `schedules` (exhaustive).
+fn exhaustive(p: &Problem, obj: Objective, schedules: &[Schedule]) -> f64 {
+    let (n, k) = (p.ops(), p.pus());
+    let mut best = f64::INFINITY;
+    for code in 0..k.pow(n as u32) {
+        let assign: Vec<usize> = (0..n).map(|i| code / k.pow(i as u32) % k).collect();
+        for &s in schedules {
+            if let Some(t) = p.evaluate(&assign, s) {
+                best = best.min(t.objective(obj));
+            }
+        }
+    }
+    best
+}
+
+fn value(p: &Problem, cfg: &SearchConfig) -> f64 {
+    let m = best_mapping(p, cfg).expect("a mapping");
+    p.evaluate(&m.assign, m.schedule).expect("feasible").objective(cfg.objective)
+}
+
+fn shapes() -> impl Strategy<Value = (Vec<Vec<usize>>, usize, u64)> {
+    (proptest::collection::vec(proptest::collection::vec(1usize..=3, 1..=3), 1..=3), 1usize..=3, any::<u64>())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// On a chain the evaluator's sequential figure is the paper's eq. (1), and the sequential
+    /// search is optimal.
+    #[test]
+    fn chains_are_exact(len in 1usize..=6, k in 1usize..=3, seed in any::<u64>()) {
+        let p = problem(&[vec![len]], k, &mut rng(seed));
+        let order: Vec<usize> = p.order().collect();
+        for obj in [Objective::Latency, Objective::Energy] {
+            let m = best_mapping(&p, &SearchConfig { objective: obj, mode: Mode::Sequential }).expect("mapping");
+            let eq1 = p.chain(&order).evaluate(&m.assign, obj).expect("feasible");
+            let eval = p.evaluate(&m.assign, Schedule::Sequential).expect("feasible").objective(obj);
+            prop_assert!((eq1 - eval).abs() <= 1e-9 * eq1.max(1.0), "eq. 1 {eq1} vs evaluator {eval}");
+            let best = exhaustive(&p, obj, &[Schedule::Sequential]);
+            prop_assert!((eval - best).abs() <= 1e-9 * best.max(1.0), "search {eval} vs optimum {best}");
+        }
+    }
+
+    /// parallel <= sequential <= best single PU, under the evaluator, for both objectives.
+    #[test]
+    fn modes_are_ordered((shape, k, seed) in shapes()) {
+        let p = problem(&shape, k, &mut rng(seed));
+        for obj in [Objective::Latency, Objective::Energy] {
+            let seq = value(&p, &SearchConfig { objective: obj, mode: Mode::Sequential });
+            let par = value(&p, &SearchConfig { objective: obj, mode: Mode::Parallel });
+            let single = (0..k)
+                .filter_map(|j| p.evaluate(&vec![j; p.ops()], Schedule::Sequential))
+                .map(|t| t.objective(obj))
+                .fold(f64::INFINITY, f64::min);
+            prop_assert!(par <= seq * (1.0 + 1e-9), "parallel {par} > sequential {seq}");
+            prop_assert!(seq <= single * (1.0 + 1e-9), "sequential {seq} > best single PU {single}");
+        }
+    }
+}
+
+/// The gap of each mode to the exhaustive optimum on 300 random instances: never negative (the
+/// optimum is a bound), and the worst is printed (`cargo test -p bident-search -- --nocapture`).
+#[test]
+fn gap_to_the_optimum() {
+    let mut worst = [(0.0f64, 0u64); 4];
+    for seed in 0..300u64 {
+        let mut r = rng(seed + 1);
+        let phases = 1 + (r() * 3.0) as usize;
+        let shape: Vec<Vec<usize>> =
+            (0..phases).map(|_| (0..1 + (r() * 3.0) as usize).map(|_| 1 + (r() * 2.0) as usize).collect()).collect();
+        if shape.iter().flatten().sum::<usize>() > 7 {
+            continue;
+        }
+        let p = problem(&shape, 3, &mut r);
+        for (m, (mode, obj)) in [
+            (Mode::Sequential, Objective::Latency),
+            (Mode::Sequential, Objective::Energy),
+            (Mode::Parallel, Objective::Latency),
+            (Mode::Parallel, Objective::Energy),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let schedules: &[Schedule] = match mode {
+                Mode::Sequential => &[Schedule::Sequential],
+                Mode::Parallel => &[Schedule::Sequential, Schedule::Parallel],
+            };
+            let best = exhaustive(&p, obj, schedules);
+            let got = value(&p, &SearchConfig { objective: obj, mode });
+            let gap = got / best - 1.0;
+            assert!(gap >= -1e-9, "seed {seed}: {mode:?}/{obj:?} beat the exhaustive optimum");
+            if gap > worst[m].0 {
+                worst[m] = (gap, seed);
+            }
+        }
+    }
+    for (m, name) in
+        ["sequential latency", "sequential energy", "parallel latency", "parallel energy"].iter().enumerate()
+    {
+        eprintln!("worst gap, {name}: {:.2}% (seed {})", worst[m].0 * 100.0, worst[m].1);
+    }
+}
