@@ -1,26 +1,95 @@
-//! Speed of the sequential search (paper 3.4: sub-millisecond for practical sizes; the largest
-//! model it quotes, pi0.5, has ~4,600 fused ops on 3 PUs).
+//! Speed of the searches (paper 3.4: sub-millisecond sequential search for practical sizes; its
+//! largest model, pi0.5, has ~4,600 fused ops on 3 PUs).
 //!
-//! `cargo bench -p bident-search`
+//! `cargo bench -p bident-search`; the figures are for the machine it runs on.
 
-use bident_search::{Chain, Objective};
+use bident_search::{Chain, Mode, Objective, Problem, SearchConfig, best_mapping};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 
-/// A deterministic chain of `n` ops on `k` PUs (the last PU an accelerator), every 17th op
-/// unsupported on it, as the paper's NPU lacks some ops.
-fn chain(n: usize, k: usize) -> Chain {
+fn rng() -> impl FnMut() -> f64 {
     let mut s = 0x2545_F491_4F6C_DD1Du64;
-    let mut r = move || {
+    move || {
         s ^= s << 13;
         s ^= s >> 7;
         s ^= s << 17;
         (s >> 11) as f64 / (1u64 << 53) as f64
-    };
+    }
+}
+
+/// A deterministic chain of `n` ops on `k` PUs (the last PU an accelerator), every 17th op
+/// unsupported on it, as the paper's NPU lacks some ops.
+fn chain(n: usize, k: usize) -> Chain {
+    let mut r = rng();
     let w = (0..n).map(|i| (0..k).map(|j| (j + 1 < k || i % 17 != 0).then(|| 5.0 + 100.0 * r())).collect()).collect();
     let h2d = (0..n).map(|_| (0..k).map(|_| 10.0 * r()).collect()).collect();
     let d2h = (0..n).map(|_| (0..k).map(|_| 10.0 * r()).collect()).collect();
     let power = (0..n).map(|_| (0..k).map(|j| 5.0 + 5.0 * j as f64).collect()).collect();
-    Chain { w, h2d, d2h, power, accelerator: (0..k).map(|j| j + 1 == k).collect() }
+    Chain { w, h2d, d2h, power, accelerator: (0..k).map(|j| j > 0).collect() }
+}
+
+/// A multi-stage pipeline of `n` ops on `k` PUs: chains of 20 ops alternating with phases of
+/// `width` parallel branches of 3 ops (attention heads), each branch fed by the previous phase.
+fn pipeline(n: usize, k: usize, width: usize) -> Problem {
+    let mut r = rng();
+    let mut phases: Vec<Vec<Vec<usize>>> = vec![];
+    let mut next = 0;
+    while next < n {
+        let shape: Vec<usize> = if phases.len() % 2 == 0 { vec![20] } else { vec![3; width] };
+        let phase: Vec<Vec<usize>> = shape
+            .into_iter()
+            .map(|len| {
+                let b: Vec<usize> = (next..(next + len).min(n)).collect();
+                next += b.len();
+                b
+            })
+            .filter(|b| !b.is_empty())
+            .collect();
+        phases.push(phase);
+    }
+    let mut preds = vec![vec![]; n];
+    let mut succs = vec![vec![]; n];
+    for (pi, phase) in phases.iter().enumerate() {
+        for b in phase {
+            for w in b.windows(2) {
+                preds[w[1]].push(w[0]);
+                succs[w[0]].push(w[1]);
+            }
+            if pi > 0 {
+                for prev in &phases[pi - 1] {
+                    let p = prev[prev.len() - 1];
+                    preds[b[0]].push(p);
+                    succs[p].push(b[0]);
+                }
+            }
+        }
+    }
+    let mut place = vec![(0, 0); n];
+    for (pi, phase) in phases.iter().enumerate() {
+        for (bi, b) in phase.iter().enumerate() {
+            for &o in b {
+                place[o] = (pi, bi);
+            }
+        }
+    }
+    let c = chain(n, k);
+    let mut from_host = vec![false; n];
+    from_host[0] = true;
+    let mut to_host = vec![false; n];
+    to_host[n - 1] = true;
+    Problem {
+        w: c.w,
+        h2d: c.h2d,
+        d2h: c.d2h,
+        power: c.power,
+        accelerator: c.accelerator,
+        preds,
+        succs,
+        from_host,
+        to_host,
+        sf: (0..k).map(|i| (0..k).map(|j| if i == j { 1.0 } else { 1.0 + 0.1 * r() }).collect()).collect(),
+        phases,
+        place,
+    }
 }
 
 fn dp(c: &mut Criterion) {
@@ -32,5 +101,20 @@ fn dp(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, dp);
+fn searches(c: &mut Criterion) {
+    let mut g = c.benchmark_group("search");
+    g.sample_size(10);
+    for (n, k) in [(500, 3), (4600, 3)] {
+        let p = pipeline(n, k, 4);
+        for mode in [Mode::Sequential, Mode::Parallel] {
+            let cfg = SearchConfig { objective: Objective::Latency, mode };
+            g.bench_with_input(BenchmarkId::new(format!("{}_k{k}", mode.name()), n), &p, |b, p| {
+                b.iter(|| best_mapping(p, &cfg))
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, dp, searches);
 criterion_main!(benches);

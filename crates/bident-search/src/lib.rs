@@ -222,9 +222,9 @@ pub fn best_mapping(p: &Problem, cfg: &SearchConfig) -> Option<Mapping> {
     })
 }
 
-/// The DP on the phased order, then hill climbing under the sequential evaluator; the
-/// single-PU mappings, improved the same way, compete with it (on a DAG the DP's chain view can
-/// miss that keeping a fork's branches on one PU saves transfers).
+/// The DP on the phased order, then hill climbing under the sequential evaluator; a single-PU
+/// mapping that beats the result is improved the same way and taken instead (on a DAG the DP's
+/// chain view can miss that keeping a fork's branches on one PU saves transfers).
 pub fn sequential_mapping(p: &Problem, obj: Objective) -> Option<Mapping> {
     let order: Vec<usize> = p.order().collect();
     let (in_order, estimate) = p.chain(&order).dp(obj)?;
@@ -232,16 +232,20 @@ pub fn sequential_mapping(p: &Problem, obj: Objective) -> Option<Mapping> {
     for (&op, &j) in order.iter().zip(&in_order) {
         dp[op] = j;
     }
-    let starts = std::iter::once(dp)
-        .chain((0..p.pus()).filter(|&j| (0..p.ops()).all(|c| p.w[c][j].is_some())).map(|j| vec![j; p.ops()]));
     let value = |a: &[usize]| p.evaluate(a, Schedule::Sequential).map_or(f64::INFINITY, |t| t.objective(obj));
-    starts
-        .map(|mut assign| {
-            p.improve(&mut assign, Schedule::Sequential, obj);
-            assign
-        })
-        .min_by(|a, b| value(a).total_cmp(&value(b)))
-        .map(|assign| Mapping { assign, schedule: Schedule::Sequential, estimate })
+    let mut best = dp;
+    p.improve(&mut best, Schedule::Sequential, obj);
+    let mut best_value = value(&best);
+    for j in (0..p.pus()).filter(|&j| (0..p.ops()).all(|c| p.w[c][j].is_some())) {
+        let single = vec![j; p.ops()];
+        if value(&single) < best_value {
+            let mut improved = single;
+            p.improve(&mut improved, Schedule::Sequential, obj);
+            best_value = value(&improved);
+            best = improved;
+        }
+    }
+    Some(Mapping { assign: best, schedule: Schedule::Sequential, estimate })
 }
 
 /// The paper's parallel search: the DP on every branch on its own, a phase's cost being its

@@ -334,6 +334,48 @@ impl Problem {
         total + phases.iter().map(|&pi| self.phase_objective(assign, pi, schedule, obj)).sum::<f64>()
     }
 
+    /// The part of the objective op `c`'s PU can change (as [`Problem::local_objective`] for one
+    /// op, without allocating: in a DAG an op's predecessors and successors are distinct).
+    fn local_single(&self, assign: &[usize], c: usize, schedule: Schedule, obj: Objective) -> f64 {
+        let parallel = |x: usize| schedule == Schedule::Parallel && self.phases[self.place[x].0].len() > 1;
+        let mut total = 0.0;
+        let mut phases = [usize::MAX; 8];
+        let mut n_phases = 0;
+        for &x in std::iter::once(&c).chain(&self.preds[c]).chain(&self.succs[c]) {
+            if !parallel(x) {
+                total += self.contribution(assign, x, obj);
+                continue;
+            }
+            let pi = self.place[x].0;
+            if phases[..n_phases].contains(&pi) {
+                continue;
+            }
+            if n_phases == phases.len() {
+                // unusually many parallel phases around one op: take the general path
+                return self.local_objective(assign, &[c], schedule, obj);
+            }
+            phases[n_phases] = pi;
+            n_phases += 1;
+        }
+        total + phases[..n_phases].iter().map(|&pi| self.phase_objective(assign, pi, schedule, obj)).sum::<f64>()
+    }
+
+    /// Move op `c` to the PU that most lowers the objective; true if it moved.
+    fn best_single_move(&self, assign: &mut [usize], c: usize, schedule: Schedule, obj: Objective) -> bool {
+        let cur = assign[c];
+        let before = self.local_single(assign, c, schedule, obj);
+        let mut best = (0.0, cur);
+        for j in (0..self.pus()).filter(|&j| j != cur && self.w[c][j].is_some()) {
+            assign[c] = j;
+            let delta = self.local_single(assign, c, schedule, obj) - before;
+            if delta < best.0 - 1e-9 * before.abs().max(1.0) {
+                best = (delta, j);
+            }
+        }
+        assign[c] = best.1;
+        best.1 != cur
+    }
+
     /// Move `ops` to the PU among `choices` that most lowers the objective (each choice gives
     /// every op's new PU); true if they moved.
     fn best_move(
@@ -400,8 +442,7 @@ impl Problem {
                 moved += usize::from(self.exact_phase(assign, pi, schedule, obj));
             }
             for &c in &order {
-                let choices: Vec<Vec<usize>> = (0..k).map(|j| vec![j]).collect();
-                moved += usize::from(self.best_move(assign, &[c], &choices, schedule, obj));
+                moved += usize::from(self.best_single_move(assign, c, schedule, obj));
             }
             for b in &branches {
                 let choices: Vec<Vec<usize>> = (0..k).map(|j| vec![j; b.len()]).collect();
