@@ -34,7 +34,7 @@ fn pipeline(n: usize, k: usize, width: usize) -> Problem {
     let mut phases: Vec<Vec<Vec<usize>>> = vec![];
     let mut next = 0;
     while next < n {
-        let shape: Vec<usize> = if phases.len() % 2 == 0 { vec![20] } else { vec![3; width] };
+        let shape: Vec<usize> = if phases.len().is_multiple_of(2) { vec![20] } else { vec![3; width] };
         let phase: Vec<Vec<usize>> = shape
             .into_iter()
             .map(|len| {
