@@ -81,7 +81,8 @@ fn plans_on_a_synthetic_soc() {
         let phased = bident_partition::partition(&g).expect("partition");
         let costs = synthetic_costs(&g);
         for objective in [bident_search::Objective::Latency, bident_search::Objective::Energy] {
-            let cfg = bident_search::SearchConfig { objective, mode: bident_search::Mode::Sequential };
+            let cfg =
+                bident_search::SearchConfig { objective, mode: bident_search::Mode::Sequential, ..Default::default() };
             let plan = bident_search::search(&phased, &costs, &cfg).expect("search");
             assert!(plan.simulated);
             let best = plan.baselines.iter().filter_map(|b| b.predicted_us).fold(f64::INFINITY, f64::min);
@@ -131,8 +132,10 @@ fn plans_on_lunar_lake() {
         let phased = bident_partition::partition(&g).expect("partition");
         let costs = bident_profile::simulate::simulate(&g, &soc).expect("simulate");
         for objective in [Objective::Latency, Objective::Energy] {
-            let plan =
-                |mode| bident_search::search(&phased, &costs, &SearchConfig { objective, mode }).expect("search");
+            let plan = |mode| {
+                bident_search::search(&phased, &costs, &SearchConfig { objective, mode, ..Default::default() })
+                    .expect("search")
+            };
             let (seq, par) = (plan(Mode::Sequential), plan(Mode::Parallel));
             let best_us = seq.baselines.iter().filter_map(|b| b.predicted_us).fold(f64::INFINITY, f64::min);
             let best_uj = seq.baselines.iter().filter_map(|b| b.predicted_energy_uj).fold(f64::INFINITY, f64::min);

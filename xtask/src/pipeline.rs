@@ -91,14 +91,37 @@ pub struct PlanArgs {
     /// PUs, with contention)
     #[arg(long, default_value = "sequential", value_parser = ["sequential", "parallel"])]
     pub mode: String,
+    /// Run an op (index or name) on a PU (repeatable).
+    #[arg(long, value_name = "OP=PU")]
+    pub pin: Vec<String>,
+    /// Keep an op off a PU (repeatable).
+    #[arg(long, value_name = "OP=PU")]
+    pub forbid: Vec<String>,
+    /// Use no op on this PU (repeatable).
+    #[arg(long, value_name = "PU")]
+    pub exclude_pu: Vec<String>,
 }
 
 impl PlanArgs {
-    fn config(&self) -> SearchConfig {
-        SearchConfig {
+    fn config(&self) -> Result<SearchConfig> {
+        let pairs = |flag: &str, items: &[String]| -> Result<Vec<(String, String)>> {
+            items
+                .iter()
+                .map(|i| {
+                    let (op, pu) = i.split_once('=').with_context(|| format!("--{flag} {i}: expected OP=PU"))?;
+                    Ok((op.to_string(), pu.to_string()))
+                })
+                .collect()
+        };
+        Ok(SearchConfig {
             objective: if self.objective == "energy" { Objective::Energy } else { Objective::Latency },
             mode: if self.mode == "parallel" { Mode::Parallel } else { Mode::Sequential },
-        }
+            constraints: bident_search::Constraints {
+                pin: pairs("pin", &self.pin)?,
+                forbid: pairs("forbid", &self.forbid)?,
+                exclude: self.exclude_pu.clone(),
+            },
+        })
     }
 }
 
@@ -533,7 +556,7 @@ fn search_stage(
     let t0 = std::time::Instant::now();
     let plan = bident_search::search(phased.0, costs.0, cfg)?;
     let took = t0.elapsed();
-    let h = write(dir, PLAN, &plan, plan_inputs(phased.1, costs.1, cfg.objective, cfg.mode))?;
+    let h = write(dir, PLAN, &plan, plan_inputs(phased.1, costs.1, cfg))?;
     eprintln!(
         "search: {} mode ({} schedule), {} objective in {:.1} ms: predicted {:.1} µs (the search's own estimate {:.1}) \
          vs best single PU {} {:.1} µs",
@@ -549,8 +572,15 @@ fn search_stage(
     Ok((plan, h))
 }
 
-fn plan_inputs(phased: ContentHash, costs: ContentHash, obj: Objective, mode: Mode) -> ContentHash {
-    ContentHash::of_parts(&[&phased.0, &costs.0, obj.name().as_bytes(), mode.name().as_bytes()])
+fn plan_inputs(phased: ContentHash, costs: ContentHash, cfg: &SearchConfig) -> ContentHash {
+    let constraints = format!("{:?}", cfg.constraints);
+    ContentHash::of_parts(&[
+        &phased.0,
+        &costs.0,
+        cfg.objective.name().as_bytes(),
+        cfg.mode.name().as_bytes(),
+        constraints.as_bytes(),
+    ])
 }
 
 pub fn search_cmd(a: SearchArgs) -> Result<()> {
@@ -558,7 +588,7 @@ pub fn search_cmd(a: SearchArgs) -> Result<()> {
     let c = read::<CostTable>(&a.dir, COSTS)?;
     let (g, _) = read_fused(&a.dir)?;
     c.value.check(&g).with_context(|| a.dir.join(COSTS).display().to_string())?;
-    search_stage(&a.dir, (&p.value, p.header.payload_hash), (&c.value, c.header.payload_hash), &a.plan.config())
+    search_stage(&a.dir, (&p.value, p.header.payload_hash), (&c.value, c.header.payload_hash), &a.plan.config()?)
         .map(|_| ())
 }
 
@@ -584,8 +614,12 @@ pub fn run_cmd(a: RunArgs) -> Result<()> {
     let costs = read::<CostTable>(&a.dir, COSTS)?;
     let phased = read::<PhasedGraph>(&a.dir, PHASED)?;
     // the plan must come from exactly these phases and costs
-    let expected =
-        plan_inputs(phased.header.payload_hash, costs.header.payload_hash, plan.value.objective, plan.value.mode);
+    let cfg = SearchConfig {
+        objective: plan.value.objective,
+        mode: plan.value.mode,
+        constraints: plan.value.constraints.clone(),
+    };
+    let expected = plan_inputs(phased.header.payload_hash, costs.header.payload_hash, &cfg);
     artifact::expect_inputs(&a.dir.join(PLAN), &plan.header, expected)?;
     if costs.value.simulated {
         bail!(
@@ -607,7 +641,7 @@ pub fn run_stages(a: &PipelineArgs) -> Result<(FusedGraph, Plan, Option<RunRepor
     let soc = Soc::load(&a.soc.soc)?;
     let m = Measuring { runs: a.profile_runs, fixed_runs: a.fixed_runs, no_cache: a.no_cache };
     let (costs, ch) = profile_stage(&dir, &g, gh, &soc, m)?;
-    let (plan, plan_h) = search_stage(&dir, (&phased, ph), (&costs, ch), &a.plan.config())?;
+    let (plan, plan_h) = search_stage(&dir, (&phased, ph), (&costs, ch), &a.plan.config()?)?;
     let report = match soc {
         Soc::Measured(spec, be) => Some(run_stage(&dir, &g, (&plan, plan_h), &spec, be, a.runs)?),
         Soc::Virtual(v) => {

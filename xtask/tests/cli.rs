@@ -338,3 +338,32 @@ fn cost_tables_round_trip_through_csv_and_json() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("it was made for graph"), "{}", stderr(&o));
 }
+
+/// Placement constraints on the virtual SoC: a pinned op sits where it was pinned (and says
+/// why), an excluded PU is unused, and impossible constraints fail with one line naming the op.
+#[test]
+fn placement_constraints() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().display().to_string();
+    let o = xtask(&["pipeline", "--out", &dir, "--soc", "lunar-lake", "--pin", "0=npu", "--exclude-pu", "gpu"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let plan = std::fs::read_to_string(tmp.path().join("plan.yaml")).expect("plan twin");
+    let first = plan.split("  - op: ").nth(1).expect("a step");
+    assert!(first.starts_with("0\n") && first.contains("pu: npu") && first.contains("reason: pinned"), "{first}");
+    assert!(!plan.contains("pu: gpu\n    phase"), "an op on the excluded gpu:\n{plan}");
+    for (args, want) in [
+        (vec!["--pin", "0=gpu", "--exclude-pu", "gpu"], "op 0 `conv_3_node` is pinned to gpu, but gpu is excluded"),
+        (vec!["--forbid", "0=cpu", "--forbid", "0=gpu", "--forbid", "0=npu"], "op 0 `conv_3_node` can run on no PU"),
+        (vec!["--pin", "nope=cpu"], "no op named `nope`"),
+        (vec!["--pin", "0=tpu"], "no PU named `tpu` (the SoC has cpu, gpu, npu)"),
+        (vec!["--pin", "0"], "--pin 0: expected OP=PU"),
+    ] {
+        let mut all = vec!["search", dir.as_str()];
+        all.extend(args.iter().copied());
+        let o = xtask(&all);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert!(lines.len() == 1 && lines[0].contains(want), "{args:?}: expected `{want}` in {err}");
+    }
+}

@@ -107,7 +107,7 @@ fn searches(c: &mut Criterion) {
     for (n, k) in [(500, 3), (4600, 3)] {
         let p = pipeline(n, k, 4);
         for mode in [Mode::Sequential, Mode::Parallel] {
-            let cfg = SearchConfig { objective: Objective::Latency, mode };
+            let cfg = SearchConfig { objective: Objective::Latency, mode, ..Default::default() };
             g.bench_with_input(BenchmarkId::new(format!("{}_k{k}", mode.name()), n), &p, |b, p| {
                 b.iter(|| best_mapping(p, &cfg))
             });

@@ -66,11 +66,89 @@ impl Mode {
 pub struct SearchConfig {
     pub objective: Objective,
     pub mode: Mode,
+    pub constraints: Constraints,
 }
 
 impl Default for SearchConfig {
     fn default() -> Self {
-        Self { objective: Objective::Latency, mode: Mode::Sequential }
+        Self { objective: Objective::Latency, mode: Mode::Sequential, constraints: Constraints::default() }
+    }
+}
+
+/// Placement constraints. Ops are named by index or by name, PUs by name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Constraints {
+    /// `(op, pu)`: the op runs on this PU.
+    pub pin: Vec<(String, String)>,
+    /// `(op, pu)`: the op does not run on this PU.
+    pub forbid: Vec<(String, String)>,
+    /// PUs no op may use.
+    pub exclude: Vec<String>,
+}
+
+impl Constraints {
+    pub fn is_empty(&self) -> bool {
+        self.pin.is_empty() && self.forbid.is_empty() && self.exclude.is_empty()
+    }
+
+    /// Remove from `p` every (op, PU) the constraints rule out; returns the pinned ops.
+    fn apply(&self, p: &mut Problem, costs: &CostTable) -> Result<Vec<bool>, SearchError> {
+        let bad = |m: String| SearchError::Constraint(m);
+        let n = p.ops();
+        let op = |s: &str| -> Result<usize, SearchError> {
+            match s.parse::<usize>() {
+                Ok(i) if i < n => Ok(i),
+                Ok(i) => Err(bad(format!("op {i} is out of range: the graph has {n} ops"))),
+                Err(_) => costs.ops.iter().position(|o| o.name == s).ok_or_else(|| bad(format!("no op named `{s}`"))),
+            }
+        };
+        let pu = |s: &str| {
+            costs.soc.pus.iter().position(|q| q.name == s).ok_or_else(|| {
+                let known: Vec<&str> = costs.soc.pus.iter().map(|q| q.name.as_str()).collect();
+                bad(format!("no PU named `{s}` (the SoC has {})", known.join(", ")))
+            })
+        };
+        let mut why: Vec<Vec<String>> = vec![vec![]; p.ops()];
+        for name in &self.exclude {
+            let j = pu(name)?;
+            for (c, row) in p.w.iter_mut().enumerate() {
+                if row[j].take().is_some() {
+                    why[c].push(format!("{name} is excluded"));
+                }
+            }
+        }
+        for (o, name) in &self.forbid {
+            let (c, j) = (op(o)?, pu(name)?);
+            if p.w[c][j].take().is_some() {
+                why[c].push(format!("{name} is forbidden"));
+            }
+        }
+        let mut pinned = vec![false; p.ops()];
+        for (o, name) in &self.pin {
+            let (c, j) = (op(o)?, pu(name)?);
+            let reason = match (p.w[c][j], costs.cost(c as OpId, j)) {
+                (Some(_), _) => None,
+                (None, None) => Some(format!("{name} cannot run it")),
+                (None, Some(_)) => Some(format!("{name} is excluded or forbidden for it")),
+            };
+            if let Some(r) = reason {
+                return Err(bad(format!("op {c} `{}` is pinned to {name}, but {r}", costs.ops[c].name)));
+            }
+            for (k, w) in p.w[c].iter_mut().enumerate() {
+                if k != j {
+                    *w = None;
+                }
+            }
+            pinned[c] = true;
+        }
+        if let Some(c) = (0..p.ops()).find(|&c| p.w[c].iter().all(Option::is_none)) {
+            return Err(bad(format!(
+                "op {c} `{}` can run on no PU under the constraints ({})",
+                costs.ops[c].name,
+                why[c].join(", ")
+            )));
+        }
+        Ok(pinned)
     }
 }
 
@@ -86,6 +164,8 @@ pub enum Reason {
     AvoidsTransfer,
     /// Another PU is better for the op alone; here it overlaps work of other branches.
     Overlaps,
+    /// The user pinned it there.
+    Pinned,
 }
 
 /// One op of the plan, in execution order.
@@ -136,6 +216,8 @@ pub struct Plan {
     pub mode: Mode,
     pub schedule: Schedule,
     pub objective: Objective,
+    /// The placement constraints the plan obeys (baselines ignore them).
+    pub constraints: Constraints,
     pub steps: Vec<Step>,
     /// The evaluator's figures for this plan.
     pub predicted_us: f64,
@@ -166,6 +248,8 @@ pub enum SearchError {
     Empty,
     #[error("plan check failed: {0}")]
     Check(String),
+    #[error("constraint: {0}")]
+    Constraint(String),
 }
 
 /// A mapping: an assignment (PU index by op id), how it runs, and the search's own estimate.
@@ -189,12 +273,14 @@ pub fn search(phased: &PhasedGraph, costs: &CostTable, cfg: &SearchConfig) -> Re
     if phased.op_count == 0 {
         return Err(SearchError::Empty);
     }
-    let p = Problem::new(phased, costs);
-    if let Some(op) = (0..p.ops()).find(|&i| p.w[i].iter().all(Option::is_none)) {
+    let full = Problem::new(phased, costs);
+    if let Some(op) = (0..full.ops()).find(|&i| full.w[i].iter().all(Option::is_none)) {
         return Err(SearchError::NoPu { op: op as OpId, name: costs.ops[op].name.clone() });
     }
+    let mut p = full.clone();
+    let pinned = cfg.constraints.apply(&mut p, costs)?;
     let best = best_mapping(&p, cfg).ok_or(SearchError::Empty)?;
-    let plan = build_plan(&p, phased, costs, best, cfg)?;
+    let plan = build_plan(&full, phased, costs, best, cfg, &pinned)?;
     check_plan(&plan, phased, costs)?;
     Ok(plan)
 }
@@ -285,6 +371,7 @@ fn build_plan(
     costs: &CostTable,
     best: Mapping,
     cfg: &SearchConfig,
+    pinned: &[bool],
 ) -> Result<Plan, SearchError> {
     let pus: Vec<String> = costs.soc.pus.iter().map(|pu| pu.name.clone()).collect();
     let assign = &best.assign;
@@ -300,7 +387,9 @@ fn build_plan(
         let j = assign[c];
         let supported = (0..p.pus()).filter(|&k| p.w[c][k].is_some()).count();
         let best_alone = (0..p.pus()).filter_map(|k| alone(c, k)).fold(f64::INFINITY, f64::min);
-        let reason = if supported == 1 {
+        let reason = if pinned[c] {
+            Reason::Pinned
+        } else if supported == 1 {
             Reason::OnlySupported
         } else if alone(c, j).is_some_and(|v| v <= best_alone) {
             Reason::BestAlone
@@ -353,6 +442,7 @@ fn build_plan(
         mode: cfg.mode,
         schedule: best.schedule,
         objective: cfg.objective,
+        constraints: cfg.constraints.clone(),
         steps,
         predicted_us: tl.latency_us,
         predicted_energy_uj: tl.energy_uj,

@@ -125,7 +125,7 @@ proptest! {
         let p = problem(&[vec![len]], k, &mut rng(seed));
         let order: Vec<usize> = p.order().collect();
         for obj in [Objective::Latency, Objective::Energy] {
-            let m = best_mapping(&p, &SearchConfig { objective: obj, mode: Mode::Sequential }).expect("mapping");
+            let m = best_mapping(&p, &SearchConfig { objective: obj, mode: Mode::Sequential, ..Default::default() }).expect("mapping");
             let eq1 = p.chain(&order).evaluate(&m.assign, obj).expect("feasible");
             let eval = p.evaluate(&m.assign, Schedule::Sequential).expect("feasible").objective(obj);
             prop_assert!((eq1 - eval).abs() <= 1e-9 * eq1.max(1.0), "eq. 1 {eq1} vs evaluator {eval}");
@@ -139,8 +139,8 @@ proptest! {
     fn modes_are_ordered((shape, k, seed) in shapes()) {
         let p = problem(&shape, k, &mut rng(seed));
         for obj in [Objective::Latency, Objective::Energy] {
-            let seq = value(&p, &SearchConfig { objective: obj, mode: Mode::Sequential });
-            let par = value(&p, &SearchConfig { objective: obj, mode: Mode::Parallel });
+            let seq = value(&p, &SearchConfig { objective: obj, mode: Mode::Sequential, ..Default::default() });
+            let par = value(&p, &SearchConfig { objective: obj, mode: Mode::Parallel, ..Default::default() });
             let single = (0..k)
                 .filter_map(|j| p.evaluate(&vec![j; p.ops()], Schedule::Sequential))
                 .map(|t| t.objective(obj))
@@ -179,7 +179,7 @@ fn gap_to_the_optimum() {
                 Mode::Parallel => &[Schedule::Sequential, Schedule::Parallel],
             };
             let best = exhaustive(&p, obj, schedules);
-            let got = value(&p, &SearchConfig { objective: obj, mode });
+            let got = value(&p, &SearchConfig { objective: obj, mode, ..Default::default() });
             let gap = got / best - 1.0;
             assert!(gap >= -1e-9, "seed {seed}: {mode:?}/{obj:?} beat the exhaustive optimum");
             if gap > worst[m].0 {
