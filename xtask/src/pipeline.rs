@@ -672,6 +672,8 @@ pub fn pipeline(a: PipelineArgs) -> Result<()> {
             "best_single_pu": plan.best_single_pu,
             "best_single_pu_us": best_us,
             "predicted_speedup": best_us / plan.predicted_us,
+            "lower_bound_us": plan.lower_bound_us,
+            "gap": plan.gap,
         });
         // a virtual SoC's plan has no measured fields at all
         if let Some(r) = &report {
@@ -699,6 +701,13 @@ fn print_summary(g: &FusedGraph, plan: &Plan, r: Option<&RunReport>) {
         plan.schedule.name(),
         plan.objective.name(),
         mix.join(", ")
+    );
+    println!(
+        "bound      no mapping beats {:.1} µs / {:.1} µJ under this schedule; the plan is {:.1}% above it ({})",
+        plan.lower_bound_us,
+        plan.lower_bound_energy_uj,
+        plan.gap * 100.0,
+        plan.objective.name()
     );
     println!(
         "predicted  {:.1} µs   best single PU {} {:.1} µs   speedup {:.2}x",

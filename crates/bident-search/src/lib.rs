@@ -225,6 +225,11 @@ pub struct Plan {
     /// The search's own estimate of its objective before the evaluator (the paper's eq. 1 for
     /// the DP; the sum of contention-adjusted branch makespans for the per-branch search).
     pub search_estimate: f64,
+    /// Lower bounds no mapping can beat under the plan's schedule and constraints
+    /// ([`Problem::lower_bound`]), and how far the plan is above them (0.1 = 10%).
+    pub lower_bound_us: f64,
+    pub lower_bound_energy_uj: f64,
+    pub gap: f64,
     /// Ops per PU.
     pub ops_per_pu: BTreeMap<String, u32>,
     pub baselines: Vec<Baseline>,
@@ -280,7 +285,14 @@ pub fn search(phased: &PhasedGraph, costs: &CostTable, cfg: &SearchConfig) -> Re
     let mut p = full.clone();
     let pinned = cfg.constraints.apply(&mut p, costs)?;
     let best = best_mapping(&p, cfg).ok_or(SearchError::Empty)?;
-    let plan = build_plan(&full, phased, costs, best, cfg, &pinned)?;
+    let (lb_us, lb_uj) = p.lower_bound(best.schedule);
+    let mut plan = build_plan(&full, phased, costs, best, cfg, &pinned)?;
+    plan.lower_bound_us = lb_us;
+    plan.lower_bound_energy_uj = lb_uj;
+    plan.gap = match cfg.objective {
+        Objective::Latency => plan.predicted_us / lb_us - 1.0,
+        Objective::Energy => plan.predicted_energy_uj / lb_uj - 1.0,
+    };
     check_plan(&plan, phased, costs)?;
     Ok(plan)
 }
@@ -447,6 +459,9 @@ fn build_plan(
         predicted_us: tl.latency_us,
         predicted_energy_uj: tl.energy_uj,
         search_estimate: best.estimate,
+        lower_bound_us: 0.0,
+        lower_bound_energy_uj: 0.0,
+        gap: 0.0,
         ops_per_pu,
         best_single_pu: single_best.map(|(b, _)| b.pu.clone()),
         best_single_pu_us: single_best.map(|(_, us)| us),

@@ -136,6 +136,33 @@ impl Problem {
         self.accelerator.len()
     }
 
+    /// Lower bounds of any mapping under `schedule`: (latency µs, energy µJ). Every op costs at
+    /// least its cheapest entry (transfers and contention only add); a sequential run is the sum
+    /// of those; a parallel phase lasts at least its longest branch and its total work spread
+    /// over all PUs. Measured contention factors below 1 (noise) scale the bound down.
+    pub fn lower_bound(&self, schedule: Schedule) -> (f64, f64) {
+        let least = |c: usize| self.w[c].iter().flatten().copied().fold(f64::INFINITY, f64::min);
+        let energy = (0..self.ops())
+            .map(|c| {
+                (0..self.pus()).filter_map(|j| self.w[c][j].map(|w| w * self.power[c][j])).fold(f64::INFINITY, f64::min)
+            })
+            .sum::<f64>();
+        let floor = self.sf.iter().flatten().copied().fold(1.0, f64::min);
+        let latency = match schedule {
+            Schedule::Sequential => (0..self.ops()).map(least).sum::<f64>(),
+            Schedule::Parallel => self
+                .phases
+                .iter()
+                .map(|phase| {
+                    let longest = phase.iter().map(|b| b.iter().map(|&c| least(c)).sum::<f64>()).fold(0.0, f64::max);
+                    let work = phase.iter().flatten().map(|&c| least(c)).sum::<f64>();
+                    longest.max(work / self.pus() as f64)
+                })
+                .sum::<f64>(),
+        };
+        (latency * floor, energy * floor)
+    }
+
     /// The paper's chain over `ops` (in that order), for the DP.
     pub fn chain(&self, ops: &[usize]) -> crate::Chain {
         crate::Chain {

@@ -152,7 +152,8 @@ proptest! {
 }
 
 /// The gap of each mode to the exhaustive optimum on 300 random instances: never negative (the
-/// optimum is a bound), and the worst is printed (`cargo test -p bident-search -- --nocapture`).
+/// optimum is a bound), the lower bound never above the optimum, and the worst gap printed
+/// (`cargo test -p bident-search -- --nocapture`).
 #[test]
 fn gap_to_the_optimum() {
     let mut worst = [(0.0f64, 0u64); 4];
@@ -179,6 +180,9 @@ fn gap_to_the_optimum() {
                 Mode::Parallel => &[Schedule::Sequential, Schedule::Parallel],
             };
             let best = exhaustive(&p, obj, schedules);
+            let (lb_us, lb_uj) = p.lower_bound(*schedules.last().expect("a schedule"));
+            let lb = if obj == Objective::Latency { lb_us } else { lb_uj };
+            assert!(lb <= best * (1.0 + 1e-9), "seed {seed}: lower bound {lb} above the optimum {best}");
             let got = value(&p, &SearchConfig { objective: obj, mode, ..Default::default() });
             let gap = got / best - 1.0;
             assert!(gap >= -1e-9, "seed {seed}: {mode:?}/{obj:?} beat the exhaustive optimum");
