@@ -47,6 +47,8 @@ enum Cmd {
         #[command(subcommand)]
         cmd: pipeline::CostsCmd,
     },
+    /// What moved between two plans of one model, and the predicted change.
+    PlanDiff { a: PathBuf, b: PathBuf },
     /// Print any artifact as YAML.
     Show { file: PathBuf },
     /// Print a SoC (preset name or spec file), checked against this machine, as a spec file.
@@ -114,6 +116,7 @@ fn main() {
         Cmd::Run(a) => pipeline::run_cmd(a),
         Cmd::Costs { cmd } => pipeline::costs(cmd),
         Cmd::Coexec(a) => pipeline::coexec(a),
+        Cmd::PlanDiff { a, b } => pipeline::plan_diff(&a, &b),
         Cmd::Show { file } => pipeline::show(&file),
         Cmd::Extract(a) => pipeline::extract(a),
         Cmd::Soc { spec } => pipeline::soc(&spec),

@@ -367,3 +367,27 @@ fn placement_constraints() {
         assert!(lines.len() == 1 && lines[0].contains(want), "{args:?}: expected `{want}` in {err}");
     }
 }
+
+/// `plan-diff` lists the ops that moved between two plans of one model with the predicted
+/// change, and refuses plans of different models.
+#[test]
+fn plan_diff_shows_what_moved() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().display().to_string();
+    assert!(xtask(&["pipeline", "--out", &dir, "--soc", "lunar-lake"]).status.success());
+    let first = tmp.path().join("first.bin");
+    std::fs::copy(tmp.path().join("plan.bin"), &first).expect("copy");
+    assert!(xtask(&["search", &dir, "--objective", "energy"]).status.success());
+    let o = xtask(&["plan-diff", &first.display().to_string(), &tmp.path().join("plan.bin").display().to_string()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let summary = out.lines().last().expect("summary");
+    assert!(summary.contains("ops moved; predicted") && summary.contains("µJ"), "{out}");
+    assert!(out.lines().count() > 3, "no op moved between the latency and energy plans:\n{out}");
+    let other = tmp.path().join("mlp");
+    let od = other.display().to_string();
+    assert!(xtask(&["pipeline", "zoo:mlp", "--out", &od, "--soc", "lunar-lake"]).status.success());
+    let o = xtask(&["plan-diff", &first.display().to_string(), &other.join("plan.bin").display().to_string()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("the plans are for different graphs"), "{}", stderr(&o));
+}

@@ -507,3 +507,66 @@ pub fn check_plan(plan: &Plan, phased: &PhasedGraph, costs: &CostTable) -> Resul
     }
     Ok(())
 }
+
+/// An op whose PU differs between two plans.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Move {
+    pub op: OpId,
+    pub name: String,
+    pub kind: String,
+    pub from: String,
+    pub to: String,
+    /// The op's own time (execution and transfers) in each plan, µs.
+    pub before_us: f64,
+    pub after_us: f64,
+}
+
+/// What changed from plan `a` to plan `b` of the same graph.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlanDiff {
+    pub moves: Vec<Move>,
+    pub predicted_us: (f64, f64),
+    pub predicted_energy_uj: (f64, f64),
+    pub schedule: (Schedule, Schedule),
+}
+
+/// The ops that moved between two plans of one graph, and the predicted totals of both.
+pub fn diff(a: &Plan, b: &Plan) -> Result<PlanDiff, SearchError> {
+    if a.graph != b.graph || a.steps.len() != b.steps.len() {
+        return Err(SearchError::Check(format!(
+            "the plans are for different graphs (`{}` {}, `{}` {})",
+            a.model,
+            a.graph.short(),
+            b.model,
+            b.graph.short()
+        )));
+    }
+    let own = |s: &Step| s.exec_us + s.transfer_in_us + s.transfer_out_us;
+    let mut by_op: BTreeMap<OpId, &Step> = BTreeMap::new();
+    for s in &b.steps {
+        by_op.insert(s.op, s);
+    }
+    let mut moves = vec![];
+    for s in &a.steps {
+        let t = by_op
+            .get(&s.op)
+            .ok_or_else(|| SearchError::Check(format!("op {} is missing from the second plan", s.op)))?;
+        if s.pu != t.pu {
+            moves.push(Move {
+                op: s.op,
+                name: s.name.clone(),
+                kind: s.kind.clone(),
+                from: s.pu.clone(),
+                to: t.pu.clone(),
+                before_us: own(s),
+                after_us: own(t),
+            });
+        }
+    }
+    Ok(PlanDiff {
+        moves,
+        predicted_us: (a.predicted_us, b.predicted_us),
+        predicted_energy_uj: (a.predicted_energy_uj, b.predicted_energy_uj),
+        schedule: (a.schedule, b.schedule),
+    })
+}
