@@ -162,6 +162,14 @@ pub struct PipelineArgs {
     /// Print one JSON object as the last line of stdout.
     #[arg(long)]
     pub json: bool,
+    /// A second model to run at the same time (concurrent search over both streams; the plan
+    /// goes to target/bident/pairs/<A>+<B>/).
+    #[arg(long, value_name = "MODEL2")]
+    pub with: Option<String>,
+    /// With --with: advance both models in lockstep (the paper's aligned mode, for the same
+    /// model twice) instead of the joint (i, j) search.
+    #[arg(long, requires = "with")]
+    pub aligned: bool,
 }
 
 /// Cargo's target folder (where the OpenVINO runtime is installed).
@@ -652,7 +660,124 @@ pub fn run_stages(a: &PipelineArgs) -> Result<(FusedGraph, Plan, Option<RunRepor
     Ok((g, plan, report))
 }
 
+/// Two models at once: import, partition and profile both, measure (or, on a virtual SoC,
+/// model) their same-PU co-execution costs, and search the concurrent plan.
+fn concurrent_pipeline(a: &PipelineArgs, model_b: &str) -> Result<()> {
+    use bident_search::concurrent::{self, ConcurrentMode, ConcurrentPlan, Measured, TimeSlicing};
+    let cfg = a.plan.config()?;
+    anyhow::ensure!(
+        cfg.mode == Mode::Sequential && cfg.constraints.is_empty(),
+        "--with plans each model's ops one at a time, without constraints: drop --mode parallel, --pin, --forbid \
+         and --exclude-pu"
+    );
+    let soc = Soc::load(&a.soc.soc)?;
+    let m = Measuring { runs: a.profile_runs, fixed_runs: a.fixed_runs, no_cache: a.no_cache };
+    let mut stages = vec![];
+    for model in [a.import.model.clone(), Some(model_b.to_string())] {
+        let (dir, g, gh) = import_cmd(ImportArgs { model, out: None, ..a.import.clone() })?;
+        let (phased, _) = partition_stage(&dir, &g, gh)?;
+        let (costs, _) = profile_stage(&dir, &g, gh, &soc, m)?;
+        stages.push((g, phased, costs));
+    }
+    let [(ga, pa, ca), (gb, pb, cb)] = <[_; 2]>::try_from(stages).map_err(|_| anyhow::anyhow!("two models"))?;
+    let dir = target_dir().join("bident/pairs").join(format!("{}+{}", ga.name, gb.name));
+    let file = "concurrent-plan.bin";
+    clear(&dir, &[file])?;
+    let mode = if a.aligned { ConcurrentMode::Aligned } else { ConcurrentMode::Joint };
+    let order = |p: &PhasedGraph| p.order().into_iter().map(|o| o as usize).collect::<Vec<_>>();
+    let coexec;
+    let (co, label): (Box<dyn concurrent::CoCost>, String) = match &soc {
+        Soc::Virtual(v) => (Box::new(TimeSlicing), format!("simulated: time slicing on virtual SoC {}", v.spec.name)),
+        Soc::Measured(spec, be) => {
+            let cfg = bident_profile::coexec::CoExecConfig::default();
+            coexec = bident_profile::coexec::measure(be.as_ref(), spec, (&ga, &gb), cfg, &mut |_| {})?;
+            write(
+                &dir,
+                "coexec-table.bin",
+                &coexec,
+                ContentHash::of_parts(&[&ga.content_hash()?.0, &gb.content_hash()?.0]),
+            )?;
+            let label = format!(
+                "measured on {}: {} pairs per PU ({}), fitted model for the rest",
+                coexec.measured_on,
+                coexec.pairs.first().map_or(0, Vec::len),
+                if coexec.complete.iter().all(|&c| c) { "all of them" } else { "a sample" }
+            );
+            (Box::new(Measured::new(&coexec, order(&pa), order(&pb))), label)
+        }
+    };
+    let t0 = std::time::Instant::now();
+    let plan: ConcurrentPlan = concurrent::plan((&pa, &ca), (&pb, &cb), (co.as_ref(), &label), mode, cfg.objective)?;
+    let took = t0.elapsed();
+    write(
+        &dir,
+        file,
+        &plan,
+        ContentHash::of_parts(&[&ca.graph.0, &cb.graph.0, format!("{mode:?}{cfg:?}").as_bytes()]),
+    )?;
+    let on = |pu: &str, side: fn(&bident_search::concurrent::ConcurrentStep) -> Option<&(u32, String)>| {
+        plan.steps.iter().filter(|s| side(s).is_some_and(|(_, p)| p == pu)).count()
+    };
+    let both = plan.steps.iter().filter(|s| s.a.is_some() && s.b.is_some()).count();
+    let label = if plan.simulated { "simulated" } else { "measured" };
+    println!(
+        "models     {} ({} ops) + {} ({} ops), concurrent ({:?})",
+        ga.name,
+        ga.ops.len(),
+        gb.name,
+        gb.ops.len(),
+        mode
+    );
+    println!("soc        {} [{label}], PUs: {}", plan.soc, plan.pus.join(", "));
+    println!("co-costs   {}", plan.co_costs);
+    for pu in &plan.pus {
+        println!(
+            "  {pu:<8} {} ops of {}, {} ops of {}",
+            on(pu, |s| s.a.as_ref()),
+            ga.name,
+            on(pu, |s| s.b.as_ref()),
+            gb.name
+        );
+    }
+    println!(
+        "predicted  {:.1} µs ({} steps, {both} running both models; search {:.1} ms)   baseline {:.1} µs ({} on {}, then {} \
+         on {})   speedup {:.2}x",
+        plan.predicted_us,
+        plan.steps.len(),
+        took.as_secs_f64() * 1e3,
+        plan.baseline_us,
+        ga.name,
+        plan.baseline[0],
+        gb.name,
+        plan.baseline[1],
+        plan.speedup
+    );
+    println!("run        not executed: running two models at once is not implemented in the runtime yet");
+    eprintln!("concurrent: plan -> {}", dir.join(file).display());
+    if a.json {
+        let j = serde_json::json!({
+            "models": [ga.name, gb.name],
+            "soc": plan.soc,
+            "simulated": plan.simulated,
+            "pus": plan.pus,
+            "mode": "concurrent",
+            "concurrent_mode": format!("{mode:?}").to_lowercase(),
+            "objective": plan.objective.name(),
+            "fused_ops": [ga.ops.len(), gb.ops.len()],
+            "predicted_us": plan.predicted_us,
+            "predicted_energy_mj": plan.predicted_energy_uj / 1000.0,
+            "baseline_us": plan.baseline_us,
+            "predicted_speedup": plan.speedup,
+        });
+        println!("{j}");
+    }
+    Ok(())
+}
+
 pub fn pipeline(a: PipelineArgs) -> Result<()> {
+    if let Some(b) = a.with.clone() {
+        return concurrent_pipeline(&a, &b);
+    }
     let (g, plan, report) = run_stages(&a)?;
     print_summary(&g, &plan, report.as_ref());
     if a.json {
@@ -965,6 +1090,9 @@ pub fn show(file: &Path) -> Result<()> {
         FusedGraph::KIND => twin::<FusedGraph>(file, &bytes)?,
         PhasedGraph::KIND => twin::<PhasedGraph>(file, &bytes)?,
         bident_profile::coexec::CoExecTable::KIND => twin::<bident_profile::coexec::CoExecTable>(file, &bytes)?,
+        bident_search::concurrent::ConcurrentPlan::KIND => {
+            twin::<bident_search::concurrent::ConcurrentPlan>(file, &bytes)?
+        }
         CostTable::KIND => twin::<CostTable>(file, &bytes)?,
         Plan::KIND => twin::<Plan>(file, &bytes)?,
         RunReport::KIND => twin::<RunReport>(file, &bytes)?,

@@ -98,6 +98,8 @@ pub fn thirdparty(soc: &str, fusion: &str, runs: u32, profile_runs: u32, json: b
             no_cache: false,
             runs,
             json: false,
+            with: None,
+            aligned: false,
         };
         let (g, plan, report) = crate::pipeline::run_stages(&args)?;
         let report = report.context("thirdparty checks outputs: it needs a measured SoC, not a virtual one")?;

@@ -391,3 +391,27 @@ fn plan_diff_shows_what_moved() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("the plans are for different graphs"), "{}", stderr(&o));
 }
+
+/// `--with MODEL2`: the concurrent plan of two models on the virtual SoC, never slower than
+/// running them one after the other on their best single PUs; the artifact reads back.
+#[test]
+fn concurrent_plan_of_two_models() {
+    for extra in [vec![], vec!["--aligned"]] {
+        let second = if extra.is_empty() { "zoo:mlp" } else { "zoo:attention" };
+        let mut args = vec!["pipeline", "zoo:attention", "--with", second, "--soc", "lunar-lake", "--json"];
+        args.extend(extra.iter().copied());
+        let o = xtask(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        let j: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON");
+        assert_eq!(j["mode"].as_str(), Some("concurrent"), "{stdout}");
+        assert_eq!(j["simulated"].as_bool(), Some(true), "{stdout}");
+        let speedup = j["predicted_speedup"].as_f64().expect("speedup");
+        assert!(speedup >= 1.0 - 1e-9, "{extra:?}: slower than the serial baseline: {stdout}");
+        assert!(j.get("measured_us").is_none(), "{stdout}");
+    }
+    let plan = root().join("target/bident/pairs/attention+mlp/concurrent-plan.bin");
+    let o = xtask(&["show", &plan.display().to_string()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("kind: concurrent-plan"));
+}

@@ -116,5 +116,19 @@ fn searches(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, dp, searches);
+fn concurrent(c: &mut Criterion) {
+    use bident_search::concurrent::{ConcurrentMode, TimeSlicing, search};
+    let mut g = c.benchmark_group("concurrent_joint");
+    g.sample_size(10);
+    for (n, k) in [(100, 3), (500, 3)] {
+        let (a, b) = (chain(n, k), chain(n, k));
+        let sf = vec![vec![1.05; k]; k];
+        g.bench_with_input(BenchmarkId::new(format!("k{k}"), n), &(a, b), |bench, (a, b)| {
+            bench.iter(|| search(a, b, &sf, &TimeSlicing, ConcurrentMode::Joint, Objective::Latency))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, dp, searches, concurrent);
 criterion_main!(benches);

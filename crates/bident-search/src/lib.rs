@@ -12,6 +12,7 @@
 //! Owns the `Plan` artifact and `check_plan`. Architecture invariant: no I/O and no backend.
 
 pub mod chain;
+pub mod concurrent;
 pub mod problem;
 
 use std::collections::BTreeMap;

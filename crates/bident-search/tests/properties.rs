@@ -197,3 +197,31 @@ fn gap_to_the_optimum() {
         eprintln!("worst gap, {name}: {:.2}% (seed {})", worst[m].0 * 100.0, worst[m].1);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(100))]
+
+    /// Two streams: the joint search never does worse than running them one after the other on
+    /// their best single PUs (that schedule is one of its paths), for both objectives; and the
+    /// evaluator runs every op of both streams exactly once, in order.
+    #[test]
+    fn concurrent_joint_beats_the_serial_baseline(na in 1usize..=5, nb in 1usize..=5, k in 1usize..=3, seed in any::<u64>()) {
+        use bident_search::concurrent::{self, ConcurrentMode, TimeSlicing};
+        let mut r = rng(seed);
+        let (pa, pb) = (problem(&[vec![na]], k, &mut r), problem(&[vec![nb]], k, &mut r));
+        let (ca, cb) = (pa.chain(&pa.order().collect::<Vec<_>>()), pb.chain(&pb.order().collect::<Vec<_>>()));
+        for obj in [Objective::Latency, Objective::Energy] {
+            let steps = concurrent::search(&ca, &cb, &pa.sf, &TimeSlicing, ConcurrentMode::Joint, obj).expect("search");
+            let a_ops: Vec<usize> = steps.iter().filter_map(|s| s.0.map(|x| x.0)).collect();
+            let b_ops: Vec<usize> = steps.iter().filter_map(|s| s.1.map(|x| x.0)).collect();
+            prop_assert_eq!(a_ops, (0..na).collect::<Vec<_>>());
+            prop_assert_eq!(b_ops, (0..nb).collect::<Vec<_>>());
+            let (_, us, uj) = concurrent::evaluate(&ca, &cb, &pa.sf, &TimeSlicing, &steps).expect("feasible");
+            let serial = |c: &bident_search::Chain| {
+                (0..k).filter_map(|j| c.evaluate(&vec![j; c.w.len()], obj)).fold(f64::INFINITY, f64::min)
+            };
+            let got = if obj == Objective::Latency { us } else { uj };
+            prop_assert!(got <= (serial(&ca) + serial(&cb)) * (1.0 + 1e-9), "{got} vs serial baseline");
+        }
+    }
+}

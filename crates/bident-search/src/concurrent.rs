@@ -1,0 +1,420 @@
+//! Two models at once (paper 3.3.3): each model runs its ops one at a time in its phased order,
+//! and the search interleaves the two streams across the PUs.
+//!
+//! A plan is a sequence of steps; a step advances model A, model B, or both (the joint (i, j)
+//! mode's three transitions; the aligned mode, for the same model twice, only advances both in
+//! lockstep). A step's time:
+//! - one op: its cost on its PU;
+//! - two ops on different PUs: the longer of the two, each slowed by the contention factor of
+//!   its PU against the other's;
+//! - two ops on one PU: the co-execution costs (measured or modelled, [`CoCost`]), the step
+//!   lasting until both finished.
+//!
+//! Transfers follow the paper's chain rule per stream: the state holds where each stream's last
+//! op ran, so a stream that changes PU pays H2D into an accelerator and D2H out of one. Energy is
+//! each op's time at its PU's power (two ops sharing a PU: the step's time at that PU's power).
+//! The state space is a DAG in (i, j), so the optimum comes from dynamic programming over it:
+//! O(N_A N_B K^2 (2K + K^2)).
+
+use bident_artifact::{Artifact, ContentHash};
+use serde::{Deserialize, Serialize};
+
+use crate::{Chain, Objective, SearchError};
+
+/// What two ops cost when they share one PU: `(co_a, co_b)` µs for A's op `i` and B's op `j` on
+/// PU `pu`, each the op's time while the other runs.
+pub trait CoCost {
+    fn same_pu(&self, i: usize, j: usize, pu: usize, solo: (f64, f64)) -> (f64, f64);
+}
+
+/// Time slicing: an op sharing a PU waits for the shorter of the two (`co(x | y) = t_x +
+/// min(t_x, t_y)`), the form the fitted model takes on the measured CPU PUs; what a virtual SoC
+/// uses (simulated).
+pub struct TimeSlicing;
+
+impl CoCost for TimeSlicing {
+    fn same_pu(&self, _: usize, _: usize, _: usize, (a, b): (f64, f64)) -> (f64, f64) {
+        (a + a.min(b), b + a.min(b))
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConcurrentMode {
+    /// The same model twice, both streams advancing together.
+    Aligned,
+    /// Each stream advances on its own or together with the other.
+    Joint,
+}
+
+/// One step of a search path: `(stream position, PU)` of A's op and of B's op, when they run.
+pub type PathStep = (Option<(usize, usize)>, Option<(usize, usize)>);
+
+/// The most states the joint search keeps (12 bytes each).
+const MAX_STATES: usize = 100_000_000;
+
+/// One step of a concurrent plan: the op of A and/or of B it runs, with their PUs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConcurrentStep {
+    /// `(op index in A's order, PU)`.
+    pub a: Option<(u32, String)>,
+    pub b: Option<(u32, String)>,
+    pub start_us: f64,
+    pub duration_us: f64,
+}
+
+/// A concurrent plan of two models on one SoC.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConcurrentPlan {
+    pub models: [(String, ContentHash); 2],
+    pub soc: String,
+    pub simulated: bool,
+    pub pus: Vec<String>,
+    pub mode: ConcurrentMode,
+    pub objective: Objective,
+    /// Where same-PU co-execution costs came from.
+    pub co_costs: String,
+    pub steps: Vec<ConcurrentStep>,
+    pub predicted_us: f64,
+    pub predicted_energy_uj: f64,
+    /// The paper's baseline: A then B, each on its own best single PU (latency).
+    pub baseline_us: f64,
+    pub baseline: [String; 2],
+    pub speedup: f64,
+}
+
+impl Artifact for ConcurrentPlan {
+    const KIND: &'static str = "concurrent-plan";
+    const SCHEMA_VERSION: u32 = 1;
+}
+
+/// Search the best interleaving of `a` and `b` on `k` PUs with contention `sf` and same-PU
+/// costs `co`. Returns the steps as (op of A, op of B) with PUs, and the objective value.
+pub fn search(
+    a: &Chain,
+    b: &Chain,
+    sf: &[Vec<f64>],
+    co: &dyn CoCost,
+    mode: ConcurrentMode,
+    obj: Objective,
+) -> Result<Vec<PathStep>, SearchError> {
+    let (na, nb, k) = (a.w.len(), b.w.len(), a.pus());
+    if mode == ConcurrentMode::Aligned && na != nb {
+        return Err(SearchError::Check("aligned mode needs two streams of the same length".into()));
+    }
+    // state (i, j, last_a, last_b); last = k means "not started" (inputs on the host)
+    let kk = k + 1;
+    let idx = |i: usize, j: usize, la: usize, lb: usize| ((i * (nb + 1) + j) * kk + la) * kk + lb;
+    let states = (na + 1) * (nb + 1) * kk * kk;
+    if states > MAX_STATES {
+        return Err(SearchError::Check(format!(
+            "{na} x {nb} ops on {k} PUs is {states} search states, above the {MAX_STATES} this search holds in memory"
+        )));
+    }
+    let mut cost = vec![f64::INFINITY; states];
+    let mut from: Vec<u32> = vec![u32::MAX; states];
+    cost[idx(0, 0, k, k)] = 0.0;
+    let step = Stepper::new(a, b, sf, co, obj);
+    for i in 0..=na {
+        for j in 0..=nb {
+            for la in 0..kk {
+                for lb in 0..kk {
+                    let s = idx(i, j, la, lb);
+                    let c0 = cost[s];
+                    if c0 == f64::INFINITY {
+                        continue;
+                    }
+                    let mut relax = |t: usize, c: f64| {
+                        if c < cost[t] {
+                            cost[t] = c;
+                            from[t] = s as u32;
+                        }
+                    };
+                    let solo_allowed = mode == ConcurrentMode::Joint;
+                    if solo_allowed && i < na {
+                        for x in 0..k {
+                            if let Some(c) = step.cost(Some((i, x, la)), None) {
+                                relax(idx(i + 1, j, x, lb), c0 + c);
+                            }
+                        }
+                    }
+                    if solo_allowed && j < nb {
+                        for y in 0..k {
+                            if let Some(c) = step.cost(None, Some((j, y, lb))) {
+                                relax(idx(i, j + 1, la, y), c0 + c);
+                            }
+                        }
+                    }
+                    if i < na && j < nb {
+                        for x in 0..k {
+                            for y in 0..k {
+                                if let Some(c) = step.cost(Some((i, x, la)), Some((j, y, lb))) {
+                                    relax(idx(i + 1, j + 1, x, y), c0 + c);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // the end: both done, each stream's last output back to the host
+    let (mut end, mut best) = (usize::MAX, f64::INFINITY);
+    for la in 0..kk {
+        for lb in 0..kk {
+            let s = idx(na, nb, la, lb);
+            let tail = step.exit(a, na, la) + step.exit(b, nb, lb);
+            if cost[s] + tail < best {
+                (end, best) = (s, cost[s] + tail);
+            }
+        }
+    }
+    if end == usize::MAX {
+        return Err(SearchError::Check("no concurrent schedule: an op runs on no PU".into()));
+    }
+    // walk back
+    let decode = |s: usize| {
+        let lb = s % kk;
+        let la = (s / kk) % kk;
+        let j = (s / kk / kk) % (nb + 1);
+        let i = s / kk / kk / (nb + 1);
+        (i, j, la, lb)
+    };
+    let mut steps = vec![];
+    let mut s = end;
+    while s != idx(0, 0, k, k) {
+        let p = from[s] as usize;
+        let ((i, j, la, lb), (pi, pj, _, _)) = (decode(s), decode(p));
+        steps.push(((i > pi).then_some((pi, la)), (j > pj).then_some((pj, lb))));
+        s = p;
+    }
+    steps.reverse();
+    Ok(steps)
+}
+
+/// Step costs (one place, used by the search and the evaluator).
+struct Stepper<'a> {
+    a: &'a Chain,
+    b: &'a Chain,
+    sf: &'a [Vec<f64>],
+    co: &'a dyn CoCost,
+    obj: Objective,
+    /// Per stream, `(transfers, execution)` of op i on PU x after the stream's last op ran on
+    /// `last` (k: the host), at `(i * (k + 1) + last) * k + x`; None where x cannot run op i.
+    parts: [Vec<Option<(f64, f64)>>; 2],
+}
+
+impl<'a> Stepper<'a> {
+    fn new(a: &'a Chain, b: &'a Chain, sf: &'a [Vec<f64>], co: &'a dyn CoCost, obj: Objective) -> Self {
+        let table = |ch: &Chain| {
+            let k = ch.pus();
+            let mut v = Vec::with_capacity(ch.w.len() * (k + 1) * k);
+            for i in 0..ch.w.len() {
+                for last in 0..=k {
+                    for x in 0..k {
+                        v.push(ch.w[i][x].map(|w| {
+                            // the previous op's D2H is charged with this one
+                            let into = if last != x && ch.accelerator[x] { ch.h2d[i][x] } else { 0.0 };
+                            let out = if i > 0 && last < k && last != x && ch.accelerator[last] {
+                                ch.d2h[i - 1][last]
+                            } else {
+                                0.0
+                            };
+                            (into + out, w)
+                        }));
+                    }
+                }
+            }
+            v
+        };
+        Stepper { a, b, sf, co, obj, parts: [table(a), table(b)] }
+    }
+
+    fn parts(&self, stream: usize, i: usize, x: usize, last: usize) -> Option<(f64, f64)> {
+        let k = self.a.pus();
+        self.parts[stream][(i * (k + 1) + last) * k + x]
+    }
+
+    fn exit(&self, ch: &Chain, n: usize, last: usize) -> f64 {
+        if n == 0 || last >= ch.pus() || !ch.accelerator[last] {
+            return 0.0;
+        }
+        let d = ch.d2h[n - 1][last];
+        match self.obj {
+            Objective::Latency => d,
+            Objective::Energy => d * ch.power[n - 1][last],
+        }
+    }
+
+    /// (latency, energy) of a step; None if an op cannot run where placed.
+    fn both(&self, a: Option<(usize, usize, usize)>, b: Option<(usize, usize, usize)>) -> Option<(f64, f64)> {
+        match (a, b) {
+            (Some((i, x, la)), None) => {
+                let (t, w) = self.parts(0, i, x, la)?;
+                Some((t + w, (t + w) * self.a.power[i][x]))
+            }
+            (None, Some((j, y, lb))) => {
+                let (t, w) = self.parts(1, j, y, lb)?;
+                Some((t + w, (t + w) * self.b.power[j][y]))
+            }
+            (Some((i, x, la)), Some((j, y, lb))) => {
+                let (ta, wa) = self.parts(0, i, x, la)?;
+                let (tb, wb) = self.parts(1, j, y, lb)?;
+                if x == y {
+                    let (ca, cb) = self.co.same_pu(i, j, x, (wa, wb));
+                    let span = (ta + ca).max(tb + cb);
+                    Some((span, span * self.a.power[i][x]))
+                } else {
+                    let (da, db) = (ta + wa * self.sf[x][y], tb + wb * self.sf[y][x]);
+                    Some((da.max(db), da * self.a.power[i][x] + db * self.b.power[j][y]))
+                }
+            }
+            (None, None) => Some((0.0, 0.0)),
+        }
+    }
+
+    fn cost(&self, a: Option<(usize, usize, usize)>, b: Option<(usize, usize, usize)>) -> Option<f64> {
+        let (t, e) = self.both(a, b)?;
+        Some(match self.obj {
+            Objective::Latency => t,
+            Objective::Energy => e,
+        })
+    }
+}
+
+/// The evaluator of a concurrent plan: (per-step (start, duration), latency, energy), the
+/// streams' final D2H included. None if an op cannot run where placed.
+pub fn evaluate(
+    a: &Chain,
+    b: &Chain,
+    sf: &[Vec<f64>],
+    co: &dyn CoCost,
+    steps: &[PathStep],
+) -> Option<(Vec<(f64, f64)>, f64, f64)> {
+    let k = a.pus();
+    let step = Stepper::new(a, b, sf, co, Objective::Latency);
+    let (mut la, mut lb) = (k, k);
+    let (mut now, mut energy) = (0.0, 0.0);
+    let mut timing = Vec::with_capacity(steps.len());
+    for &(sa, sb) in steps {
+        let (t, e) = step.both(sa.map(|(i, x)| (i, x, la)), sb.map(|(j, y)| (j, y, lb)))?;
+        timing.push((now, t));
+        now += t;
+        energy += e;
+        if let Some((_, x)) = sa {
+            la = x;
+        }
+        if let Some((_, y)) = sb {
+            lb = y;
+        }
+    }
+    let tail_t = step.exit(a, a.w.len(), la) + step.exit(b, b.w.len(), lb);
+    let energy_step = Stepper { obj: Objective::Energy, ..step };
+    let tail_e = energy_step.exit(a, a.w.len(), la) + energy_step.exit(b, b.w.len(), lb);
+    Some((timing, now + tail_t, energy + tail_e))
+}
+
+/// The concurrent plan of two models profiled on one SoC.
+pub fn plan(
+    a: (&crate::PhasedGraph, &crate::CostTable),
+    b: (&crate::PhasedGraph, &crate::CostTable),
+    co: (&dyn CoCost, &str),
+    mode: ConcurrentMode,
+    obj: Objective,
+) -> Result<ConcurrentPlan, SearchError> {
+    let (ta, tb) = (a.1, b.1);
+    if ta.soc != tb.soc {
+        return Err(SearchError::Check(format!(
+            "the cost tables are for different SoCs (`{}` and `{}`)",
+            ta.soc.name, tb.soc.name
+        )));
+    }
+    for (phased, t) in [a, b] {
+        if phased.graph != t.graph {
+            return Err(SearchError::Mismatch {
+                table: t.model.clone(),
+                table_graph: t.graph.short(),
+                phased: phased.model.clone(),
+                phased_graph: phased.graph.short(),
+            });
+        }
+    }
+    let stream = |(phased, t): (&crate::PhasedGraph, &crate::CostTable)| {
+        let p = crate::Problem::new(phased, t);
+        let order: Vec<usize> = p.order().collect();
+        (p.chain(&order), order, p)
+    };
+    let ((ca, order_a, pa), (cb, order_b, _)) = (stream(a), stream(b));
+    let sf = pa.sf.clone();
+    let steps = search(&ca, &cb, &sf, co.0, mode, obj)?;
+    let (timing, latency, energy) =
+        evaluate(&ca, &cb, &sf, co.0, &steps).ok_or_else(|| SearchError::Check("the plan cannot run".into()))?;
+    let pus: Vec<String> = ta.soc.pus.iter().map(|p| p.name.clone()).collect();
+    let best_single = |c: &Chain| {
+        (0..c.pus())
+            .filter_map(|j| c.evaluate(&vec![j; c.w.len()], Objective::Latency).map(|v| (j, v)))
+            .min_by(|x, y| x.1.total_cmp(&y.1))
+    };
+    let (ja, ua) = best_single(&ca).ok_or(SearchError::Empty)?;
+    let (jb, ub) = best_single(&cb).ok_or(SearchError::Empty)?;
+    Ok(ConcurrentPlan {
+        models: [(ta.model.clone(), ta.graph), (tb.model.clone(), tb.graph)],
+        soc: ta.soc.name.clone(),
+        simulated: ta.simulated || tb.simulated,
+        mode,
+        objective: obj,
+        co_costs: co.1.to_string(),
+        steps: steps
+            .iter()
+            .zip(&timing)
+            .map(|(&(sa, sb), &(start, dur))| ConcurrentStep {
+                a: sa.map(|(i, x)| (order_a[i] as u32, pus[x].clone())),
+                b: sb.map(|(j, y)| (order_b[j] as u32, pus[y].clone())),
+                start_us: start,
+                duration_us: dur,
+            })
+            .collect(),
+        predicted_us: latency,
+        predicted_energy_uj: energy,
+        baseline_us: ua + ub,
+        baseline: [pus[ja].clone(), pus[jb].clone()],
+        speedup: (ua + ub) / latency,
+        pus,
+    })
+}
+
+/// Same-PU costs from a measured co-execution table: a measured pair's co-run times where the
+/// table has the pair, else the PU's fitted model, else time slicing. `order_a`/`order_b` map
+/// a stream position to its op id.
+pub struct Measured<'a> {
+    pub table: &'a bident_profile::coexec::CoExecTable,
+    pub order_a: Vec<usize>,
+    pub order_b: Vec<usize>,
+    /// `(pu, a, b)` -> (co_a, co_b).
+    pairs: std::collections::HashMap<(usize, u32, u32), (f64, f64)>,
+}
+
+impl<'a> Measured<'a> {
+    pub fn new(table: &'a bident_profile::coexec::CoExecTable, order_a: Vec<usize>, order_b: Vec<usize>) -> Self {
+        let pairs = table
+            .pairs
+            .iter()
+            .enumerate()
+            .flat_map(|(pu, ps)| ps.iter().map(move |p| ((pu, p.a, p.b), (p.co_a_us, p.co_b_us))))
+            .collect();
+        Measured { table, order_a, order_b, pairs }
+    }
+}
+
+impl CoCost for Measured<'_> {
+    fn same_pu(&self, i: usize, j: usize, pu: usize, solo: (f64, f64)) -> (f64, f64) {
+        let (a, b) = (self.order_a[i] as u32, self.order_b[j] as u32);
+        if let Some(&c) = self.pairs.get(&(pu, a, b)) {
+            return c;
+        }
+        match self.table.fit.get(pu).and_then(Option::as_ref) {
+            Some(f) => (f.predict(solo.0, solo.1), f.predict(solo.1, solo.0)),
+            None => TimeSlicing.same_pu(i, j, pu, solo),
+        }
+    }
+}
