@@ -282,15 +282,17 @@ impl<'a> Stepper<'a> {
     }
 }
 
-/// The evaluator of a concurrent plan: (per-step (start, duration), latency, energy), the
-/// streams' final D2H included. None if an op cannot run where placed.
-pub fn evaluate(
-    a: &Chain,
-    b: &Chain,
-    sf: &[Vec<f64>],
-    co: &dyn CoCost,
-    steps: &[PathStep],
-) -> Option<(Vec<(f64, f64)>, f64, f64)> {
+/// What the concurrent evaluator found.
+pub struct Evaluation {
+    /// Per step: (start, duration), µs.
+    pub timing: Vec<(f64, f64)>,
+    pub latency_us: f64,
+    pub energy_uj: f64,
+}
+
+/// The evaluator of a concurrent plan, the streams' final D2H included. None if an op cannot
+/// run where placed.
+pub fn evaluate(a: &Chain, b: &Chain, sf: &[Vec<f64>], co: &dyn CoCost, steps: &[PathStep]) -> Option<Evaluation> {
     let k = a.pus();
     let step = Stepper::new(a, b, sf, co, Objective::Latency);
     let (mut la, mut lb) = (k, k);
@@ -311,7 +313,7 @@ pub fn evaluate(
     let tail_t = step.exit(a, a.w.len(), la) + step.exit(b, b.w.len(), lb);
     let energy_step = Stepper { obj: Objective::Energy, ..step };
     let tail_e = energy_step.exit(a, a.w.len(), la) + energy_step.exit(b, b.w.len(), lb);
-    Some((timing, now + tail_t, energy + tail_e))
+    Some(Evaluation { timing, latency_us: now + tail_t, energy_uj: energy + tail_e })
 }
 
 /// The concurrent plan of two models profiled on one SoC.
@@ -347,7 +349,7 @@ pub fn plan(
     let ((ca, order_a, pa), (cb, order_b, _)) = (stream(a), stream(b));
     let sf = pa.sf.clone();
     let steps = search(&ca, &cb, &sf, co.0, mode, obj)?;
-    let (timing, latency, energy) =
+    let Evaluation { timing, latency_us: latency, energy_uj: energy } =
         evaluate(&ca, &cb, &sf, co.0, &steps).ok_or_else(|| SearchError::Check("the plan cannot run".into()))?;
     let pus: Vec<String> = ta.soc.pus.iter().map(|p| p.name.clone()).collect();
     let best_single = |c: &Chain| {

@@ -216,7 +216,8 @@ proptest! {
             let b_ops: Vec<usize> = steps.iter().filter_map(|s| s.1.map(|x| x.0)).collect();
             prop_assert_eq!(a_ops, (0..na).collect::<Vec<_>>());
             prop_assert_eq!(b_ops, (0..nb).collect::<Vec<_>>());
-            let (_, us, uj) = concurrent::evaluate(&ca, &cb, &pa.sf, &TimeSlicing, &steps).expect("feasible");
+            let e = concurrent::evaluate(&ca, &cb, &pa.sf, &TimeSlicing, &steps).expect("feasible");
+            let (us, uj) = (e.latency_us, e.energy_uj);
             let serial = |c: &bident_search::Chain| {
                 (0..k).filter_map(|j| c.evaluate(&vec![j; c.w.len()], obj)).fold(f64::INFINITY, f64::min)
             };
