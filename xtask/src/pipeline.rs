@@ -84,8 +84,9 @@ pub struct ProfileArgs {
 /// What the search optimises and may use.
 #[derive(Args, Clone)]
 pub struct PlanArgs {
-    /// latency or energy
-    #[arg(long, default_value = "latency", value_parser = ["latency", "energy"])]
+    /// latency, energy, or pareto (the latency/energy front: every point is printed and written
+    /// to pareto.yaml, the fastest becomes the plan)
+    #[arg(long, default_value = "latency", value_parser = ["latency", "energy", "pareto"])]
     pub objective: String,
     /// sequential (one op at a time) or parallel (the branches of a phase at once on different
     /// PUs, with contention)
@@ -103,6 +104,10 @@ pub struct PlanArgs {
 }
 
 impl PlanArgs {
+    fn pareto(&self) -> bool {
+        self.objective == "pareto"
+    }
+
     fn config(&self) -> Result<SearchConfig> {
         let pairs = |flag: &str, items: &[String]| -> Result<Vec<(String, String)>> {
             items
@@ -554,15 +559,41 @@ pub fn profile_cmd(a: ProfileArgs) -> Result<()> {
 }
 
 /// Stage 4.
+/// The latency/energy front as a table, and as `pareto.yaml` beside the plan.
+fn print_front(dir: &Path, front: &[Plan]) -> Result<()> {
+    eprintln!("search: latency/energy front, {} points (latency weight, µs, µJ, ops per PU):", front.len());
+    let mut yaml = String::from("# latency/energy front: plans minimising weight*latency + (1-weight)*energy\n");
+    for p in front {
+        let mix: Vec<String> = p.ops_per_pu.iter().map(|(pu, n)| format!("{n} on {pu}")).collect();
+        let w = p.blend.unwrap_or(f64::NAN);
+        eprintln!("  {w:>4.1} {:>12.1} {:>12.1}  {}", p.predicted_us, p.predicted_energy_uj, mix.join(", "));
+        yaml.push_str(&format!(
+            "- {{latency_weight: {w}, predicted_us: {}, predicted_energy_uj: {}, ops_per_pu: \"{}\"}}\n",
+            p.predicted_us,
+            p.predicted_energy_uj,
+            mix.join(", ")
+        ));
+    }
+    std::fs::write(dir.join("pareto.yaml"), yaml).with_context(|| dir.join("pareto.yaml").display().to_string())?;
+    Ok(())
+}
+
 fn search_stage(
     dir: &Path,
     phased: (&PhasedGraph, ContentHash),
     costs: (&CostTable, ContentHash),
     cfg: &SearchConfig,
+    pareto: bool,
 ) -> Result<(Plan, ContentHash)> {
     clear(dir, &[PLAN, REPORT])?;
     let t0 = std::time::Instant::now();
-    let plan = bident_search::search(phased.0, costs.0, cfg)?;
+    let plan = if pareto {
+        let front = bident_search::pareto(phased.0, costs.0, cfg)?;
+        print_front(dir, &front)?;
+        front.into_iter().next().context("an empty latency/energy front")?
+    } else {
+        bident_search::search(phased.0, costs.0, cfg)?
+    };
     let took = t0.elapsed();
     let h = write(dir, PLAN, &plan, plan_inputs(phased.1, costs.1, cfg))?;
     eprintln!(
@@ -570,7 +601,7 @@ fn search_stage(
          vs best single PU {} {:.1} µs",
         cfg.mode.name(),
         plan.schedule.name(),
-        cfg.objective.name(),
+        if pareto { "pareto" } else { cfg.objective.name() },
         took.as_secs_f64() * 1e3,
         plan.predicted_us,
         plan.search_estimate,
@@ -596,8 +627,14 @@ pub fn search_cmd(a: SearchArgs) -> Result<()> {
     let c = read::<CostTable>(&a.dir, COSTS)?;
     let (g, _) = read_fused(&a.dir)?;
     c.value.check(&g).with_context(|| a.dir.join(COSTS).display().to_string())?;
-    search_stage(&a.dir, (&p.value, p.header.payload_hash), (&c.value, c.header.payload_hash), &a.plan.config()?)
-        .map(|_| ())
+    search_stage(
+        &a.dir,
+        (&p.value, p.header.payload_hash),
+        (&c.value, c.header.payload_hash),
+        &a.plan.config()?,
+        a.plan.pareto(),
+    )
+    .map(|_| ())
 }
 
 /// Stage 5.
@@ -649,7 +686,7 @@ pub fn run_stages(a: &PipelineArgs) -> Result<(FusedGraph, Plan, Option<RunRepor
     let soc = Soc::load(&a.soc.soc)?;
     let m = Measuring { runs: a.profile_runs, fixed_runs: a.fixed_runs, no_cache: a.no_cache };
     let (costs, ch) = profile_stage(&dir, &g, gh, &soc, m)?;
-    let (plan, plan_h) = search_stage(&dir, (&phased, ph), (&costs, ch), &a.plan.config()?)?;
+    let (plan, plan_h) = search_stage(&dir, (&phased, ph), (&costs, ch), &a.plan.config()?, a.plan.pareto())?;
     let report = match soc {
         Soc::Measured(spec, be) => Some(run_stage(&dir, &g, (&plan, plan_h), &spec, be, a.runs)?),
         Soc::Virtual(v) => {
@@ -798,6 +835,7 @@ pub fn pipeline(a: PipelineArgs) -> Result<()> {
             "best_single_pu_us": best_us,
             "predicted_speedup": best_us / plan.predicted_us,
             "lower_bound_us": plan.lower_bound_us,
+            "latency_weight": plan.blend,
             "gap": plan.gap,
         });
         // a virtual SoC's plan has no measured fields at all
@@ -820,11 +858,14 @@ fn print_summary(g: &FusedGraph, plan: &Plan, r: Option<&RunReport>) {
     let label = if plan.simulated { "simulated" } else { "measured" };
     println!("model      {} ({} fused ops from {} ONNX nodes)", g.name, g.ops.len(), g.source.nodes);
     println!("soc        {} [{}], PUs: {}", plan.soc, label, plan.pus.join(", "));
+    let objective = match plan.blend {
+        Some(w) => format!("the front's fastest point, latency weight {w}"),
+        None => format!("{} objective", plan.objective.name()),
+    };
     println!(
-        "plan       {} mode, {} schedule ({} objective): {}",
+        "plan       {} mode, {} schedule ({objective}): {}",
         plan.mode.name(),
         plan.schedule.name(),
-        plan.objective.name(),
         mix.join(", ")
     );
     println!(

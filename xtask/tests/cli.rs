@@ -415,3 +415,26 @@ fn concurrent_plan_of_two_models() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("kind: concurrent-plan"));
 }
+
+/// `--objective pareto`: a front of non-dominated plans (pareto.yaml), the fastest one the plan.
+#[test]
+fn pareto_front() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().display().to_string();
+    let o = xtask(&["pipeline", "--out", &dir, "--soc", "lunar-lake", "--objective", "pareto", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let front: Vec<serde_norway::Value> =
+        serde_norway::from_str(&std::fs::read_to_string(tmp.path().join("pareto.yaml")).expect("pareto.yaml"))
+            .expect("a YAML list");
+    assert!(front.len() >= 2, "the example trades latency for energy on lunar-lake: {front:?}");
+    let point = |v: &serde_norway::Value| {
+        (v["predicted_us"].as_f64().expect("us"), v["predicted_energy_uj"].as_f64().expect("uj"))
+    };
+    for w in front.windows(2) {
+        let ((t0, e0), (t1, e1)) = (point(&w[0]), point(&w[1]));
+        assert!(t0 <= t1 && e0 > e1, "not a front, sorted by latency: {front:?}");
+    }
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let j: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON");
+    assert_eq!(j["predicted_us"].as_f64(), Some(point(&front[0]).0), "{stdout}");
+}

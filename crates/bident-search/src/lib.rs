@@ -219,6 +219,9 @@ pub struct Plan {
     pub objective: Objective,
     /// The placement constraints the plan obeys (baselines ignore them).
     pub constraints: Constraints,
+    /// For a point of the latency/energy front ([`pareto`]): the weight of latency in the blend
+    /// it minimised (1: latency only, 0: energy only).
+    pub blend: Option<f64>,
     pub steps: Vec<Step>,
     /// The evaluator's figures for this plan.
     pub predicted_us: f64,
@@ -241,7 +244,7 @@ pub struct Plan {
 
 impl Artifact for Plan {
     const KIND: &'static str = "plan";
-    const SCHEMA_VERSION: u32 = 2;
+    const SCHEMA_VERSION: u32 = 3;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -268,6 +271,17 @@ pub struct Mapping {
 
 /// Find the best mapping for `cfg.mode` and `cfg.objective`, with the single-PU baselines.
 pub fn search(phased: &PhasedGraph, costs: &CostTable, cfg: &SearchConfig) -> Result<Plan, SearchError> {
+    search_with(phased, costs, cfg, &|_| {})
+}
+
+/// [`search`] with the problem the search sees adjusted by `adjust` (the plan's figures still
+/// come from the unadjusted problem).
+fn search_with(
+    phased: &PhasedGraph,
+    costs: &CostTable,
+    cfg: &SearchConfig,
+    adjust: &dyn Fn(&mut Problem),
+) -> Result<Plan, SearchError> {
     if phased.graph != costs.graph {
         return Err(SearchError::Mismatch {
             table: costs.model.clone(),
@@ -285,8 +299,10 @@ pub fn search(phased: &PhasedGraph, costs: &CostTable, cfg: &SearchConfig) -> Re
     }
     let mut p = full.clone();
     let pinned = cfg.constraints.apply(&mut p, costs)?;
+    let constrained = p.clone();
+    adjust(&mut p);
     let best = best_mapping(&p, cfg).ok_or(SearchError::Empty)?;
-    let (lb_us, lb_uj) = p.lower_bound(best.schedule);
+    let (lb_us, lb_uj) = constrained.lower_bound(best.schedule);
     let mut plan = build_plan(&full, phased, costs, best, cfg, &pinned)?;
     plan.lower_bound_us = lb_us;
     plan.lower_bound_energy_uj = lb_uj;
@@ -296,6 +312,38 @@ pub fn search(phased: &PhasedGraph, costs: &CostTable, cfg: &SearchConfig) -> Re
     };
     check_plan(&plan, phased, costs)?;
     Ok(plan)
+}
+
+/// The latency/energy front: plans minimising blends of the two objectives (latency weight
+/// 0, 0.1, ..., 1, the energy side scaled by the mean power), dominated plans dropped, sorted by
+/// latency. A blend of two sums is one sum, so each is the energy search with every op's power
+/// replaced by `weight * mean power + (1 - weight) * power`.
+pub fn pareto(phased: &PhasedGraph, costs: &CostTable, cfg: &SearchConfig) -> Result<Vec<Plan>, SearchError> {
+    let mut front: Vec<Plan> = vec![];
+    for step in 0..=10 {
+        let weight = step as f64 / 10.0;
+        let blended = SearchConfig { objective: Objective::Energy, ..cfg.clone() };
+        let plan = search_with(phased, costs, &blended, &|p: &mut Problem| {
+            let n = p.power.iter().flatten().count().max(1) as f64;
+            let mean = p.power.iter().flatten().sum::<f64>() / n;
+            p.power.iter_mut().flatten().for_each(|w| *w = weight * mean + (1.0 - weight) * *w);
+        })?;
+        let plan = Plan { blend: Some(weight), ..plan };
+        let dominated = |a: &Plan, b: &Plan| {
+            a.predicted_us <= b.predicted_us
+                && a.predicted_energy_uj <= b.predicted_energy_uj
+                && (a.predicted_us < b.predicted_us || a.predicted_energy_uj < b.predicted_energy_uj)
+        };
+        let same =
+            |a: &Plan, b: &Plan| a.predicted_us == b.predicted_us && a.predicted_energy_uj == b.predicted_energy_uj;
+        if front.iter().any(|f| dominated(f, &plan) || same(f, &plan)) {
+            continue;
+        }
+        front.retain(|f| !dominated(&plan, f));
+        front.push(plan);
+    }
+    front.sort_by(|a, b| a.predicted_us.total_cmp(&b.predicted_us));
+    Ok(front)
 }
 
 /// The best mapping of `p` for `cfg` (None if some op runs nowhere).
@@ -456,6 +504,7 @@ fn build_plan(
         schedule: best.schedule,
         objective: cfg.objective,
         constraints: cfg.constraints.clone(),
+        blend: None,
         steps,
         predicted_us: tl.latency_us,
         predicted_energy_uj: tl.energy_uj,
