@@ -7,7 +7,9 @@
 //!   evaluator (the DP is exact on chains; on a DAG transfers follow edges, not the order);
 //!   parallel mode = the paper's per-branch DP, then hill climbing under the parallel evaluator
 //!   (which charges two branches on one PU as serial and applies contention), never returning a
-//!   plan worse than the best sequential one.
+//!   plan worse than the best sequential one;
+//! - instances of at most [`Problem::EXHAUSTIVE_LIMIT`] assignments are also solved by exhaustive
+//!   search, so their plans are optimal under the evaluator.
 //!
 //! Owns the `Plan` artifact and `check_plan`. Architecture invariant: no I/O and no backend.
 
@@ -346,8 +348,14 @@ pub fn pareto(phased: &PhasedGraph, costs: &CostTable, cfg: &SearchConfig) -> Re
     Ok(front)
 }
 
-/// The best mapping of `p` for `cfg` (None if some op runs nowhere).
+/// The best mapping of `p` for `cfg` (None if some op runs nowhere): the heuristic search, or
+/// the exhaustive optimum on small instances.
 pub fn best_mapping(p: &Problem, cfg: &SearchConfig) -> Option<Mapping> {
+    heuristic_mapping(p, cfg).map(|m| exact_if_small(p, cfg, m))
+}
+
+/// The searches without the exhaustive step (what large instances get).
+pub fn heuristic_mapping(p: &Problem, cfg: &SearchConfig) -> Option<Mapping> {
     let obj = cfg.objective;
     let sequential = sequential_mapping(p, obj)?;
     Some(match cfg.mode {
@@ -367,6 +375,25 @@ pub fn best_mapping(p: &Problem, cfg: &SearchConfig) -> Option<Mapping> {
             candidates.into_iter().min_by(|a, b| value(a).total_cmp(&value(b)))?
         }
     })
+}
+
+/// On a small instance, the exhaustive optimum replaces the heuristic's mapping when better.
+fn exact_if_small(p: &Problem, cfg: &SearchConfig, found: Mapping) -> Mapping {
+    let obj = cfg.objective;
+    let schedules: &[Schedule] = match cfg.mode {
+        Mode::Sequential => &[Schedule::Sequential],
+        Mode::Parallel => &[Schedule::Sequential, Schedule::Parallel],
+    };
+    let value = |a: &[usize], s: Schedule| p.evaluate(a, s).map_or(f64::INFINITY, |t| t.objective(obj));
+    let mut best = (value(&found.assign, found.schedule), found);
+    for &s in schedules {
+        if let Some((assign, v)) = p.exhaustive(s, obj)
+            && v < best.0 * (1.0 - 1e-12)
+        {
+            best = (v, Mapping { assign, schedule: s, estimate: best.1.estimate });
+        }
+    }
+    best.1
 }
 
 /// The DP on the phased order, then hill climbing under the sequential evaluator; a single-PU

@@ -163,6 +163,38 @@ impl Problem {
         (latency * floor, energy * floor)
     }
 
+    /// Instances with at most this many assignments are also solved exhaustively.
+    pub const EXHAUSTIVE_LIMIT: usize = 1 << 17;
+
+    /// The optimum over every assignment under `schedule`, when there are at most
+    /// [`Problem::EXHAUSTIVE_LIMIT`] of them: (assignment, objective value).
+    pub fn exhaustive(&self, schedule: Schedule, obj: Objective) -> Option<(Vec<usize>, f64)> {
+        let (n, k) = (self.ops(), self.pus());
+        let count = (0..n).try_fold(1usize, |acc, _| acc.checked_mul(k))?;
+        if count > Self::EXHAUSTIVE_LIMIT {
+            return None;
+        }
+        let mut assign = vec![0usize; n];
+        let mut best: Option<(Vec<usize>, f64)> = None;
+        for _ in 0..count {
+            if let Some(t) = self.evaluate(&assign, schedule) {
+                let v = t.objective(obj);
+                if best.as_ref().is_none_or(|b| v < b.1) {
+                    best = Some((assign.clone(), v));
+                }
+            }
+            // next assignment, as a base-k counter
+            for a in assign.iter_mut() {
+                *a += 1;
+                if *a < k {
+                    break;
+                }
+                *a = 0;
+            }
+        }
+        best
+    }
+
     /// The paper's chain over `ops` (in that order), for the DP.
     pub fn chain(&self, ops: &[usize]) -> crate::Chain {
         crate::Chain {
