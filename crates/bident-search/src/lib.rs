@@ -408,7 +408,7 @@ pub fn sequential_mapping(p: &Problem, obj: Objective) -> Option<Mapping> {
     }
     let value = |a: &[usize]| p.evaluate(a, Schedule::Sequential).map_or(f64::INFINITY, |t| t.objective(obj));
     let mut best = dp;
-    p.improve(&mut best, Schedule::Sequential, obj);
+    p.improve_from_dp(&mut best, obj);
     let mut best_value = value(&best);
     for j in (0..p.pus()).filter(|&j| (0..p.ops()).all(|c| p.w[c][j].is_some())) {
         let single = vec![j; p.ops()];

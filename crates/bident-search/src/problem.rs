@@ -486,6 +486,77 @@ impl Problem {
     /// objective; small phases of several branches are first solved exactly, and under a parallel
     /// schedule each branch of a parallel phase may also move to one PU as a whole (single moves
     /// cannot swap two branches' PUs). Until a pass moves nothing. Returns the moves made.
+    /// [`Problem::improve`] for a sequential schedule starting from the DP's optimum on the
+    /// phased order. There the evaluator and the DP's eq. (1) differ only around ops whose
+    /// dataflow is not the order's (an input or output skipping its neighbour, a fork, a join,
+    /// a graph input or output mid-way), so only those ops and their neighbours are tried first,
+    /// and every move queues its neighbours again.
+    pub fn improve_from_dp(&self, assign: &mut [usize], obj: Objective) -> usize {
+        let order: Vec<usize> = self.order().collect();
+        let n = order.len();
+        let mut pos = vec![0; n];
+        for (k, &c) in order.iter().enumerate() {
+            pos[c] = k;
+        }
+        let regular = |c: usize| {
+            let k = pos[c];
+            let prev = (k > 0).then(|| order[k - 1]);
+            let next = (k + 1 < n).then(|| order[k + 1]);
+            self.preds[c].iter().copied().eq(prev)
+                && self.succs[c].iter().copied().eq(next)
+                && self.from_host[c] == (k == 0)
+                && self.to_host[c] == (k + 1 == n)
+        };
+        let mut queued = vec![false; n];
+        let mut queue = std::collections::VecDeque::new();
+        let mut push = |c: usize, queue: &mut std::collections::VecDeque<usize>, queued: &mut Vec<bool>| {
+            if !queued[c] {
+                queued[c] = true;
+                queue.push_back(c);
+            }
+        };
+        let around = |c: usize| {
+            let k = pos[c];
+            let order_nbrs = [(k > 0).then(|| order[k - 1]), (k + 1 < n).then(|| order[k + 1])];
+            std::iter::once(c)
+                .chain(self.preds[c].iter().copied())
+                .chain(self.succs[c].iter().copied())
+                .chain(order_nbrs.into_iter().flatten())
+                .collect::<Vec<_>>()
+        };
+        for &c in order.iter().filter(|&&c| !regular(c)) {
+            for x in around(c) {
+                push(x, &mut queue, &mut queued);
+            }
+        }
+        let mut moves = 0;
+        for pi in 0..self.phases.len() {
+            if self.exact_phase(assign, pi, Schedule::Sequential, obj) {
+                moves += 1;
+                for &c in self.phases[pi].iter().flatten() {
+                    for x in around(c) {
+                        push(x, &mut queue, &mut queued);
+                    }
+                }
+            }
+        }
+        // every move strictly lowers the objective, so this ends; the cap guards against float noise
+        let cap = 20 * n;
+        while let Some(c) = queue.pop_front() {
+            queued[c] = false;
+            if self.best_single_move(assign, c, Schedule::Sequential, obj) {
+                moves += 1;
+                if moves > cap {
+                    break;
+                }
+                for x in around(c) {
+                    push(x, &mut queue, &mut queued);
+                }
+            }
+        }
+        moves
+    }
+
     pub fn improve(&self, assign: &mut [usize], schedule: Schedule, obj: Objective) -> usize {
         const MAX_PASSES: usize = 20;
         let k = self.pus();
