@@ -509,7 +509,7 @@ impl Problem {
         };
         let mut queued = vec![false; n];
         let mut queue = std::collections::VecDeque::new();
-        let mut push = |c: usize, queue: &mut std::collections::VecDeque<usize>, queued: &mut Vec<bool>| {
+        let push = |c: usize, queue: &mut std::collections::VecDeque<usize>, queued: &mut Vec<bool>| {
             if !queued[c] {
                 queued[c] = true;
                 queue.push_back(c);
