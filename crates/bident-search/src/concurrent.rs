@@ -147,10 +147,11 @@ pub fn search(
                     }
                     if i < na && j < nb {
                         for x in 0..k {
+                            let Some(pa) = step.parts(0, i, x, la) else { continue };
                             for y in 0..k {
-                                if let Some(c) = step.cost(Some((i, x, la)), Some((j, y, lb))) {
-                                    relax(idx(i + 1, j + 1, x, y), c0 + c);
-                                }
+                                let Some(pb) = step.parts(1, j, y, lb) else { continue };
+                                let (t, e) = step.pair(i, j, x, y, pa, pb);
+                                relax(idx(i + 1, j + 1, x, y), c0 + if obj == Objective::Latency { t } else { e });
                             }
                         }
                     }
@@ -258,18 +259,21 @@ impl<'a> Stepper<'a> {
                 Some((t + w, (t + w) * self.b.power[j][y]))
             }
             (Some((i, x, la)), Some((j, y, lb))) => {
-                let (ta, wa) = self.parts(0, i, x, la)?;
-                let (tb, wb) = self.parts(1, j, y, lb)?;
-                if x == y {
-                    let (ca, cb) = self.co.same_pu(i, j, x, (wa, wb));
-                    let span = (ta + ca).max(tb + cb);
-                    Some((span, span * self.a.power[i][x]))
-                } else {
-                    let (da, db) = (ta + wa * self.sf[x][y], tb + wb * self.sf[y][x]);
-                    Some((da.max(db), da * self.a.power[i][x] + db * self.b.power[j][y]))
-                }
+                Some(self.pair(i, j, x, y, self.parts(0, i, x, la)?, self.parts(1, j, y, lb)?))
             }
             (None, None) => Some((0.0, 0.0)),
+        }
+    }
+
+    /// (latency, energy) of A's op i on x and B's op j on y at once, given their parts.
+    fn pair(&self, i: usize, j: usize, x: usize, y: usize, (ta, wa): (f64, f64), (tb, wb): (f64, f64)) -> (f64, f64) {
+        if x == y {
+            let (ca, cb) = self.co.same_pu(i, j, x, (wa, wb));
+            let span = (ta + ca).max(tb + cb);
+            (span, span * self.a.power[i][x])
+        } else {
+            let (da, db) = (ta + wa * self.sf[x][y], tb + wb * self.sf[y][x]);
+            (da.max(db), da * self.a.power[i][x] + db * self.b.power[j][y])
         }
     }
 
