@@ -115,10 +115,27 @@ pub fn search(
     let mut from: Vec<u32> = vec![u32::MAX; states];
     cost[idx(0, 0, k, k)] = 0.0;
     let step = Stepper::new(a, b, sf, co, obj);
+    let solo_allowed = mode == ConcurrentMode::Joint;
+    let objective = |(t, e): (f64, f64)| if obj == Objective::Latency { t } else { e };
+    // each stream's parts for the current op, per PU (hoisted out of the PU-pair loops)
+    let mut pa: Vec<Option<(f64, f64)>> = vec![None; k];
+    let mut pb: Vec<Vec<Option<(f64, f64)>>> = vec![vec![None; k]; kk];
     for i in 0..=na {
         for j in 0..=nb {
+            if j < nb {
+                for (lb, row) in pb.iter_mut().enumerate() {
+                    for (y, v) in row.iter_mut().enumerate() {
+                        *v = step.parts(1, j, y, lb);
+                    }
+                }
+            }
             for la in 0..kk {
-                for lb in 0..kk {
+                if i < na {
+                    for (x, v) in pa.iter_mut().enumerate() {
+                        *v = step.parts(0, i, x, la);
+                    }
+                }
+                for (lb, pb_lb) in pb.iter().enumerate() {
                     let s = idx(i, j, la, lb);
                     let c0 = cost[s];
                     if c0 == f64::INFINITY {
@@ -130,28 +147,26 @@ pub fn search(
                             from[t] = s as u32;
                         }
                     };
-                    let solo_allowed = mode == ConcurrentMode::Joint;
                     if solo_allowed && i < na {
-                        for x in 0..k {
-                            if let Some(c) = step.cost(Some((i, x, la)), None) {
-                                relax(idx(i + 1, j, x, lb), c0 + c);
+                        for (x, p) in pa.iter().enumerate() {
+                            if let Some((t, w)) = *p {
+                                relax(idx(i + 1, j, x, lb), c0 + objective(step.solo(0, i, x, t + w)));
                             }
                         }
                     }
                     if solo_allowed && j < nb {
-                        for y in 0..k {
-                            if let Some(c) = step.cost(None, Some((j, y, lb))) {
-                                relax(idx(i, j + 1, la, y), c0 + c);
+                        for (y, p) in pb_lb.iter().enumerate() {
+                            if let Some((t, w)) = *p {
+                                relax(idx(i, j + 1, la, y), c0 + objective(step.solo(1, j, y, t + w)));
                             }
                         }
                     }
                     if i < na && j < nb {
-                        for x in 0..k {
-                            let Some(pa) = step.parts(0, i, x, la) else { continue };
-                            for y in 0..k {
-                                let Some(pb) = step.parts(1, j, y, lb) else { continue };
-                                let (t, e) = step.pair(i, j, x, y, pa, pb);
-                                relax(idx(i + 1, j + 1, x, y), c0 + if obj == Objective::Latency { t } else { e });
+                        for (x, a) in pa.iter().enumerate() {
+                            let Some(a) = *a else { continue };
+                            for (y, b) in pb_lb.iter().enumerate() {
+                                let Some(b) = *b else { continue };
+                                relax(idx(i + 1, j + 1, x, y), c0 + objective(step.pair(i, j, x, y, a, b)));
                             }
                         }
                     }
@@ -252,11 +267,11 @@ impl<'a> Stepper<'a> {
         match (a, b) {
             (Some((i, x, la)), None) => {
                 let (t, w) = self.parts(0, i, x, la)?;
-                Some((t + w, (t + w) * self.a.power[i][x]))
+                Some(self.solo(0, i, x, t + w))
             }
             (None, Some((j, y, lb))) => {
                 let (t, w) = self.parts(1, j, y, lb)?;
-                Some((t + w, (t + w) * self.b.power[j][y]))
+                Some(self.solo(1, j, y, t + w))
             }
             (Some((i, x, la)), Some((j, y, lb))) => {
                 Some(self.pair(i, j, x, y, self.parts(0, i, x, la)?, self.parts(1, j, y, lb)?))
@@ -277,12 +292,10 @@ impl<'a> Stepper<'a> {
         }
     }
 
-    fn cost(&self, a: Option<(usize, usize, usize)>, b: Option<(usize, usize, usize)>) -> Option<f64> {
-        let (t, e) = self.both(a, b)?;
-        Some(match self.obj {
-            Objective::Latency => t,
-            Objective::Energy => e,
-        })
+    /// (latency, energy) of one stream's op `i` alone on `x`, taking `us`.
+    fn solo(&self, stream: usize, i: usize, x: usize, us: f64) -> (f64, f64) {
+        let ch = if stream == 0 { self.a } else { self.b };
+        (us, us * ch.power[i][x])
     }
 }
 
