@@ -132,6 +132,40 @@ pub struct OpCosts {
     pub failures: Vec<(String, String)>,
 }
 
+impl OpCosts {
+    /// Op `op`'s row from its result on each PU of `soc` (in order): a cost, or why the PU has
+    /// none. An op no PU can run is an error naming it and every PU's reason.
+    pub fn from_results(
+        g: &FusedGraph,
+        op: OpId,
+        soc: &SocSpec,
+        results: impl Iterator<Item = Result<Cost, String>>,
+    ) -> Result<OpCosts, ProfileError> {
+        let o = &g.ops[op as usize];
+        let mut per_pu = vec![];
+        let mut failures = vec![];
+        for (pu, r) in soc.pus.iter().zip(results) {
+            match r {
+                Ok(c) => per_pu.push(Some(c)),
+                Err(reason) => {
+                    per_pu.push(None);
+                    failures.push((pu.name.clone(), reason));
+                }
+            }
+        }
+        if per_pu.iter().all(Option::is_none) {
+            return Err(ProfileError::NoPu {
+                op,
+                name: o.name.clone(),
+                kind: o.kind.clone(),
+                soc: soc.name.clone(),
+                reasons: failures.iter().map(|(p, r)| format!("{p}: {r}")).collect::<Vec<_>>().join("; "),
+            });
+        }
+        Ok(OpCosts { op, name: o.name.clone(), kind: o.kind.clone(), per_pu, failures })
+    }
+}
+
 /// The cost table of one model on one SoC.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CostTable {
@@ -342,28 +376,9 @@ pub fn profile(
         columns.push(column.into_iter().map(|c| c.unwrap_or_else(|| Err("not measured".into()))).collect());
     }
     let mut ops = Vec::with_capacity(g.ops.len());
-    for (i, op) in g.ops.iter().enumerate() {
-        let mut per_pu = vec![];
-        let mut failures = vec![];
-        for (pu, col) in soc.pus.iter().zip(&mut columns) {
-            match std::mem::replace(&mut col[i], Err(String::new())) {
-                Ok(c) => per_pu.push(Some(c)),
-                Err(reason) => {
-                    per_pu.push(None);
-                    failures.push((pu.name.clone(), reason));
-                }
-            }
-        }
-        if per_pu.iter().all(Option::is_none) {
-            return Err(ProfileError::NoPu {
-                op: i as OpId,
-                name: op.name.clone(),
-                kind: op.kind.clone(),
-                soc: soc.name.clone(),
-                reasons: failures.iter().map(|(p, r)| format!("{p}: {r}")).collect::<Vec<_>>().join("; "),
-            });
-        }
-        ops.push(OpCosts { op: i as OpId, name: op.name.clone(), kind: op.kind.clone(), per_pu, failures });
+    for i in 0..g.ops.len() {
+        let results = columns.iter_mut().map(|col| std::mem::replace(&mut col[i], Err(String::new())));
+        ops.push(OpCosts::from_results(g, i as OpId, soc, results)?);
     }
     Ok(CostTable {
         model: g.name.clone(),

@@ -230,30 +230,13 @@ pub fn input_hash(graph: bident_artifact::ContentHash, soc: &VirtualSoc) -> bide
 
 /// The cost table of `g` on a virtual SoC: every figure simulated.
 pub fn simulate(g: &FusedGraph, soc: &VirtualSoc) -> Result<CostTable, ProfileError> {
-    let mut ops = Vec::with_capacity(g.ops.len());
-    for (i, op) in g.ops.iter().enumerate() {
-        let mut per_pu = vec![];
-        let mut failures = vec![];
-        for (spec, model) in soc.spec.pus.iter().zip(&soc.pus) {
-            match model.cost(&op.work, spec.kind) {
-                Ok(c) => per_pu.push(Some(c)),
-                Err(reason) => {
-                    per_pu.push(None);
-                    failures.push((spec.name.clone(), reason));
-                }
-            }
-        }
-        if per_pu.iter().all(Option::is_none) {
-            return Err(ProfileError::NoPu {
-                op: i as u32,
-                name: op.name.clone(),
-                kind: op.kind.clone(),
-                soc: soc.spec.name.clone(),
-                reasons: failures.iter().map(|(p, r)| format!("{p}: {r}")).collect::<Vec<_>>().join("; "),
-            });
-        }
-        ops.push(OpCosts { op: i as u32, name: op.name.clone(), kind: op.kind.clone(), per_pu, failures });
-    }
+    let ops = (0..g.ops.len())
+        .map(|i| {
+            let work = &g.ops[i].work;
+            let results = soc.spec.pus.iter().zip(&soc.pus).map(|(spec, model)| model.cost(work, spec.kind));
+            OpCosts::from_results(g, i as u32, &soc.spec, results)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(CostTable {
         model: g.name.clone(),
         graph: g.content_hash()?,
