@@ -647,6 +647,12 @@ fn run_stage(
     runs: u32,
 ) -> Result<RunReport> {
     artifact::remove(&dir.join(REPORT))?;
+    if plan.0.schedule == bident_search::Schedule::Parallel {
+        eprintln!(
+            "run: note: the runtime executes the plan's ops one at a time, so the parallel schedule the \
+             prediction assumes is not what is measured"
+        );
+    }
     let cfg = RunConfig { runs, ..Default::default() };
     let report = bident_runtime::run(g, plan.0, soc, be, &cfg)?;
     write(dir, REPORT, &report, bident_runtime::input_hash(plan.1, &cfg))?;
