@@ -56,7 +56,7 @@ const MAX_STATES: usize = 100_000_000;
 /// One step of a concurrent plan: the op of A and/or of B it runs, with their PUs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ConcurrentStep {
-    /// `(op index in A's order, PU)`.
+    /// `(op id in A, PU)`.
     pub a: Option<(u32, String)>,
     pub b: Option<(u32, String)>,
     pub start_us: f64,
@@ -374,6 +374,14 @@ pub fn plan(
             .filter_map(|j| c.evaluate(&vec![j; c.w.len()], Objective::Latency).map(|v| (j, v)))
             .min_by(|x, y| x.1.total_cmp(&y.1))
     };
+    // verifier: every op of each stream once, in its phased order
+    for (stream, order) in [&order_a, &order_b].into_iter().enumerate() {
+        let ran: Vec<usize> =
+            steps.iter().filter_map(|s| if stream == 0 { s.0 } else { s.1 }).map(|(i, _)| i).collect();
+        if ran != (0..order.len()).collect::<Vec<_>>() {
+            return Err(SearchError::Check(format!("stream {stream} does not run each of its ops once, in order")));
+        }
+    }
     let (ja, ua) = best_single(&ca).ok_or(SearchError::Empty)?;
     let (jb, ub) = best_single(&cb).ok_or(SearchError::Empty)?;
     Ok(ConcurrentPlan {
