@@ -16,15 +16,23 @@ fn rng() -> impl FnMut() -> f64 {
     }
 }
 
-/// A deterministic chain of `n` ops on `k` PUs (the last PU an accelerator), every 17th op
-/// unsupported on it, as the paper's NPU lacks some ops.
-fn chain(n: usize, k: usize) -> Chain {
+type Rows = (Vec<Vec<Option<f64>>>, Vec<Vec<f64>>, Vec<Vec<f64>>, Vec<Vec<f64>>);
+
+/// Deterministic costs of `n` ops on `k` PUs (the last PU an accelerator), every 17th op
+/// unsupported on it, as the paper's NPU lacks some ops: (w, h2d, d2h, power).
+fn rows(n: usize, k: usize) -> Rows {
     let mut r = rng();
     let w = (0..n).map(|i| (0..k).map(|j| (j + 1 < k || i % 17 != 0).then(|| 5.0 + 100.0 * r())).collect()).collect();
     let h2d = (0..n).map(|_| (0..k).map(|_| 10.0 * r()).collect()).collect();
     let d2h = (0..n).map(|_| (0..k).map(|_| 10.0 * r()).collect()).collect();
     let power = (0..n).map(|_| (0..k).map(|j| 5.0 + 5.0 * j as f64).collect()).collect();
-    Chain { w, h2d, d2h, power, accelerator: (0..k).map(|j| j > 0).collect() }
+    (w, h2d, d2h, power)
+}
+
+/// A chain of `n` ops on `k` PUs with [`rows`] costs.
+fn chain(n: usize, k: usize) -> Chain {
+    let (w, h2d, d2h, power) = rows(n, k);
+    Chain::new(w, h2d, d2h, power, (0..k).map(|j| j > 0).collect())
 }
 
 /// A multi-stage pipeline of `n` ops on `k` PUs: chains of 20 ops alternating with phases of
@@ -71,17 +79,17 @@ fn pipeline(n: usize, k: usize, width: usize) -> Problem {
             }
         }
     }
-    let c = chain(n, k);
+    let (w, h2d, d2h, power) = rows(n, k);
     let mut from_host = vec![false; n];
     from_host[0] = true;
     let mut to_host = vec![false; n];
     to_host[n - 1] = true;
     Problem {
-        w: c.w,
-        h2d: c.h2d,
-        d2h: c.d2h,
-        power: c.power,
-        accelerator: c.accelerator,
+        w,
+        h2d,
+        d2h,
+        power,
+        accelerator: (0..k).map(|j| j > 0).collect(),
         preds,
         succs,
         from_host,

@@ -9,46 +9,102 @@ use std::collections::BinaryHeap;
 
 use crate::Objective;
 
-/// Costs along an execution order, ready for the DP and the evaluator.
+/// Costs along an execution order, ready for the DP and the evaluator; stored flat, op-major
+/// (op i's entry for PU j at `i * k + j`).
 #[derive(Debug)]
 pub struct Chain {
-    /// `w[i][j]`: None where op i has no entry on PU j.
-    pub w: Vec<Vec<Option<f64>>>,
-    pub h2d: Vec<Vec<f64>>,
-    pub d2h: Vec<Vec<f64>>,
-    pub power: Vec<Vec<f64>>,
+    k: usize,
+    w: Vec<Option<f64>>,
+    h2d: Vec<f64>,
+    d2h: Vec<f64>,
+    power: Vec<f64>,
     pub accelerator: Vec<bool>,
 }
 
 impl Chain {
-    pub(crate) fn pus(&self) -> usize {
-        self.accelerator.len()
+    /// From rows per op (`w[i][j]`: None where op i has no entry on PU j).
+    pub fn new(
+        w: Vec<Vec<Option<f64>>>,
+        h2d: Vec<Vec<f64>>,
+        d2h: Vec<Vec<f64>>,
+        power: Vec<Vec<f64>>,
+        accelerator: Vec<bool>,
+    ) -> Self {
+        Self::from_flat(
+            accelerator.len(),
+            w.into_iter().flatten().collect(),
+            h2d.into_iter().flatten().collect(),
+            d2h.into_iter().flatten().collect(),
+            power.into_iter().flatten().collect(),
+            accelerator,
+        )
     }
 
-    /// Transfer before op `i` on PU `j` when op `i-1` ran on `k`, as (time on j, time on k).
+    /// From flat op-major arrays of `n * k` entries.
+    pub(crate) fn from_flat(
+        k: usize,
+        w: Vec<Option<f64>>,
+        h2d: Vec<f64>,
+        d2h: Vec<f64>,
+        power: Vec<f64>,
+        accelerator: Vec<bool>,
+    ) -> Self {
+        Chain { k, w, h2d, d2h, power, accelerator }
+    }
+
+    /// Ops in the chain.
+    pub fn len(&self) -> usize {
+        self.w.len().checked_div(self.k).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn pus(&self) -> usize {
+        self.k
+    }
+
+    pub fn w(&self, i: usize, j: usize) -> Option<f64> {
+        self.w[i * self.k + j]
+    }
+
+    pub fn h2d(&self, i: usize, j: usize) -> f64 {
+        self.h2d[i * self.k + j]
+    }
+
+    pub fn d2h(&self, i: usize, j: usize) -> f64 {
+        self.d2h[i * self.k + j]
+    }
+
+    pub fn power(&self, i: usize, j: usize) -> f64 {
+        self.power[i * self.k + j]
+    }
+
     /// H2D of op `i` reading from the host on PU `j`.
     fn entry(&self, i: usize, j: usize) -> f64 {
-        if self.accelerator[j] { self.h2d[i][j] } else { 0.0 }
+        if self.accelerator[j] { self.h2d(i, j) } else { 0.0 }
     }
 
     /// D2H of op `i` writing to the host from PU `j`.
     fn exit(&self, i: usize, j: usize) -> f64 {
-        if self.accelerator[j] { self.d2h[i][j] } else { 0.0 }
+        if self.accelerator[j] { self.d2h(i, j) } else { 0.0 }
     }
 
+    /// Transfer before op `i` on PU `j` when op `i-1` ran on `k`, as (time on j, time on k).
     pub(crate) fn transfer(&self, i: usize, k: usize, j: usize) -> (f64, f64) {
         if k == j {
             return (0.0, 0.0);
         }
-        let into = if self.accelerator[j] { self.h2d[i][j] } else { 0.0 };
-        let out = if self.accelerator[k] { self.d2h[i - 1][k] } else { 0.0 };
+        let into = if self.accelerator[j] { self.h2d(i, j) } else { 0.0 };
+        let out = if self.accelerator[k] { self.d2h(i - 1, k) } else { 0.0 };
         (into, out)
     }
 
     fn weight(&self, obj: Objective, i: usize, pu: usize, us: f64) -> f64 {
         match obj {
             Objective::Latency => us,
-            Objective::Energy => us * self.power[i][pu],
+            Objective::Energy => us * self.power(i, pu),
         }
     }
 
@@ -66,7 +122,7 @@ impl Chain {
         let mut total = self.weight(obj, 0, assign[0], self.entry(0, assign[0]));
         for i in 0..n {
             let j = assign[i];
-            total += self.weight(obj, i, j, self.w[i][j]? * factor(i));
+            total += self.weight(obj, i, j, self.w(i, j)? * factor(i));
             if i > 0 {
                 let k = assign[i - 1];
                 let (into, out) = self.transfer(i, k, j);
@@ -79,39 +135,41 @@ impl Chain {
 
     /// Eq. (1): O(N K^2) dynamic programming over the chain. None if some op runs nowhere.
     pub fn dp(&self, obj: Objective) -> Option<(Vec<usize>, f64)> {
-        let (n, k) = (self.w.len(), self.pus());
+        let (n, k) = (self.len(), self.pus());
         if n == 0 {
             return Some((vec![], 0.0));
         }
         let inf = f64::INFINITY;
-        let mut cost = vec![vec![inf; k]; n];
-        let mut from = vec![vec![usize::MAX; k]; n];
-        for (j, c) in cost[0].iter_mut().enumerate() {
-            if let Some(w) = self.w[0][j] {
+        // flat, op-major: (i, j) at i * k + j
+        let mut cost = vec![inf; n * k];
+        let mut from = vec![u32::MAX; n * k];
+        for (j, c) in cost[..k].iter_mut().enumerate() {
+            if let Some(w) = self.w(0, j) {
                 *c = self.weight(obj, 0, j, self.entry(0, j)) + self.weight(obj, 0, j, w);
             }
         }
         for i in 1..n {
+            let (done, rest) = cost.split_at_mut(i * k);
+            let prev = &done[(i - 1) * k..];
             for j in 0..k {
-                let Some(w) = self.w[i][j] else { continue };
-                for p in 0..k {
-                    if cost[i - 1][p] == inf {
+                let Some(w) = self.w(i, j) else { continue };
+                let stay = self.weight(obj, i, j, w);
+                let here = &mut rest[j];
+                for (p, &before) in prev.iter().enumerate() {
+                    if before == inf {
                         continue;
                     }
                     let (into, out) = self.transfer(i, p, j);
-                    let c = cost[i - 1][p]
-                        + self.weight(obj, i, j, into)
-                        + self.weight(obj, i - 1, p, out)
-                        + self.weight(obj, i, j, w);
-                    if c < cost[i][j] {
-                        cost[i][j] = c;
-                        from[i][j] = p;
+                    let c = before + self.weight(obj, i, j, into) + self.weight(obj, i - 1, p, out) + stay;
+                    if c < *here {
+                        *here = c;
+                        from[i * k + j] = p as u32;
                     }
                 }
             }
         }
         let (mut j, best) = (0..k)
-            .map(|j| (j, cost[n - 1][j] + self.weight(obj, n - 1, j, self.exit(n - 1, j))))
+            .map(|j| (j, cost[(n - 1) * k + j] + self.weight(obj, n - 1, j, self.exit(n - 1, j))))
             .min_by(|a, b| a.1.total_cmp(&b.1))?;
         if best == inf {
             return None;
@@ -119,7 +177,7 @@ impl Chain {
         let mut assign = vec![0; n];
         for i in (0..n).rev() {
             assign[i] = j;
-            j = from[i][j];
+            j = from[i * k + j] as usize;
         }
         Some((assign, best))
     }
@@ -127,7 +185,7 @@ impl Chain {
     /// The same optimum by Dijkstra on the explicit execution graph (source, a node per
     /// (op, PU), sink; edge weights as in [`Chain::dp`]). O(N K^2 log(N K)).
     pub fn dijkstra(&self, obj: Objective) -> Option<(Vec<usize>, f64)> {
-        let (n, k) = (self.w.len(), self.pus());
+        let (n, k) = (self.len(), self.pus());
         if n == 0 {
             return Some((vec![], 0.0));
         }
@@ -138,7 +196,7 @@ impl Chain {
         let mut heap = BinaryHeap::new();
         let key = |d: f64| Reverse(d.to_bits());
         for (j, d) in dist.iter_mut().enumerate().take(k) {
-            if let Some(w) = self.w[0][j] {
+            if let Some(w) = self.w(0, j) {
                 *d = self.weight(obj, 0, j, self.entry(0, j)) + self.weight(obj, 0, j, w);
                 heap.push((key(*d), j));
             }
@@ -164,7 +222,7 @@ impl Chain {
                 continue;
             }
             for j in 0..k {
-                let Some(w) = self.w[i + 1][j] else { continue };
+                let Some(w) = self.w(i + 1, j) else { continue };
                 let (into, out) = self.transfer(i + 1, p, j);
                 let c =
                     d + self.weight(obj, i + 1, j, into) + self.weight(obj, i, p, out) + self.weight(obj, i + 1, j, w);
@@ -191,11 +249,11 @@ mod tests {
 
     fn chain(w: Vec<Vec<Option<f64>>>, h2d: Vec<Vec<f64>>, d2h: Vec<Vec<f64>>, accel: Vec<bool>) -> Chain {
         let power = w.iter().map(|r| (0..r.len()).map(|j| 1.0 + j as f64).collect()).collect();
-        Chain { w, h2d, d2h, power, accelerator: accel }
+        Chain::new(w, h2d, d2h, power, accel)
     }
 
     fn brute(c: &Chain, obj: Objective) -> Option<f64> {
-        let (n, k) = (c.w.len(), c.pus());
+        let (n, k) = (c.len(), c.pus());
         let mut best: Option<f64> = None;
         for code in 0..k.pow(n as u32) {
             let assign: Vec<usize> = (0..n).map(|i| code / k.pow(i as u32) % k).collect();

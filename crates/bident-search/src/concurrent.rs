@@ -98,7 +98,7 @@ pub fn search(
     mode: ConcurrentMode,
     obj: Objective,
 ) -> Result<Vec<PathStep>, SearchError> {
-    let (na, nb, k) = (a.w.len(), b.w.len(), a.pus());
+    let (na, nb, k) = (a.len(), b.len(), a.pus());
     if mode == ConcurrentMode::Aligned && na != nb {
         return Err(SearchError::Check("aligned mode needs two streams of the same length".into()));
     }
@@ -224,15 +224,15 @@ impl<'a> Stepper<'a> {
     fn new(a: &'a Chain, b: &'a Chain, sf: &'a [Vec<f64>], co: &'a dyn CoCost, obj: Objective) -> Self {
         let table = |ch: &Chain| {
             let k = ch.pus();
-            let mut v = Vec::with_capacity(ch.w.len() * (k + 1) * k);
-            for i in 0..ch.w.len() {
+            let mut v = Vec::with_capacity(ch.len() * (k + 1) * k);
+            for i in 0..ch.len() {
                 for last in 0..=k {
                     for x in 0..k {
-                        v.push(ch.w[i][x].map(|w| {
+                        v.push(ch.w(i, x).map(|w| {
                             // the previous op's D2H is charged with this one
-                            let into = if last != x && ch.accelerator[x] { ch.h2d[i][x] } else { 0.0 };
+                            let into = if last != x && ch.accelerator[x] { ch.h2d(i, x) } else { 0.0 };
                             let out = if i > 0 && last < k && last != x && ch.accelerator[last] {
-                                ch.d2h[i - 1][last]
+                                ch.d2h(i - 1, last)
                             } else {
                                 0.0
                             };
@@ -255,10 +255,10 @@ impl<'a> Stepper<'a> {
         if n == 0 || last >= ch.pus() || !ch.accelerator[last] {
             return 0.0;
         }
-        let d = ch.d2h[n - 1][last];
+        let d = ch.d2h(n - 1, last);
         match self.obj {
             Objective::Latency => d,
-            Objective::Energy => d * ch.power[n - 1][last],
+            Objective::Energy => d * ch.power(n - 1, last),
         }
     }
 
@@ -285,17 +285,17 @@ impl<'a> Stepper<'a> {
         if x == y {
             let (ca, cb) = self.co.same_pu(i, j, x, (wa, wb));
             let span = (ta + ca).max(tb + cb);
-            (span, span * self.a.power[i][x])
+            (span, span * self.a.power(i, x))
         } else {
             let (da, db) = (ta + wa * self.sf[x][y], tb + wb * self.sf[y][x]);
-            (da.max(db), da * self.a.power[i][x] + db * self.b.power[j][y])
+            (da.max(db), da * self.a.power(i, x) + db * self.b.power(j, y))
         }
     }
 
     /// (latency, energy) of one stream's op `i` alone on `x`, taking `us`.
     fn solo(&self, stream: usize, i: usize, x: usize, us: f64) -> (f64, f64) {
         let ch = if stream == 0 { self.a } else { self.b };
-        (us, us * ch.power[i][x])
+        (us, us * ch.power(i, x))
     }
 }
 
@@ -327,9 +327,9 @@ pub fn evaluate(a: &Chain, b: &Chain, sf: &[Vec<f64>], co: &dyn CoCost, steps: &
             lb = y;
         }
     }
-    let tail_t = step.exit(a, a.w.len(), la) + step.exit(b, b.w.len(), lb);
+    let tail_t = step.exit(a, a.len(), la) + step.exit(b, b.len(), lb);
     let energy_step = Stepper { obj: Objective::Energy, ..step };
-    let tail_e = energy_step.exit(a, a.w.len(), la) + energy_step.exit(b, b.w.len(), lb);
+    let tail_e = energy_step.exit(a, a.len(), la) + energy_step.exit(b, b.len(), lb);
     Some(Evaluation { timing, latency_us: now + tail_t, energy_uj: energy + tail_e })
 }
 
@@ -371,7 +371,7 @@ pub fn plan(
     let pus: Vec<String> = ta.soc.pus.iter().map(|p| p.name.clone()).collect();
     let best_single = |c: &Chain| {
         (0..c.pus())
-            .filter_map(|j| c.evaluate(&vec![j; c.w.len()], Objective::Latency).map(|v| (j, v)))
+            .filter_map(|j| c.evaluate(&vec![j; c.len()], Objective::Latency).map(|v| (j, v)))
             .min_by(|x, y| x.1.total_cmp(&y.1))
     };
     // verifier: every op of each stream once, in its phased order

@@ -406,7 +406,7 @@ pub fn sequential_mapping(p: &Problem, obj: Objective) -> Option<Mapping> {
     for (&op, &j) in order.iter().zip(&in_order) {
         dp[op] = j;
     }
-    let value = |a: &[usize]| p.evaluate(a, Schedule::Sequential).map_or(f64::INFINITY, |t| t.objective(obj));
+    let value = |a: &[usize]| p.sequential_objective(a, obj);
     let mut best = dp;
     p.improve_from_dp(&mut best, obj);
     let mut best_value = value(&best);

@@ -197,13 +197,14 @@ impl Problem {
 
     /// The paper's chain over `ops` (in that order), for the DP.
     pub fn chain(&self, ops: &[usize]) -> crate::Chain {
-        crate::Chain {
-            w: ops.iter().map(|&o| self.w[o].clone()).collect(),
-            h2d: ops.iter().map(|&o| self.h2d[o].clone()).collect(),
-            d2h: ops.iter().map(|&o| self.d2h[o].clone()).collect(),
-            power: ops.iter().map(|&o| self.power[o].clone()).collect(),
-            accelerator: self.accelerator.clone(),
-        }
+        crate::Chain::from_flat(
+            self.pus(),
+            ops.iter().flat_map(|&o| self.w[o].iter().copied()).collect(),
+            ops.iter().flat_map(|&o| self.h2d[o].iter().copied()).collect(),
+            ops.iter().flat_map(|&o| self.d2h[o].iter().copied()).collect(),
+            ops.iter().flat_map(|&o| self.power[o].iter().copied()).collect(),
+            self.accelerator.clone(),
+        )
     }
 
     /// The phased execution order.
@@ -354,6 +355,12 @@ impl Problem {
             },
             None => f64::INFINITY,
         }
+    }
+
+    /// The objective of `assign` run sequentially (infinite if an op sits where it cannot run):
+    /// the sum of the ops' shares, without building a timeline.
+    pub fn sequential_objective(&self, assign: &[usize], obj: Objective) -> f64 {
+        (0..self.ops()).map(|c| self.contribution(assign, c, obj)).sum()
     }
 
     /// One op's share of a sequential objective: its transfers and execution, as time or energy.
@@ -509,34 +516,30 @@ impl Problem {
         };
         let mut queued = vec![false; n];
         let mut queue = std::collections::VecDeque::new();
-        let push = |c: usize, queue: &mut std::collections::VecDeque<usize>, queued: &mut Vec<bool>| {
-            if !queued[c] {
-                queued[c] = true;
-                queue.push_back(c);
-            }
-        };
-        let around = |c: usize| {
+        // queue `c`, its producers and consumers, and its neighbours in the order
+        let around = |c: usize, queue: &mut std::collections::VecDeque<usize>, queued: &mut [bool]| {
             let k = pos[c];
             let order_nbrs = [(k > 0).then(|| order[k - 1]), (k + 1 < n).then(|| order[k + 1])];
-            std::iter::once(c)
+            let all = std::iter::once(c)
                 .chain(self.preds[c].iter().copied())
                 .chain(self.succs[c].iter().copied())
-                .chain(order_nbrs.into_iter().flatten())
-                .collect::<Vec<_>>()
+                .chain(order_nbrs.into_iter().flatten());
+            for x in all {
+                if !queued[x] {
+                    queued[x] = true;
+                    queue.push_back(x);
+                }
+            }
         };
         for &c in order.iter().filter(|&&c| !regular(c)) {
-            for x in around(c) {
-                push(x, &mut queue, &mut queued);
-            }
+            around(c, &mut queue, &mut queued);
         }
         let mut moves = 0;
         for pi in 0..self.phases.len() {
             if self.exact_phase(assign, pi, Schedule::Sequential, obj) {
                 moves += 1;
                 for &c in self.phases[pi].iter().flatten() {
-                    for x in around(c) {
-                        push(x, &mut queue, &mut queued);
-                    }
+                    around(c, &mut queue, &mut queued);
                 }
             }
         }
@@ -549,9 +552,7 @@ impl Problem {
                 if moves > cap {
                     break;
                 }
-                for x in around(c) {
-                    push(x, &mut queue, &mut queued);
-                }
+                around(c, &mut queue, &mut queued);
             }
         }
         moves

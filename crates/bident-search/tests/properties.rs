@@ -224,10 +224,24 @@ proptest! {
             let e = concurrent::evaluate(&ca, &cb, &pa.sf, &TimeSlicing, &steps).expect("feasible");
             let (us, uj) = (e.latency_us, e.energy_uj);
             let serial = |c: &bident_search::Chain| {
-                (0..k).filter_map(|j| c.evaluate(&vec![j; c.w.len()], obj)).fold(f64::INFINITY, f64::min)
+                (0..k).filter_map(|j| c.evaluate(&vec![j; c.len()], obj)).fold(f64::INFINITY, f64::min)
             };
             let got = if obj == Objective::Latency { us } else { uj };
             prop_assert!(got <= (serial(&ca) + serial(&cb)) * (1.0 + 1e-9), "{got} vs serial baseline");
+        }
+    }
+}
+
+proptest! {
+    /// The allocation-free sequential objective is the evaluator's.
+    #[test]
+    fn sequential_objective_is_the_evaluators((shape, k, seed) in shapes()) {
+        let p = problem(&shape, k, &mut rng(seed));
+        let assign: Vec<usize> = (0..p.ops()).map(|c| (0..k).find(|&j| p.w[c][j].is_some()).expect("a PU")).collect();
+        for obj in [Objective::Latency, Objective::Energy] {
+            let t = p.evaluate(&assign, Schedule::Sequential).expect("feasible").objective(obj);
+            let fast = p.sequential_objective(&assign, obj);
+            prop_assert!((t - fast).abs() <= 1e-9 * t.max(1.0), "{t} vs {fast}");
         }
     }
 }
