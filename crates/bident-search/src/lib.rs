@@ -379,6 +379,9 @@ pub fn heuristic_mapping(p: &Problem, cfg: &SearchConfig) -> Option<Mapping> {
 
 /// On a small instance, the exhaustive optimum replaces the heuristic's mapping when better.
 fn exact_if_small(p: &Problem, cfg: &SearchConfig, found: Mapping) -> Mapping {
+    if !p.small_enough_for_exhaustive() {
+        return found;
+    }
     let obj = cfg.objective;
     let schedules: &[Schedule] = match cfg.mode {
         Mode::Sequential => &[Schedule::Sequential],

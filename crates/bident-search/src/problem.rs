@@ -163,17 +163,24 @@ impl Problem {
         (latency * floor, energy * floor)
     }
 
+    /// The number of assignments, K^N (None when it overflows).
+    fn assignments(&self) -> Option<usize> {
+        (0..self.ops()).try_fold(1usize, |acc, _| acc.checked_mul(self.pus()))
+    }
+
+    /// True when [`Problem::exhaustive`] would search.
+    pub fn small_enough_for_exhaustive(&self) -> bool {
+        self.assignments().is_some_and(|c| c <= Self::EXHAUSTIVE_LIMIT)
+    }
+
     /// Instances with at most this many assignments are also solved exhaustively.
     pub const EXHAUSTIVE_LIMIT: usize = 1 << 17;
 
     /// The optimum over every assignment under `schedule`, when there are at most
     /// [`Problem::EXHAUSTIVE_LIMIT`] of them: (assignment, objective value).
     pub fn exhaustive(&self, schedule: Schedule, obj: Objective) -> Option<(Vec<usize>, f64)> {
+        let count = self.assignments().filter(|&c| c <= Self::EXHAUSTIVE_LIMIT)?;
         let (n, k) = (self.ops(), self.pus());
-        let count = (0..n).try_fold(1usize, |acc, _| acc.checked_mul(k))?;
-        if count > Self::EXHAUSTIVE_LIMIT {
-            return None;
-        }
         let mut assign = vec![0usize; n];
         let mut best: Option<(Vec<usize>, f64)> = None;
         for _ in 0..count {
