@@ -349,14 +349,7 @@ pub fn plan(
         )));
     }
     for (phased, t) in [a, b] {
-        if phased.graph != t.graph {
-            return Err(SearchError::Mismatch {
-                table: t.model.clone(),
-                table_graph: t.graph.short(),
-                phased: phased.model.clone(),
-                phased_graph: phased.graph.short(),
-            });
-        }
+        crate::same_graph(phased, t)?;
     }
     let stream = |(phased, t): (&crate::PhasedGraph, &crate::CostTable)| {
         let p = crate::Problem::new(phased, t);

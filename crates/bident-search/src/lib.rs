@@ -271,6 +271,19 @@ pub struct Mapping {
     pub estimate: f64,
 }
 
+/// A cost table and a phased graph must describe the same fused graph.
+pub(crate) fn same_graph(phased: &PhasedGraph, costs: &CostTable) -> Result<(), SearchError> {
+    if phased.graph == costs.graph {
+        return Ok(());
+    }
+    Err(SearchError::Mismatch {
+        table: costs.model.clone(),
+        table_graph: costs.graph.short(),
+        phased: phased.model.clone(),
+        phased_graph: phased.graph.short(),
+    })
+}
+
 /// Find the best mapping for `cfg.mode` and `cfg.objective`, with the single-PU baselines.
 pub fn search(phased: &PhasedGraph, costs: &CostTable, cfg: &SearchConfig) -> Result<Plan, SearchError> {
     search_with(phased, costs, cfg, &|_| {})
@@ -284,14 +297,7 @@ fn search_with(
     cfg: &SearchConfig,
     adjust: &dyn Fn(&mut Problem),
 ) -> Result<Plan, SearchError> {
-    if phased.graph != costs.graph {
-        return Err(SearchError::Mismatch {
-            table: costs.model.clone(),
-            table_graph: costs.graph.short(),
-            phased: phased.model.clone(),
-            phased_graph: phased.graph.short(),
-        });
-    }
+    same_graph(phased, costs)?;
     if phased.op_count == 0 {
         return Err(SearchError::Empty);
     }

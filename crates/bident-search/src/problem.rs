@@ -496,16 +496,19 @@ impl Problem {
         self.best_move(assign, &ops, &choices, schedule, obj)
     }
 
-    /// Hill climbing under the evaluator: each op in turn goes to the PU that most lowers the
-    /// objective; small phases of several branches are first solved exactly, and under a parallel
-    /// schedule each branch of a parallel phase may also move to one PU as a whole (single moves
-    /// cannot swap two branches' PUs). Until a pass moves nothing. Returns the moves made.
     /// [`Problem::improve`] for a sequential schedule starting from the DP's optimum on the
     /// phased order. There the evaluator and the DP's eq. (1) differ only around ops whose
     /// dataflow is not the order's (an input or output skipping its neighbour, a fork, a join,
-    /// a graph input or output mid-way), so only those ops and their neighbours are tried first,
-    /// and every move queues its neighbours again.
+    /// a graph input or output mid-way), so only those ops and their neighbours are tried first.
     pub fn improve_from_dp(&self, assign: &mut [usize], obj: Objective) -> usize {
+        self.climb_sequential(assign, obj, true)
+    }
+
+    /// Sequential hill climbing on a worklist: small phases of several branches solved exactly,
+    /// then single-op moves; every move queues the op's neighbours again. The worklist starts
+    /// with every op, or, `from_dp`, with the ops where the DP's view differs (see
+    /// [`Problem::improve_from_dp`]).
+    fn climb_sequential(&self, assign: &mut [usize], obj: Objective, from_dp: bool) -> usize {
         let order: Vec<usize> = self.order().collect();
         let n = order.len();
         let mut pos = vec![0; n];
@@ -538,7 +541,7 @@ impl Problem {
                 }
             }
         };
-        for &c in order.iter().filter(|&&c| !regular(c)) {
+        for &c in order.iter().filter(|&&c| !from_dp || !regular(c)) {
             around(c, &mut queue, &mut queued);
         }
         let mut moves = 0;
@@ -565,14 +568,18 @@ impl Problem {
         moves
     }
 
+    /// Hill climbing under the evaluator: each op in turn goes to the PU that most lowers the
+    /// objective; small phases of several branches are first solved exactly, and under a parallel
+    /// schedule each branch of a parallel phase may also move to one PU as a whole (single moves
+    /// cannot swap two branches' PUs). Until nothing moves. Returns the moves made.
     pub fn improve(&self, assign: &mut [usize], schedule: Schedule, obj: Objective) -> usize {
+        if schedule == Schedule::Sequential {
+            return self.climb_sequential(assign, obj, false);
+        }
         const MAX_PASSES: usize = 20;
         let k = self.pus();
         let order: Vec<usize> = self.order().collect();
-        let branches: Vec<&Vec<usize>> = match schedule {
-            Schedule::Parallel => self.phases.iter().filter(|ph| ph.len() > 1).flatten().collect(),
-            Schedule::Sequential => vec![],
-        };
+        let branches: Vec<&Vec<usize>> = self.phases.iter().filter(|ph| ph.len() > 1).flatten().collect();
         let mut moves = 0;
         for _ in 0..MAX_PASSES {
             let mut moved = 0;
