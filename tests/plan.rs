@@ -66,6 +66,7 @@ fn synthetic_costs(g: &bident_ir::FusedGraph) -> bident_profile::CostTable {
         measured_on: "nowhere (synthetic)".into(),
         warmup: 0,
         components: vec!["synthetic".into(); 2],
+        io_every_call: vec![false; 2],
         contention: None,
         ops,
     }

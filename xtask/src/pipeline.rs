@@ -12,12 +12,13 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use bident_artifact::{self as artifact, Artifact, ContentHash, Stamped};
+use bident_backend::fault::{FaultSpec, FaultyBackend};
 use bident_backend::{Backend, SocSpec, openvino::OpenVino};
 use bident_ir::{FusedGraph, OpId};
 use bident_partition::PhasedGraph;
 use bident_profile::simulate::VirtualSoc;
 use bident_profile::{CostTable, ProfileConfig};
-use bident_runtime::{RunConfig, RunReport};
+use bident_runtime::{Grouping, RunConfig, RunReport};
 use bident_search::{Mode, Objective, Plan, SearchConfig};
 use clap::Args;
 
@@ -140,9 +141,50 @@ pub struct SearchArgs {
 #[derive(Args, Clone)]
 pub struct RunArgs {
     pub dir: PathBuf,
+    #[command(flatten)]
+    pub run: RunOpts,
+}
+
+#[derive(Args, Clone)]
+pub struct RunOpts {
     /// Measured inferences (after warm-up).
     #[arg(long, default_value_t = RunConfig::default().runs)]
     pub runs: u32,
+    /// When a PU fails to compile or run an op, plan again without that PU and run that plan.
+    #[arg(long)]
+    pub fallback: bool,
+    /// Make one PU fail on purpose: PU:compile, PU:run[@N] (after N good runs) or PU:hang[@N].
+    #[arg(long, value_name = "PU:FAULT")]
+    pub inject_fault: Option<FaultSpec>,
+    /// Seconds an inference may go without any op finishing before it is abandoned.
+    #[arg(long, default_value_t = RunConfig::default().op_timeout.as_secs())]
+    pub timeout: u64,
+    /// Compile each run of consecutive ops the plan puts on one PU as one sub-model (the backend
+    /// then fuses across them), instead of every op alone as it was profiled.
+    #[arg(long)]
+    pub merge: bool,
+}
+
+impl RunOpts {
+    fn config(&self) -> RunConfig {
+        RunConfig {
+            runs: self.runs,
+            op_timeout: std::time::Duration::from_secs(self.timeout.max(1)),
+            grouping: if self.merge { Grouping::Merged } else { Grouping::PerOp },
+            ..Default::default()
+        }
+    }
+
+    /// The backend the run uses: `be`, with the injected fault if any.
+    fn backend(&self, be: Arc<OpenVino>) -> Arc<dyn Backend> {
+        match &self.inject_fault {
+            Some(f) => {
+                eprintln!("run: injecting a fault: PU `{}` {:?}", f.pu, f.fault);
+                Arc::new(FaultyBackend::new(be, f.clone()))
+            }
+            None => be,
+        }
+    }
 }
 
 #[derive(Args)]
@@ -162,8 +204,8 @@ pub struct PipelineArgs {
     /// Measure every (op, PU) again instead of reusing the profile cache (target/bident/cache).
     #[arg(long)]
     pub no_cache: bool,
-    #[arg(long, default_value_t = RunConfig::default().runs)]
-    pub runs: u32,
+    #[command(flatten)]
+    pub run: RunOpts,
     /// Print one JSON object as the last line of stdout.
     #[arg(long)]
     pub json: bool,
@@ -637,26 +679,53 @@ pub fn search_cmd(a: SearchArgs) -> Result<()> {
     .map(|_| ())
 }
 
-/// Stage 5.
+/// Stage 5. With `--fallback`, a PU that fails is excluded and the plan searched again
+/// (`replan`) until a plan runs or no PU is left to drop.
 fn run_stage(
     dir: &Path,
     g: &FusedGraph,
-    plan: (&Plan, ContentHash),
+    mut plan: (Plan, ContentHash),
     soc: &SocSpec,
-    be: Arc<dyn Backend>,
-    runs: u32,
-) -> Result<RunReport> {
-    artifact::remove(&dir.join(REPORT))?;
-    if plan.0.schedule == bident_search::Schedule::Parallel {
-        eprintln!(
-            "run: note: the runtime executes the plan's ops one at a time, so the parallel schedule the \
-             prediction assumes is not what is measured"
-        );
+    be: Arc<OpenVino>,
+    opts: &RunOpts,
+    replan: &mut dyn FnMut(&bident_search::Constraints) -> Result<(Plan, ContentHash)>,
+) -> Result<(Plan, RunReport)> {
+    let be = opts.backend(be);
+    let cfg = opts.config();
+    loop {
+        artifact::remove(&dir.join(REPORT))?;
+        let err = match bident_runtime::run(g, &plan.0, soc, be.clone(), &cfg) {
+            Ok(report) => {
+                write(dir, REPORT, &report, bident_runtime::input_hash(plan.1, &cfg))?;
+                write_pictures(dir, &report)?;
+                return Ok((plan.0, report));
+            }
+            Err(e) => e,
+        };
+        let Some(pu) = err.faulty_pu().map(str::to_string) else { return Err(err.into()) };
+        if !opts.fallback {
+            return Err(anyhow::Error::new(err).context(format!("run: rerun with --fallback to plan without PU `{pu}`")));
+        }
+        eprintln!("run: {}; --fallback: planning again without PU `{pu}`", anyhow::Error::new(err).chain().map(|e| e.to_string()).collect::<Vec<_>>().join(": "));
+        let mut c = plan.0.constraints.clone();
+        c.exclude.push(pu);
+        if c.exclude.len() >= soc.pus.len() {
+            bail!("run: every PU of `{}` has failed; nothing left to plan on", soc.name);
+        }
+        plan = replan(&c)?;
     }
-    let cfg = RunConfig { runs, ..Default::default() };
-    let report = bident_runtime::run(g, plan.0, soc, be, &cfg)?;
-    write(dir, REPORT, &report, bident_runtime::input_hash(plan.1, &cfg))?;
-    Ok(report)
+}
+
+/// What ran where, next to the run report: `trace.json` (Chrome trace, opens in Perfetto) and
+/// `gantt.svg`.
+fn write_pictures(dir: &Path, r: &RunReport) -> Result<()> {
+    for (file, text) in
+        [("trace.json", bident_runtime::trace::chrome_trace(r)), ("gantt.svg", bident_runtime::trace::gantt_svg(r))]
+    {
+        std::fs::write(dir.join(file), text).with_context(|| dir.join(file).display().to_string())?;
+    }
+    eprintln!("run: what ran where -> {} and {}", dir.join("gantt.svg").display(), dir.join("trace.json").display());
+    Ok(())
 }
 
 pub fn run_cmd(a: RunArgs) -> Result<()> {
@@ -680,8 +749,13 @@ pub fn run_cmd(a: RunArgs) -> Result<()> {
         );
     }
     let be = backend()?;
-    let r = run_stage(&a.dir, &g, (&plan.value, plan.header.payload_hash), &costs.value.soc, be, a.runs)?;
-    print_summary(&g, &plan.value, Some(&r));
+    let mut replan = |c: &bident_search::Constraints| {
+        let cfg = SearchConfig { constraints: c.clone(), ..cfg.clone() };
+        search_stage(&a.dir, (&phased.value, phased.header.payload_hash), (&costs.value, costs.header.payload_hash), &cfg, false)
+    };
+    let (plan, r) =
+        run_stage(&a.dir, &g, (plan.value, plan.header.payload_hash), &costs.value.soc, be, &a.run, &mut replan)?;
+    print_summary(&g, &plan, Some(&r));
     Ok(())
 }
 
@@ -692,15 +766,22 @@ pub fn run_stages(a: &PipelineArgs) -> Result<(FusedGraph, Plan, Option<RunRepor
     let soc = Soc::load(&a.soc.soc)?;
     let m = Measuring { runs: a.profile_runs, fixed_runs: a.fixed_runs, no_cache: a.no_cache };
     let (costs, ch) = profile_stage(&dir, &g, gh, &soc, m)?;
-    let (plan, plan_h) = search_stage(&dir, (&phased, ph), (&costs, ch), &a.plan.config()?, a.plan.pareto())?;
-    let report = match soc {
-        Soc::Measured(spec, be) => Some(run_stage(&dir, &g, (&plan, plan_h), &spec, be, a.runs)?),
+    let cfg = a.plan.config()?;
+    let (plan, plan_h) = search_stage(&dir, (&phased, ph), (&costs, ch), &cfg, a.plan.pareto())?;
+    match soc {
+        Soc::Measured(spec, be) => {
+            let mut replan = |c: &bident_search::Constraints| {
+                let cfg = SearchConfig { constraints: c.clone(), ..cfg.clone() };
+                search_stage(&dir, (&phased, ph), (&costs, ch), &cfg, false)
+            };
+            let (plan, report) = run_stage(&dir, &g, (plan, plan_h), &spec, be, &a.run, &mut replan)?;
+            Ok((g, plan, Some(report)))
+        }
         Soc::Virtual(v) => {
             eprintln!("run: skipped: `{}` is a virtual SoC, its plan is simulated only", v.spec.name);
-            None
+            Ok((g, plan, None))
         }
-    };
-    Ok((g, plan, report))
+    }
 }
 
 /// Two models at once: import, partition and profile both, measure (or, on a virtual SoC,
@@ -725,7 +806,7 @@ fn concurrent_pipeline(a: &PipelineArgs, model_b: &str) -> Result<()> {
     let [(ga, pa, ca), (gb, pb, cb)] = <[_; 2]>::try_from(stages).map_err(|_| anyhow::anyhow!("two models"))?;
     let dir = target_dir().join("bident/pairs").join(format!("{}+{}", ga.name, gb.name));
     let file = "concurrent-plan.bin";
-    clear(&dir, &[file])?;
+    clear(&dir, &[file, REPORT])?;
     let mode = if a.aligned { ConcurrentMode::Aligned } else { ConcurrentMode::Joint };
     let order = |p: &PhasedGraph| p.order().into_iter().map(|o| o as usize).collect::<Vec<_>>();
     let coexec;
@@ -752,7 +833,7 @@ fn concurrent_pipeline(a: &PipelineArgs, model_b: &str) -> Result<()> {
     let t0 = std::time::Instant::now();
     let plan: ConcurrentPlan = concurrent::plan((&pa, &ca), (&pb, &cb), (co.as_ref(), &label), mode, cfg.objective)?;
     let took = t0.elapsed();
-    write(
+    let plan_h = write(
         &dir,
         file,
         &plan,
@@ -795,10 +876,25 @@ fn concurrent_pipeline(a: &PipelineArgs, model_b: &str) -> Result<()> {
         plan.baseline[1],
         plan.speedup
     );
-    println!("run        not executed: running two models at once is not implemented in the runtime yet");
     eprintln!("concurrent: plan -> {}", dir.join(file).display());
+    let report = match soc {
+        Soc::Virtual(v) => {
+            println!("measured   nothing: {} is a virtual SoC; every figure above is simulated", v.spec.name);
+            None
+        }
+        Soc::Measured(spec, be) => {
+            anyhow::ensure!(!a.run.fallback, "--fallback is not available with --with: a concurrent plan cannot exclude a PU yet");
+            let cfg = a.run.config();
+            let r = bident_runtime::run_concurrent((&ga, &gb), &plan, &spec, a.run.backend(be), &cfg)?;
+            let h = bident_runtime::input_hash(plan_h, &cfg);
+            write(&dir, REPORT, &r, h)?;
+            write_pictures(&dir, &r)?;
+            print_measured(&r);
+            Some(r)
+        }
+    };
     if a.json {
-        let j = serde_json::json!({
+        let mut j = serde_json::json!({
             "models": [ga.name, gb.name],
             "soc": plan.soc,
             "simulated": plan.simulated,
@@ -812,6 +908,9 @@ fn concurrent_pipeline(a: &PipelineArgs, model_b: &str) -> Result<()> {
             "baseline_us": plan.baseline_us,
             "predicted_speedup": plan.speedup,
         });
+        if let (Some(r), Some(o)) = (&report, j.as_object_mut()) {
+            o.extend(measured_json(r));
+        }
         println!("{j}");
     }
     Ok(())
@@ -845,14 +944,8 @@ pub fn pipeline(a: PipelineArgs) -> Result<()> {
             "gap": plan.gap,
         });
         // a virtual SoC's plan has no measured fields at all
-        if let Some(r) = &report {
-            j.as_object_mut().expect("an object").extend([
-                ("measured_us".to_string(), r.measured_us.into()),
-                ("measured_best_single_pu_us".to_string(), r.measured_best_single_pu_us.into()),
-                ("measured_speedup".to_string(), r.measured_speedup().into()),
-                ("max_abs_err".to_string(), r.max_abs_err.into()),
-                ("measured_on".to_string(), r.measured_on.clone().into()),
-            ]);
+        if let (Some(r), Some(o)) = (&report, j.as_object_mut()) {
+            o.extend(measured_json(r));
         }
         println!("{j}");
     }
@@ -892,17 +985,57 @@ fn print_summary(g: &FusedGraph, plan: &Plan, r: Option<&RunReport>) {
         println!("measured   nothing: {} is a virtual SoC; every figure above is simulated", plan.soc);
         return;
     };
+    print_measured(r);
+}
+
+/// The measured lines of a summary (single or concurrent plan).
+fn print_measured(r: &RunReport) {
     println!(
-        "measured   {:.1} µs (p10 {:.1}, p90 {:.1})   whole model on {} {:.1} µs   speedup {:.2}x   [{}]",
+        "measured   {:.1} µs (p10 {:.1}, p90 {:.1}; {} runs)   predicted {:.1} µs: prediction error {:.1}%   [{}]",
         r.measured_us,
         r.measured_p10_us,
         r.measured_p90_us,
-        r.best_single_pu,
-        r.measured_best_single_pu_us,
-        r.measured_speedup(),
+        r.runs,
+        r.predicted_us,
+        r.prediction_error * 100.0,
         r.measured_on
     );
-    println!("outputs    max abs error vs whole model: {:.3e}", r.max_abs_err);
+    println!(
+        "baselines  whole model on {} {:.1} µs (speedup {:.2}x)   {} {:.1} µs (speedup {:.2}x)",
+        r.best_single_pu.join(" then "),
+        r.measured_best_single_pu_us,
+        r.measured_speedup(),
+        r.backend_default,
+        r.measured_backend_default_us,
+        r.speedup_vs_backend_default()
+    );
+    println!(
+        "runtime    {} sub-models compiled in {:.0} ms (not in the latency); executor overhead {:.2} µs per op",
+        r.ops.len(),
+        r.compile_ms,
+        r.overhead_us_per_op
+    );
+    println!("outputs    every run checked against the whole model: max abs error {:.3e}", r.max_abs_err);
+}
+
+/// The measured fields of the pipeline's JSON line.
+fn measured_json(r: &RunReport) -> serde_json::Map<String, serde_json::Value> {
+    let j = serde_json::json!({
+        "measured_us": r.measured_us,
+        "prediction_error": r.prediction_error,
+        "measured_best_single_pu_us": r.measured_best_single_pu_us,
+        "measured_speedup": r.measured_speedup(),
+        "measured_backend_default_us": r.measured_backend_default_us,
+        "speedup_vs_backend_default": r.speedup_vs_backend_default(),
+        "overhead_us_per_op": r.overhead_us_per_op,
+        "compile_ms": r.compile_ms,
+        "max_abs_err": r.max_abs_err,
+        "measured_on": r.measured_on,
+    });
+    match j {
+        serde_json::Value::Object(m) => m,
+        _ => serde_json::Map::new(),
+    }
 }
 
 #[derive(Args, Clone)]

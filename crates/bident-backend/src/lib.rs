@@ -9,6 +9,7 @@
 //! Architecture invariant: this is the only crate that touches OpenVINO. It knows nothing of
 //! graphs, cost tables or plans.
 
+pub mod fault;
 pub mod soc;
 
 #[cfg(feature = "openvino")]

@@ -53,6 +53,22 @@ pub struct PuSpec {
     pub declared_power_w: f64,
 }
 
+impl PuSpec {
+    /// The whole device with the backend's own defaults: no properties, not pinned (the backend
+    /// uses every core it sees). What a user would pick instead of a plan: the runtime's
+    /// backend-default baseline.
+    pub fn backend_default(device: &str) -> Self {
+        Self {
+            name: format!("{device} (backend defaults)"),
+            kind: PuKind::from_device_name(device),
+            device: device.to_string(),
+            properties: BTreeMap::new(),
+            cores: vec![],
+            declared_power_w: DECLARED_CPU_POWER_W,
+        }
+    }
+}
+
 /// A SoC: a named set of PUs on one backend.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SocSpec {

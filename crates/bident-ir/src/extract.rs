@@ -1,12 +1,12 @@
 //! Extraction of fused operators as standalone ONNX models.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use prost::Message;
 
 use crate::lower::value_info;
 use crate::proto::{GraphProto, ModelProto, TensorProto};
-use crate::{FusedGraph, IrError, OpId};
+use crate::{FusedGraph, IrError, OpId, TensorId};
 
 /// Decodes a fused graph's lowered model once, then extracts any number of ops from it.
 pub struct Extractor<'g> {
@@ -31,10 +31,53 @@ impl<'g> Extractor<'g> {
             .ops
             .get(op as usize)
             .ok_or(IrError::NoSuchOp { op: op as usize, count: self.graph.ops.len() })?;
+        self.model_of(&f.name, &f.nodes, &f.inputs, &f.outputs)
+    }
+
+    /// Several fused ops as one model (the runtime compiles a run of ops planned on one PU
+    /// together, so the backend can fuse across them). `ops` must be in graph order and closed
+    /// under paths (no op outside the group lies between two of its ops). Returns the bytes and
+    /// the group's inputs (read, not produced inside, first-use order) and outputs (produced
+    /// inside and read outside or by the graph).
+    pub fn extract_group(&self, ops: &[OpId]) -> Result<(Vec<u8>, Vec<TensorId>, Vec<TensorId>), IrError> {
+        let count = self.graph.ops.len();
+        let fs = ops
+            .iter()
+            .map(|&o| self.graph.ops.get(o as usize).ok_or(IrError::NoSuchOp { op: o as usize, count }))
+            .collect::<Result<Vec<_>, _>>()?;
+        if ops.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(IrError::StoredModel(format!("group {ops:?} is not in graph order")));
+        }
+        let produced: HashSet<TensorId> = fs.iter().flat_map(|f| f.outputs.iter().copied()).collect();
+        let mut inputs = vec![];
+        for t in fs.iter().flat_map(|f| f.inputs.iter().copied()) {
+            if !produced.contains(&t) && !inputs.contains(&t) {
+                inputs.push(t);
+            }
+        }
+        let inside: HashSet<OpId> = ops.iter().copied().collect();
+        let read_outside: HashSet<TensorId> = (0..count as OpId)
+            .filter(|o| !inside.contains(o))
+            .flat_map(|o| self.graph.ops[o as usize].inputs.iter().copied())
+            .chain(self.graph.outputs.iter().copied())
+            .collect();
+        let outputs: Vec<TensorId> =
+            fs.iter().flat_map(|f| f.outputs.iter().copied()).filter(|t| read_outside.contains(t)).collect();
+        let nodes: Vec<u32> = fs.iter().flat_map(|f| f.nodes.iter().copied()).collect();
+        let name = fs.iter().map(|f| f.name.as_str()).collect::<Vec<_>>().join("+");
+        Ok((self.model_of(&name, &nodes, &inputs, &outputs)?, inputs, outputs))
+    }
+
+    fn model_of(&self, name: &str, nodes: &[u32], inputs: &[TensorId], outputs: &[TensorId]) -> Result<Vec<u8>, IrError> {
         let g = self.model.graph.as_ref().ok_or_else(|| IrError::StoredModel("no graph".into()))?;
-        let mut node = Vec::with_capacity(f.nodes.len());
+        let mut node = Vec::with_capacity(nodes.len());
         let mut initializer: Vec<TensorProto> = vec![];
-        for &i in &f.nodes {
+        let mut seen = HashSet::new();
+        for &i in nodes {
+            // a constant-producing node two ops both need is in both
+            if !seen.insert(i) {
+                continue;
+            }
             let n =
                 g.node.get(i as usize).ok_or_else(|| IrError::StoredModel(format!("node index {i} out of range")))?;
             // explicit inputs and what control-flow subgraphs read from the outer scope
@@ -58,11 +101,11 @@ impl<'g> Extractor<'g> {
             functions: self.model.functions.clone(),
             producer_name: Some("bident".into()),
             graph: Some(GraphProto {
-                name: Some(f.name.clone()),
+                name: Some(name.to_string()),
                 node,
                 initializer,
-                input: f.inputs.iter().map(vi).collect(),
-                output: f.outputs.iter().map(vi).collect(),
+                input: inputs.iter().map(vi).collect(),
+                output: outputs.iter().map(vi).collect(),
                 ..Default::default()
             }),
             ..Default::default()

@@ -182,6 +182,11 @@ pub struct CostTable {
     pub warmup: u32,
     /// Per PU (indexed like `soc.pus`): what h2d, dispatch, exec and d2h stand for there.
     pub components: Vec<String>,
+    /// Per PU: true where every op call pays its H2D and D2H, because the runtime hands each op
+    /// host tensors (bident's runtime on real PUs); false where tensors stay on the PU between
+    /// its ops and transfers are paid only where data crosses PUs (the paper's model; the
+    /// virtual SoC).
+    pub io_every_call: Vec<bool>,
     /// Cross-PU slowdown factors, when measured or modelled.
     pub contention: Option<Contention>,
     pub ops: Vec<OpCosts>,
@@ -189,7 +194,7 @@ pub struct CostTable {
 
 impl Artifact for CostTable {
     const KIND: &'static str = "cost-table";
-    const SCHEMA_VERSION: u32 = 5;
+    const SCHEMA_VERSION: u32 = 6;
 }
 
 impl CostTable {
@@ -388,6 +393,7 @@ pub fn profile(
         backend: format!("{} {}", backend.name(), backend.version()),
         measured_on: host_description(),
         warmup: cfg.warmup,
+        io_every_call: vec![true; soc.pus.len()],
         components: soc
             .pus
             .iter()

@@ -61,7 +61,7 @@ struct Row {
 
 /// The metadata lines of a CSV export, in order. Values are JSON.
 const META: &[&str] =
-    &["model", "graph", "simulated", "backend", "measured_on", "warmup", "components", "soc", "contention"];
+    &["model", "graph", "simulated", "backend", "measured_on", "warmup", "components", "io_every_call", "soc", "contention"];
 const CSV_MAGIC: &str = "# bident cost table";
 
 pub fn export(t: &CostTable, format: Format) -> Result<String, ProfileError> {
@@ -73,7 +73,7 @@ pub fn export(t: &CostTable, format: Format) -> Result<String, ProfileError> {
                 format!("{CSV_MAGIC} (schema {})\n", <CostTable as bident_artifact::Artifact>::SCHEMA_VERSION);
             let meta = serde_json::json!({
                 "model": t.model, "graph": t.graph, "simulated": t.simulated, "backend": t.backend,
-                "measured_on": t.measured_on, "warmup": t.warmup, "components": t.components, "soc": t.soc,
+                "measured_on": t.measured_on, "warmup": t.warmup, "components": t.components, "io_every_call": t.io_every_call, "soc": t.soc,
                 "contention": t.contention,
             });
             for key in META {
@@ -237,8 +237,12 @@ impl CostTable {
             return Err(bad(format!("it has {} ops, the graph {}", self.ops.len(), g.ops.len())));
         }
         let n = self.soc.pus.len();
-        if self.components.len() != n {
-            return Err(bad(format!("it describes the timing of {} PUs, the SoC has {n}", self.components.len())));
+        if self.components.len() != n || self.io_every_call.len() != n {
+            return Err(bad(format!(
+                "it describes the timing of {} and the transfers of {} PUs, the SoC has {n}",
+                self.components.len(),
+                self.io_every_call.len()
+            )));
         }
         for (i, (o, op)) in self.ops.iter().zip(&g.ops).enumerate() {
             if o.op as usize != i || o.name != op.name || o.kind != op.kind {

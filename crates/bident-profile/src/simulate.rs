@@ -245,6 +245,7 @@ pub fn simulate(g: &FusedGraph, soc: &VirtualSoc) -> Result<CostTable, ProfileEr
         backend: "virtual (analytic model)".into(),
         measured_on: format!("nowhere: simulated {} (calibrated to {})", soc.spec.name, soc.calibration),
         warmup: 0,
+        io_every_call: vec![false; soc.spec.pus.len()],
         components: soc
             .spec
             .pus

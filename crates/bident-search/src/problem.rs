@@ -113,11 +113,27 @@ impl Problem {
             v
         };
         Problem {
-            w: (0..n).map(|i| (0..k).map(|j| t.cost(i as u32, j).map(|c| c.weight_us())).collect()).collect(),
+            // where every call pays its transfers, they are part of the op's own cost
+            w: (0..n)
+                .map(|i| {
+                    (0..k)
+                        .map(|j| {
+                            let every = t.io_every_call.get(j).copied().unwrap_or(false);
+                            t.cost(i as u32, j).map(|c| c.weight_us() + if every { c.h2d_us + c.d2h_us } else { 0.0 })
+                        })
+                        .collect()
+                })
+                .collect(),
             h2d: field(|c| c.h2d_us),
             d2h: field(|c| c.d2h_us),
             power: field(|c| c.power_w),
-            accelerator: t.soc.pus.iter().map(|p| p.kind.is_accelerator()).collect(),
+            accelerator: t
+                .soc
+                .pus
+                .iter()
+                .enumerate()
+                .map(|(j, p)| p.kind.is_accelerator() && !t.io_every_call.get(j).copied().unwrap_or(false))
+                .collect(),
             preds,
             succs,
             from_host: flag(&phased.reads_input),

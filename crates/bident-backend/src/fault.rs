@@ -1,0 +1,145 @@
+//! A backend that fails on purpose: wraps another backend and makes one PU fail to compile, or
+//! fail (or hang) when it runs, so that the runtime's fault handling can be exercised on real
+//! PUs (`--inject-fault`, the runtime's fault tests).
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::{Backend, BackendError, DeviceInfo, Executable, HostTensor, Layer, PortInfo, PuKind, PuSpec, RunTiming};
+
+/// What goes wrong on the faulty PU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Every compile for the PU fails.
+    Compile,
+    /// Runs fail once the PU has run this many times in this process.
+    RunAfter(u64),
+    /// Runs block for this long, once the PU has run this many times (a hung device).
+    HangAfter(u64, Duration),
+}
+
+/// `PU:compile`, `PU:run` (`PU:run@N` after N good runs) or `PU:hang` (`PU:hang@N`), as given
+/// to `--inject-fault`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FaultSpec {
+    pub pu: String,
+    pub fault: Fault,
+}
+
+impl FromStr for FaultSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("`{s}`: expected PU:compile, PU:run[@N] or PU:hang[@N]");
+        let (pu, what) = s.rsplit_once(':').ok_or_else(bad)?;
+        let (what, after) = match what.split_once('@') {
+            Some((w, n)) => (w, n.parse::<u64>().map_err(|_| bad())?),
+            None => (what, 0),
+        };
+        let fault = match what {
+            "compile" if after == 0 => Fault::Compile,
+            "run" => Fault::RunAfter(after),
+            "hang" => Fault::HangAfter(after, Duration::from_secs(3600)),
+            _ => return Err(bad()),
+        };
+        if pu.is_empty() {
+            return Err(bad());
+        }
+        Ok(Self { pu: pu.to_string(), fault })
+    }
+}
+
+/// `inner`, except on the PU named in `spec`.
+pub struct FaultyBackend {
+    inner: Arc<dyn Backend>,
+    spec: FaultSpec,
+    /// Runs of the faulty PU so far, over all its executables.
+    runs: Arc<AtomicU64>,
+}
+
+impl FaultyBackend {
+    pub fn new(inner: Arc<dyn Backend>, spec: FaultSpec) -> Self {
+        Self { inner, spec, runs: Arc::default() }
+    }
+}
+
+impl Backend for FaultyBackend {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn version(&self) -> String {
+        self.inner.version()
+    }
+    fn devices(&self) -> Result<Vec<DeviceInfo>, BackendError> {
+        self.inner.devices()
+    }
+    fn compile(&self, onnx: &[u8], pu: &PuSpec) -> Result<Box<dyn Executable>, BackendError> {
+        self.wrap(self.inner.compile(onnx, pu)?, pu)
+    }
+    fn compile_profiled(&self, onnx: &[u8], pu: &PuSpec) -> Result<Box<dyn Executable>, BackendError> {
+        self.wrap(self.inner.compile_profiled(onnx, pu)?, pu)
+    }
+    fn timing_meaning(&self, kind: PuKind) -> String {
+        self.inner.timing_meaning(kind)
+    }
+}
+
+impl FaultyBackend {
+    fn wrap(&self, exe: Box<dyn Executable>, pu: &PuSpec) -> Result<Box<dyn Executable>, BackendError> {
+        if pu.name != self.spec.pu {
+            return Ok(exe);
+        }
+        if self.spec.fault == Fault::Compile {
+            return Err(BackendError::Compile { pu: pu.name.clone(), reason: "injected fault".into() });
+        }
+        Ok(Box::new(FaultyExecutable { inner: exe, pu: pu.name.clone(), fault: self.spec.fault, runs: self.runs.clone() }))
+    }
+}
+
+struct FaultyExecutable {
+    inner: Box<dyn Executable>,
+    pu: String,
+    fault: Fault,
+    runs: Arc<AtomicU64>,
+}
+
+impl Executable for FaultyExecutable {
+    fn inputs(&self) -> &[PortInfo] {
+        self.inner.inputs()
+    }
+    fn outputs(&self) -> &[PortInfo] {
+        self.inner.outputs()
+    }
+    fn run_timed(&mut self, inputs: &[&HostTensor]) -> Result<(Vec<HostTensor>, RunTiming), BackendError> {
+        let n = self.runs.fetch_add(1, Ordering::Relaxed);
+        match self.fault {
+            Fault::RunAfter(k) if n >= k => {
+                return Err(BackendError::Run { pu: self.pu.clone(), what: "infer".into(), reason: "injected fault".into() });
+            }
+            Fault::HangAfter(k, d) if n >= k => std::thread::sleep(d),
+            _ => {}
+        }
+        self.inner.run_timed(inputs)
+    }
+    fn layers(&self) -> Result<Vec<Layer>, BackendError> {
+        self.inner.layers()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse() {
+        let p = |s: &str| s.parse::<FaultSpec>();
+        assert_eq!(p("core1:compile"), Ok(FaultSpec { pu: "core1".into(), fault: Fault::Compile }));
+        assert_eq!(p("core1:run@5").map(|f| f.fault), Ok(Fault::RunAfter(5)));
+        assert_eq!(p("a:b:run").map(|f| f.pu), Ok("a:b".into()));
+        assert!(matches!(p("core1:hang").map(|f| f.fault), Ok(Fault::HangAfter(0, _))));
+        for bad in ["core1", ":run", "core1:explode", "core1:run@x", "core1:compile@2"] {
+            assert!(p(bad).is_err(), "{bad}");
+        }
+    }
+}

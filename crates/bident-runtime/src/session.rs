@@ -1,0 +1,513 @@
+//! A loaded program: one worker thread per PU (pinned to the PU's cores), every task compiled
+//! on its worker at load, and inferences run as dataflow: each worker runs its PU's queue in
+//! order, each task as soon as its inputs are there. Tensors are handed between workers as
+//! shared references, never copied.
+//!
+//! Nothing waits forever: a watchdog stops an inference when no task has finished for the
+//! timeout, and a worker's failure stops the others at their next task. After a timeout the
+//! session is unusable (the hung worker is abandoned, never joined) and says why.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bident_backend::{Backend, BackendError, Executable, HostTensor, PuSpec, SocSpec};
+
+use crate::RuntimeError;
+use crate::program::{Built, Program};
+
+/// A task's compiled sub-model, and where its ports sit in the task's input / output order.
+struct Compiled {
+    exe: Box<dyn Executable>,
+    /// `feed[i]`: the task input fed to the executable's input `i`.
+    feed: Vec<usize>,
+    /// `take[j]`: the executable output that is the task's output `j`.
+    take: Vec<usize>,
+}
+
+type Job = Box<dyn FnOnce(&mut HashMap<usize, Compiled>) + Send>;
+
+/// A thread pinned to one PU, owning the executables compiled for it.
+struct Worker {
+    pu: String,
+    tx: Mutex<Option<mpsc::Sender<Job>>>,
+    handle: Option<std::thread::JoinHandle<()>>,
+    /// Set when a job outlived its timeout: the thread is abandoned, never joined.
+    hung: AtomicBool,
+}
+
+impl Worker {
+    fn spawn(pu: &PuSpec) -> Result<Self, RuntimeError> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let spec = pu.clone();
+        let lost = || RuntimeError::Worker { pu: pu.name.clone(), why: "could not start".into() };
+        let handle = std::thread::Builder::new()
+            .name(format!("pu-{}", pu.name))
+            .spawn(move || {
+                let pinned = bident_backend::pin_current_thread(&spec.name, &spec.cores);
+                let ok = pinned.is_ok();
+                let _ = ready_tx.send(pinned);
+                if !ok {
+                    return;
+                }
+                let mut exes = HashMap::new();
+                let mut idle_since = Instant::now();
+                loop {
+                    // spin a little before sleeping: back-to-back inferences then start at once
+                    let job = match rx.try_recv() {
+                        Ok(job) => job,
+                        Err(mpsc::TryRecvError::Empty) if idle_since.elapsed() < IDLE_SPIN => {
+                            std::hint::spin_loop();
+                            continue;
+                        }
+                        Err(mpsc::TryRecvError::Empty) => match rx.recv() {
+                            Ok(job) => job,
+                            Err(_) => return,
+                        },
+                        Err(mpsc::TryRecvError::Disconnected) => return,
+                    };
+                    job(&mut exes);
+                    idle_since = Instant::now();
+                }
+            })
+            .map_err(|_| lost())?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => {
+                Ok(Self { pu: pu.name.clone(), tx: Mutex::new(Some(tx)), handle: Some(handle), hung: false.into() })
+            }
+            Ok(Err(e)) => Err(RuntimeError::Load { what: "pinning".into(), pu: pu.name.clone(), source: Box::new(e) }),
+            Err(_) => Err(lost()),
+        }
+    }
+
+    fn post(&self, job: Job) -> Result<(), RuntimeError> {
+        let lost = || RuntimeError::Worker { pu: self.pu.clone(), why: "its thread has stopped".into() };
+        let tx = lock(&self.tx);
+        tx.as_ref().ok_or_else(lost)?.send(job).map_err(|_| lost())
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        lock(&self.tx).take();
+        if let Some(h) = self.handle.take()
+            && !self.hung.load(Ordering::Relaxed)
+        {
+            let _ = h.join();
+        }
+    }
+}
+
+/// A poisoned lock only means another thread panicked while holding it; the data (tensor
+/// slots, a sender) stays consistent, so go on.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// When one task of an inference ran (µs from the inference's start).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Span {
+    pub task: usize,
+    /// When its last input was produced (the inference's start for graph inputs).
+    pub ready_us: f64,
+    pub start_us: f64,
+    pub finish_us: f64,
+}
+
+/// One inference's outputs and timeline.
+#[derive(Clone, Debug)]
+pub struct Inference {
+    /// Per stream, its model's outputs in graph order.
+    pub outputs: Vec<Vec<Arc<HostTensor>>>,
+    /// One per task, in task order.
+    pub spans: Vec<Span>,
+    pub total_us: f64,
+}
+
+impl Inference {
+    /// Executor overhead per task (µs): the time from the moment a task could start (inputs
+    /// produced and its PU free) to its start, averaged over tasks. Everything the runtime adds
+    /// beyond the backend's own infer calls, hand-offs between threads included.
+    pub fn overhead_us_per_task(&self, program: &Program) -> f64 {
+        let mut free = vec![0.0f64; program.queues.len()];
+        let mut sum = 0.0;
+        for q in &program.queues {
+            for &t in q {
+                let s = &self.spans[t];
+                let pu = program.tasks[t].pu;
+                sum += (s.start_us - s.ready_us.max(free[pu])).max(0.0);
+                free[pu] = s.finish_us;
+            }
+        }
+        sum / self.spans.len().max(1) as f64
+    }
+}
+
+struct Slots {
+    values: Vec<Option<(Arc<HostTensor>, Instant)>>,
+    /// Tasks finished so far (the watchdog's measure of progress).
+    done: usize,
+    /// Per PU: the task running now.
+    running: Vec<Option<usize>>,
+    stop: bool,
+}
+
+struct Flight {
+    slots: Mutex<Slots>,
+    cv: Condvar,
+    /// Tasks published so far and whether to stop, readable without the lock (for spinning).
+    progress: AtomicUsize,
+    stopping: AtomicBool,
+    t0: Instant,
+}
+
+/// How long a worker spins for its inputs before it sleeps on the condition variable, and for
+/// its next job after one. Waking a sleeping thread costs tens of µs on a VM whose idle vCPU
+/// halts (measured here: the first op of an inference started ~50 µs late); a hand-off caught
+/// while spinning costs about one. A worker owns its PU's cores, so spinning takes nothing
+/// from the plan.
+const SPIN: Duration = Duration::from_millis(5);
+const IDLE_SPIN: Duration = Duration::from_micros(500);
+
+/// A task's failure, reported by its worker.
+enum Failure {
+    Task(usize, BackendError),
+    Output(usize, String),
+    /// Stopped because another worker failed or the watchdog fired.
+    Stopped,
+}
+
+/// A program compiled on its PUs, ready to run inferences. `Send + Sync`: inferences from
+/// several threads take turns (an inference uses every PU of the program).
+pub struct Session {
+    program: Arc<Program>,
+    pus: Vec<PuSpec>,
+    workers: Vec<Option<Worker>>,
+    timeout: Duration,
+    turn: Mutex<()>,
+    /// Why the session can no longer run (a worker hung), once it cannot.
+    broken: Mutex<Option<String>>,
+    compile_ms: f64,
+}
+
+impl Session {
+    /// Start a worker for every PU the program uses and compile every task on it. A task that
+    /// does not compile is an error naming it and its PU.
+    pub fn load(
+        (program, bytes): Built,
+        soc: &SocSpec,
+        backend: Arc<dyn Backend>,
+        timeout: Duration,
+    ) -> Result<Self, RuntimeError> {
+        let mut workers: Vec<Option<Worker>> = (0..soc.pus.len()).map(|_| None).collect();
+        for (pu, q) in program.queues.iter().enumerate() {
+            if !q.is_empty() {
+                workers[pu] = Some(Worker::spawn(&soc.pus[pu])?);
+            }
+        }
+        let t0 = Instant::now();
+        // every worker compiles its own tasks, all workers at once
+        let (tx, rx) = mpsc::channel();
+        let mut bytes: Vec<Option<Vec<u8>>> = bytes.into_iter().map(Some).collect();
+        for (pu, q) in program.queues.iter().enumerate() {
+            let Some(w) = &workers[pu] else { continue };
+            let jobs: Vec<(usize, Vec<u8>, Vec<String>, Vec<String>)> = q
+                .iter()
+                .map(|&t| {
+                    let task = &program.tasks[t];
+                    (t, bytes[t].take().unwrap_or_default(), task.input_names.clone(), task.output_names.clone())
+                })
+                .collect();
+            let (be, spec, tx) = (backend.clone(), soc.pus[pu].clone(), tx.clone());
+            w.post(Box::new(move |exes| {
+                for (t, onnx, ins, outs) in jobs {
+                    let r = be.compile(&onnx, &spec).and_then(|exe| {
+                        let feed = ports(exe.inputs().iter().map(|p| p.name.as_str()), &ins, &spec.name, "input")?;
+                        let take = ports(outs.iter().map(String::as_str), &exe_names(exe.outputs()), &spec.name, "output")?;
+                        exes.insert(t, Compiled { exe, feed, take });
+                        Ok(())
+                    });
+                    let failed = r.is_err();
+                    let _ = tx.send((t, r));
+                    if failed {
+                        return;
+                    }
+                }
+            }))?;
+        }
+        drop(tx);
+        let mut left: usize = program.tasks.len();
+        while left > 0 {
+            let (t, r) = rx.recv_timeout(timeout).map_err(|_| RuntimeError::Worker {
+                pu: "?".into(),
+                why: format!("compiling took over {} s", timeout.as_secs()),
+            })?;
+            let task = &program.tasks[t];
+            r.map_err(|e| RuntimeError::Op {
+                what: task.label(),
+                name: task.name.clone(),
+                pu: soc.pus[task.pu].name.clone(),
+                source: Box::new(e),
+            })?;
+            left -= 1;
+        }
+        let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
+        Ok(Self {
+            program: Arc::new(program),
+            pus: soc.pus.clone(),
+            workers,
+            timeout,
+            turn: Mutex::new(()),
+            broken: Mutex::new(None),
+            compile_ms,
+        })
+    }
+
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+
+    /// Time spent compiling every task at load (ms).
+    pub fn compile_ms(&self) -> f64 {
+        self.compile_ms
+    }
+
+    /// One inference: `inputs[s]` are stream `s`'s model inputs in graph order.
+    pub fn run(&self, inputs: &[Vec<Arc<HostTensor>>]) -> Result<Inference, RuntimeError> {
+        let _turn = lock(&self.turn);
+        if let Some(why) = lock(&self.broken).clone() {
+            return Err(RuntimeError::Broken(why));
+        }
+        let p = &self.program;
+        if inputs.len() != p.streams.len() {
+            return Err(RuntimeError::Inputs(format!("{} input sets for {} models", inputs.len(), p.streams.len())));
+        }
+        let t0 = Instant::now();
+        let mut values = vec![None; p.slots];
+        for (s, given) in p.streams.iter().zip(inputs) {
+            if s.inputs.len() != given.len() {
+                return Err(RuntimeError::Inputs(format!(
+                    "`{}` takes {} inputs, {} given",
+                    s.model,
+                    s.inputs.len(),
+                    given.len()
+                )));
+            }
+            for (&slot, t) in s.inputs.iter().zip(given) {
+                values[slot] = Some((t.clone(), t0));
+            }
+        }
+        let flight = Arc::new(Flight {
+            slots: Mutex::new(Slots { values, done: 0, running: vec![None; self.pus.len()], stop: false }),
+            cv: Condvar::new(),
+            progress: AtomicUsize::new(0),
+            stopping: AtomicBool::new(false),
+            t0,
+        });
+        let (tx, rx) = mpsc::channel();
+        let mut posted = 0;
+        for pu in 0..p.queues.len() {
+            let Some(w) = &self.workers[pu] else { continue };
+            let (program, flight, tx) = (p.clone(), flight.clone(), tx.clone());
+            w.post(Box::new(move |exes| {
+                let _ = tx.send(run_queue(exes, &program, pu, &flight));
+            }))?;
+            posted += 1;
+        }
+        drop(tx);
+        // watchdog: some task must finish within the timeout
+        let mut spans = vec![];
+        let mut failure = None;
+        let mut seen_done = 0;
+        while posted > 0 {
+            match rx.recv_timeout(self.timeout) {
+                Ok(r) => {
+                    posted -= 1;
+                    match r {
+                        Ok(s) => spans.extend(s),
+                        Err(Failure::Stopped) => {}
+                        Err(f) => {
+                            failure.get_or_insert(f);
+                        }
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    let mut st = lock(&flight.slots);
+                    if st.done > seen_done {
+                        seen_done = st.done;
+                        continue;
+                    }
+                    st.stop = true;
+                    flight.stopping.store(true, Ordering::Release);
+                    flight.cv.notify_all();
+                    let hung: Vec<usize> = st.running.iter().flatten().copied().collect();
+                    drop(st);
+                    return Err(self.hang(&hung));
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(RuntimeError::Worker { pu: "?".into(), why: "a worker stopped mid-inference".into() });
+                }
+            }
+        }
+        if let Some(f) = failure {
+            return Err(match f {
+                Failure::Task(t, e) => self.op_error(t, e),
+                Failure::Output(t, why) => {
+                    let task = &p.tasks[t];
+                    RuntimeError::OpOutput { what: task.label(), name: task.name.clone(), why }
+                }
+                Failure::Stopped => RuntimeError::Program("stopped without a cause".into()),
+            });
+        }
+        let total_us = t0.elapsed().as_secs_f64() * 1e6;
+        spans.sort_by_key(|s| s.task);
+        let st = lock(&flight.slots);
+        let outputs = p
+            .streams
+            .iter()
+            .map(|s| s.outputs.iter().map(|&o| st.values[o].as_ref().map(|v| v.0.clone())).collect::<Option<Vec<_>>>())
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| RuntimeError::Program("an output was not produced".into()))?;
+        Ok(Inference { outputs, spans, total_us })
+    }
+
+    fn op_error(&self, t: usize, e: BackendError) -> RuntimeError {
+        let task = &self.program.tasks[t];
+        RuntimeError::Op { what: task.label(), name: task.name.clone(), pu: self.pus[task.pu].name.clone(), source: Box::new(e) }
+    }
+
+    /// Abandon the workers running `hung` tasks and break the session.
+    fn hang(&self, hung: &[usize]) -> RuntimeError {
+        let what: Vec<String> = hung
+            .iter()
+            .map(|&t| {
+                let task = &self.program.tasks[t];
+                if let Some(w) = &self.workers[task.pu] {
+                    w.hung.store(true, Ordering::Relaxed);
+                }
+                format!("{} `{}` on PU `{}`", task.label(), task.name, self.pus[task.pu].name)
+            })
+            .collect();
+        let why = format!(
+            "no task finished for {} s; still running: {}",
+            self.timeout.as_secs_f64(),
+            if what.is_empty() { "nothing".into() } else { what.join(", ") }
+        );
+        *lock(&self.broken) = Some(why.clone());
+        RuntimeError::Timeout(why)
+    }
+}
+
+/// Runs on PU `pu`'s worker: its queue in order, each task once its inputs are there.
+fn run_queue(
+    exes: &mut HashMap<usize, Compiled>,
+    p: &Program,
+    pu: usize,
+    flight: &Flight,
+) -> Result<Vec<Span>, Failure> {
+    let mut spans = Vec::with_capacity(p.queues[pu].len());
+    let us = |t: Instant| t.duration_since(flight.t0).as_secs_f64() * 1e6;
+    for &t in &p.queues[pu] {
+        let task = &p.tasks[t];
+        let spin_until = Instant::now() + SPIN;
+        let (inputs, ready) = {
+            let mut st = lock(&flight.slots);
+            loop {
+                if st.stop {
+                    return Err(Failure::Stopped);
+                }
+                let got: Option<Vec<_>> = task.inputs.iter().map(|&i| st.values[i].clone()).collect();
+                if let Some(got) = got {
+                    st.running[pu] = Some(t);
+                    let ready = got.iter().map(|v| v.1).max().unwrap_or(flight.t0);
+                    break (got.into_iter().map(|v| v.0).collect::<Vec<_>>(), ready);
+                }
+                if Instant::now() < spin_until {
+                    // spin until another task is published, then look again
+                    let seen = flight.progress.load(Ordering::Acquire);
+                    drop(st);
+                    while flight.progress.load(Ordering::Acquire) == seen
+                        && !flight.stopping.load(Ordering::Acquire)
+                        && Instant::now() < spin_until
+                    {
+                        std::hint::spin_loop();
+                    }
+                    st = lock(&flight.slots);
+                } else {
+                    st = flight.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+                }
+            }
+        };
+        let start = Instant::now();
+        let c = exes.get_mut(&t).ok_or(Failure::Output(t, "not compiled".into()))?;
+        let refs: Vec<&HostTensor> = c.feed.iter().map(|&i| inputs[i].as_ref()).collect();
+        let result = c.exe.run(&refs);
+        let finish = Instant::now();
+        let fail = |f: Failure| {
+            let mut st = lock(&flight.slots);
+            st.stop = true;
+            flight.stopping.store(true, Ordering::Release);
+            st.running[pu] = None;
+            flight.cv.notify_all();
+            Err(f)
+        };
+        let mut produced: Vec<Option<HostTensor>> = match result {
+            Ok(o) => o.into_iter().map(Some).collect(),
+            Err(e) => return fail(Failure::Task(t, e)),
+        };
+        let mut outs = Vec::with_capacity(task.outputs.len());
+        for (j, &k) in c.take.iter().enumerate() {
+            let Some(o) = produced.get_mut(k).and_then(Option::take) else {
+                return fail(Failure::Output(t, format!("the backend gave {} outputs", produced.len())));
+            };
+            let (dtype, shape) = &task.output_types[j];
+            if o.dtype != *dtype || o.shape != *shape {
+                let why = format!(
+                    "`{}` is {}{:?}, bident inferred {dtype}{shape:?}",
+                    task.output_names[j], o.dtype, o.shape
+                );
+                return fail(Failure::Output(t, why));
+            }
+            outs.push(Arc::new(o));
+        }
+        {
+            let mut st = lock(&flight.slots);
+            for (&slot, o) in task.outputs.iter().zip(outs) {
+                st.values[slot] = Some((o, finish));
+            }
+            st.done += 1;
+            st.running[pu] = None;
+            flight.progress.fetch_add(1, Ordering::Release);
+        }
+        flight.cv.notify_all();
+        spans.push(Span { task: t, ready_us: us(ready), start_us: us(start), finish_us: us(finish) });
+    }
+    Ok(spans)
+}
+
+fn exe_names(ports: &[bident_backend::PortInfo]) -> Vec<String> {
+    ports.iter().map(|p| p.name.clone()).collect()
+}
+
+/// For each of `wanted`'s names, its position in `have`: by name where every name is found,
+/// else by position when the counts agree (a backend may rename ports).
+fn ports<'a>(
+    wanted: impl Iterator<Item = &'a str>,
+    have: &[String],
+    pu: &str,
+    what: &str,
+) -> Result<Vec<usize>, BackendError> {
+    let wanted: Vec<&str> = wanted.collect();
+    let by_name: Option<Vec<usize>> = wanted.iter().map(|w| have.iter().position(|h| h == w)).collect();
+    match by_name {
+        Some(v) => Ok(v),
+        None if wanted.len() == have.len() => Ok((0..wanted.len()).collect()),
+        None => Err(BackendError::Compile {
+            pu: pu.into(),
+            reason: format!("the compiled model has {} {what}s, the task {}", have.len(), wanted.len()),
+        }),
+    }
+}
