@@ -67,6 +67,7 @@ fn synthetic_costs(g: &bident_ir::FusedGraph) -> bident_profile::CostTable {
         warmup: 0,
         components: vec!["synthetic".into(); 2],
         io_every_call: vec![false; 2],
+        segments: vec![],
         contention: None,
         ops,
     }
@@ -195,7 +196,11 @@ fn example_measured_on_local() {
     assert!(!costs.simulated);
     assert!(costs.ops.iter().all(|o| o.per_pu.iter().flatten().all(|c| c.exec_us > 0.0 && c.runs == 3)));
     assert!(report.measured_us > 0.0 && report.measured_best_single_pu_us > 0.0);
-    assert_eq!(report.ops.len(), g.ops.len());
+    // every op ran once, alone or in a segment compiled together
+    let mut ran: Vec<u32> = report.ops.iter().flat_map(|t| t.ops.iter().copied()).collect();
+    ran.sort();
+    assert_eq!(ran, (0..g.ops.len() as u32).collect::<Vec<_>>());
+    assert!(report.measured_backend_default_us > 0.0 && report.prediction_error.is_finite());
 }
 
 /// The `cores` SoC: one single-threaded PU pinned to each core; the plan may mix them, and its

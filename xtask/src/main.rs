@@ -28,7 +28,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run every stage on a model: import, partition, profile, search, run.
-    Pipeline(pipeline::PipelineArgs),
+    Pipeline(Box<pipeline::PipelineArgs>),
     /// Stage 1: ONNX -> fused-graph.bin
     Import(pipeline::ImportArgs),
     /// Stage 2: fused-graph.bin -> phased-graph.bin
@@ -108,7 +108,7 @@ enum Cmd {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.cmd {
-        Cmd::Pipeline(a) => pipeline::pipeline(a),
+        Cmd::Pipeline(a) => pipeline::pipeline(*a),
         Cmd::Import(a) => pipeline::import_cmd(a).map(|_| ()),
         Cmd::Partition(a) => pipeline::partition_cmd(a),
         Cmd::Profile(a) => pipeline::profile_cmd(a),

@@ -159,10 +159,11 @@ pub struct RunOpts {
     /// Seconds an inference may go without any op finishing before it is abandoned.
     #[arg(long, default_value_t = RunConfig::default().op_timeout.as_secs())]
     pub timeout: u64,
-    /// Compile each run of consecutive ops the plan puts on one PU as one sub-model (the backend
-    /// then fuses across them), instead of every op alone as it was profiled.
+    /// Compile and run every op alone. By default each run of branch neighbours the plan puts
+    /// on one PU is compiled as one sub-model (the backend fuses across them; the profile
+    /// measured what that saves and the plan counts on it).
     #[arg(long)]
-    pub merge: bool,
+    pub op_by_op: bool,
 }
 
 impl RunOpts {
@@ -170,7 +171,7 @@ impl RunOpts {
         RunConfig {
             runs: self.runs,
             op_timeout: std::time::Duration::from_secs(self.timeout.max(1)),
-            grouping: if self.merge { Grouping::Merged } else { Grouping::PerOp },
+            grouping: if self.op_by_op { Grouping::PerOp } else { Grouping::Merged },
             ..Default::default()
         }
     }
@@ -409,12 +410,15 @@ pub struct Measuring {
     pub no_cache: bool,
 }
 
+/// `pairs`: neighbours in the execution order to measure compiled together as well (the runtime merges
+/// them when a plan puts both on one PU).
 fn profile_stage(
     dir: &Path,
     g: &FusedGraph,
     gh: ContentHash,
     soc: &Soc,
     m: Measuring,
+    pairs: Vec<(OpId, OpId)>,
 ) -> Result<(CostTable, ContentHash)> {
     clear(dir, &[COSTS, PLAN, REPORT])?;
     let (soc, be) = match soc {
@@ -433,7 +437,12 @@ fn profile_stage(
         }
     };
     let be = be.as_ref();
-    let cfg = ProfileConfig { runs: m.runs, adaptive: !m.fixed_runs, ..Default::default() };
+    let cfg = ProfileConfig {
+        runs: m.runs,
+        adaptive: !m.fixed_runs,
+        segments: pairs.into_iter().map(|(a, b)| vec![a, b]).collect(),
+        ..Default::default()
+    };
     let cache = (!m.no_cache).then(|| bident_profile::cache::CostCache::new(target_dir().join("bident/cache/costs")));
     let tty = std::io::stderr().is_terminal();
     let mut last = std::time::Instant::now();
@@ -492,8 +501,35 @@ fn profile_stage(
         }
     );
     print_profile_summary(&table);
+    print_merged(&table);
     print_stop_check(&table, &cfg);
     Ok((table, h))
+}
+
+/// What compiling neighbours together saves, measured.
+fn print_merged(t: &CostTable) {
+    if t.segments.is_empty() {
+        return;
+    }
+    for (j, pu) in t.soc.pus.iter().map(|p| &p.name).enumerate() {
+        let io = if t.io_every_call.get(j) == Some(&true) { 1.0 } else { 0.0 };
+        let mut saved: Vec<f64> = t
+            .segments
+            .iter()
+            .filter_map(|m| {
+                let [first, second] = m.ops[..] else { return None };
+                let (a, b, ab) = (t.cost(first, j)?, t.cost(second, j)?, m.per_pu[j].as_ref()?);
+                let call = |c: &bident_profile::Cost| c.weight_us() + io * (c.h2d_us + c.d2h_us);
+                Some(call(a) + call(b) - call(ab))
+            })
+            .collect();
+        let total: f64 = saved.iter().sum();
+        eprintln!(
+            "profile: {pu}: {} pairs of neighbours compiled together save {:.1} µs each (median; {total:.0} µs in all)",
+            saved.len(),
+            bident_profile::quantile(&mut saved, 0.5)
+        );
+    }
 }
 
 /// Representative ops for the contention co-runs: compute-bound (MatMul, Conv) and
@@ -597,7 +633,8 @@ pub fn profile_cmd(a: ProfileArgs) -> Result<()> {
     let (g, gh) = read_fused(&a.dir)?;
     let soc = Soc::load(&a.soc.soc)?;
     let m = Measuring { runs: a.profile_runs, fixed_runs: a.fixed_runs, no_cache: a.no_cache };
-    profile_stage(&a.dir, &g, gh, &soc, m).map(|_| ())
+    let phased = read::<PhasedGraph>(&a.dir, PHASED)?;
+    profile_stage(&a.dir, &g, gh, &soc, m, phased.value.neighbours()).map(|_| ())
 }
 
 /// Stage 4.
@@ -679,6 +716,69 @@ pub fn search_cmd(a: SearchArgs) -> Result<()> {
     .map(|_| ())
 }
 
+/// Between search and run, on real PUs: measure the plan's segments of three or more ops whole
+/// (the search priced them from pairs), and every PU running the whole model (the single-PU
+/// baselines), add them to the cost table and search again, until the plan's segments are all
+/// measured (at most a few rounds).
+#[allow(clippy::too_many_arguments)]
+fn refine_stage(
+    dir: &Path,
+    g: &FusedGraph,
+    phased: (&PhasedGraph, ContentHash),
+    (mut costs, mut ch): (CostTable, ContentHash),
+    (mut plan, mut plan_h): (Plan, ContentHash),
+    cfg: &SearchConfig,
+    (soc, be): (&SocSpec, &dyn Backend),
+    m: Measuring,
+) -> Result<(CostTable, ContentHash, Plan, ContentHash)> {
+    const ROUNDS: usize = 4;
+    let pcfg = ProfileConfig { runs: m.runs, adaptive: !m.fixed_runs, ..Default::default() };
+    let cache = (!m.no_cache).then(|| bident_profile::cache::CostCache::new(target_dir().join("bident/cache/costs")));
+    let order = phased.0.order();
+    for _ in 0..ROUNDS {
+        let measured = |ops: &[OpId], pu: usize| costs.segments.iter().any(|s| s.ops == ops && s.per_pu[pu].is_some());
+        let whole = (0..soc.pus.len())
+            .filter(|&j| order.iter().all(|&o| costs.cost(o, j).is_some()))
+            .map(|j| (order.clone(), j));
+        let mut wanted: Vec<(Vec<OpId>, usize)> = plan
+            .segments()
+            .into_iter()
+            .filter_map(|(ops, pu)| soc.pus.iter().position(|p| p.name == pu).map(|j| (ops, j)))
+            .chain(whole)
+            .filter(|(ops, j)| ops.len() >= 3 && !measured(ops, *j))
+            .collect();
+        wanted.sort();
+        wanted.dedup();
+        if wanted.is_empty() {
+            break;
+        }
+        let t0 = std::time::Instant::now();
+        let found = bident_profile::measure_segments(g, soc, be, &pcfg, cache.as_ref(), &wanted, &mut |_| {})?;
+        let before = plan.predicted_us;
+        let summary: Vec<String> = found
+            .iter()
+            .zip(&wanted)
+            .map(|(s, (ops, j))| {
+                let got = s.per_pu[*j]
+                    .as_ref()
+                    .map_or("failed".to_string(), |c| format!("{:.1} µs", c.weight_us() + c.h2d_us + c.d2h_us));
+                format!("ops {}..{} on {}: {got}", ops[0], ops[ops.len() - 1], soc.pus[*j].name)
+            })
+            .collect();
+        costs.segments.extend(found);
+        ch = write(dir, COSTS, &costs, artifact::read::<CostTable>(&dir.join(COSTS))?.header.input_hash)?;
+        (plan, plan_h) = search_stage(dir, phased, (&costs, ch), cfg, false)?;
+        eprintln!(
+            "refine: measured the plan's segments whole in {:.1} s ({}); the plan predicted {before:.1} µs from pairs, \
+             the new plan {:.1} µs",
+            t0.elapsed().as_secs_f64(),
+            summary.join("; "),
+            plan.predicted_us
+        );
+    }
+    Ok((costs, ch, plan, plan_h))
+}
+
 /// Stage 5. With `--fallback`, a PU that fails is excluded and the plan searched again
 /// (`replan`) until a plan runs or no PU is left to drop.
 fn run_stage(
@@ -704,9 +804,14 @@ fn run_stage(
         };
         let Some(pu) = err.faulty_pu().map(str::to_string) else { return Err(err.into()) };
         if !opts.fallback {
-            return Err(anyhow::Error::new(err).context(format!("run: rerun with --fallback to plan without PU `{pu}`")));
+            return Err(
+                anyhow::Error::new(err).context(format!("run: rerun with --fallback to plan without PU `{pu}`"))
+            );
         }
-        eprintln!("run: {}; --fallback: planning again without PU `{pu}`", anyhow::Error::new(err).chain().map(|e| e.to_string()).collect::<Vec<_>>().join(": "));
+        eprintln!(
+            "run: {}; --fallback: planning again without PU `{pu}`",
+            anyhow::Error::new(err).chain().map(|e| e.to_string()).collect::<Vec<_>>().join(": ")
+        );
         let mut c = plan.0.constraints.clone();
         c.exclude.push(pu);
         if c.exclude.len() >= soc.pus.len() {
@@ -751,7 +856,13 @@ pub fn run_cmd(a: RunArgs) -> Result<()> {
     let be = backend()?;
     let mut replan = |c: &bident_search::Constraints| {
         let cfg = SearchConfig { constraints: c.clone(), ..cfg.clone() };
-        search_stage(&a.dir, (&phased.value, phased.header.payload_hash), (&costs.value, costs.header.payload_hash), &cfg, false)
+        search_stage(
+            &a.dir,
+            (&phased.value, phased.header.payload_hash),
+            (&costs.value, costs.header.payload_hash),
+            &cfg,
+            false,
+        )
     };
     let (plan, r) =
         run_stage(&a.dir, &g, (plan.value, plan.header.payload_hash), &costs.value.soc, be, &a.run, &mut replan)?;
@@ -765,11 +876,16 @@ pub fn run_stages(a: &PipelineArgs) -> Result<(FusedGraph, Plan, Option<RunRepor
     let (phased, ph) = partition_stage(&dir, &g, gh)?;
     let soc = Soc::load(&a.soc.soc)?;
     let m = Measuring { runs: a.profile_runs, fixed_runs: a.fixed_runs, no_cache: a.no_cache };
-    let (costs, ch) = profile_stage(&dir, &g, gh, &soc, m)?;
+    let (costs, ch) = profile_stage(&dir, &g, gh, &soc, m, phased.neighbours())?;
     let cfg = a.plan.config()?;
-    let (plan, plan_h) = search_stage(&dir, (&phased, ph), (&costs, ch), &cfg, a.plan.pareto())?;
+    let (mut plan, mut plan_h) = search_stage(&dir, (&phased, ph), (&costs, ch), &cfg, a.plan.pareto())?;
+    let (mut costs, mut ch) = (costs, ch);
     match soc {
         Soc::Measured(spec, be) => {
+            if !a.plan.pareto() {
+                (costs, ch, plan, plan_h) =
+                    refine_stage(&dir, &g, (&phased, ph), (costs, ch), (plan, plan_h), &cfg, (&spec, be.as_ref()), m)?;
+            }
             let mut replan = |c: &bident_search::Constraints| {
                 let cfg = SearchConfig { constraints: c.clone(), ..cfg.clone() };
                 search_stage(&dir, (&phased, ph), (&costs, ch), &cfg, false)
@@ -800,7 +916,8 @@ fn concurrent_pipeline(a: &PipelineArgs, model_b: &str) -> Result<()> {
     for model in [a.import.model.clone(), Some(model_b.to_string())] {
         let (dir, g, gh) = import_cmd(ImportArgs { model, out: None, ..a.import.clone() })?;
         let (phased, _) = partition_stage(&dir, &g, gh)?;
-        let (costs, _) = profile_stage(&dir, &g, gh, &soc, m)?;
+        // a concurrent plan runs every op alone: no pairs to measure
+        let (costs, _) = profile_stage(&dir, &g, gh, &soc, m, vec![])?;
         stages.push((g, phased, costs));
     }
     let [(ga, pa, ca), (gb, pb, cb)] = <[_; 2]>::try_from(stages).map_err(|_| anyhow::anyhow!("two models"))?;
@@ -883,7 +1000,10 @@ fn concurrent_pipeline(a: &PipelineArgs, model_b: &str) -> Result<()> {
             None
         }
         Soc::Measured(spec, be) => {
-            anyhow::ensure!(!a.run.fallback, "--fallback is not available with --with: a concurrent plan cannot exclude a PU yet");
+            anyhow::ensure!(
+                !a.run.fallback,
+                "--fallback is not available with --with: a concurrent plan cannot exclude a PU yet"
+            );
             let cfg = a.run.config();
             let r = bident_runtime::run_concurrent((&ga, &gb), &plan, &spec, a.run.backend(be), &cfg)?;
             let h = bident_runtime::input_hash(plan_h, &cfg);

@@ -96,7 +96,7 @@ pub fn thirdparty(soc: &str, fusion: &str, runs: u32, profile_runs: u32, json: b
             profile_runs,
             fixed_runs: false,
             no_cache: false,
-            run: crate::pipeline::RunOpts { runs, fallback: false, inject_fault: None, timeout: 60, merge: false },
+            run: crate::pipeline::RunOpts { runs, fallback: false, inject_fault: None, timeout: 60, op_by_op: false },
             json: false,
             with: None,
             aligned: false,

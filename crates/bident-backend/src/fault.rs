@@ -93,7 +93,12 @@ impl FaultyBackend {
         if self.spec.fault == Fault::Compile {
             return Err(BackendError::Compile { pu: pu.name.clone(), reason: "injected fault".into() });
         }
-        Ok(Box::new(FaultyExecutable { inner: exe, pu: pu.name.clone(), fault: self.spec.fault, runs: self.runs.clone() }))
+        Ok(Box::new(FaultyExecutable {
+            inner: exe,
+            pu: pu.name.clone(),
+            fault: self.spec.fault,
+            runs: self.runs.clone(),
+        }))
     }
 }
 
@@ -115,7 +120,11 @@ impl Executable for FaultyExecutable {
         let n = self.runs.fetch_add(1, Ordering::Relaxed);
         match self.fault {
             Fault::RunAfter(k) if n >= k => {
-                return Err(BackendError::Run { pu: self.pu.clone(), what: "infer".into(), reason: "injected fault".into() });
+                return Err(BackendError::Run {
+                    pu: self.pu.clone(),
+                    what: "infer".into(),
+                    reason: "injected fault".into(),
+                });
             }
             Fault::HangAfter(k, d) if n >= k => std::thread::sleep(d),
             _ => {}

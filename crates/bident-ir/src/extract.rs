@@ -8,6 +8,9 @@ use crate::lower::value_info;
 use crate::proto::{GraphProto, ModelProto, TensorProto};
 use crate::{FusedGraph, IrError, OpId, TensorId};
 
+/// An extracted group of ops: ONNX bytes, its inputs and its outputs.
+pub type Group = (Vec<u8>, Vec<TensorId>, Vec<TensorId>);
+
 /// Decodes a fused graph's lowered model once, then extracts any number of ops from it.
 pub struct Extractor<'g> {
     graph: &'g FusedGraph,
@@ -35,20 +38,25 @@ impl<'g> Extractor<'g> {
     }
 
     /// Several fused ops as one model (the runtime compiles a run of ops planned on one PU
-    /// together, so the backend can fuse across them). `ops` must be in graph order and closed
-    /// under paths (no op outside the group lies between two of its ops). Returns the bytes and
+    /// together, so the backend can fuse across them). `ops` must be in a topological order and
+    /// closed under paths (no op outside the group lies between two of its ops: a run of
+    /// neighbours in an execution order is). Returns the bytes and
     /// the group's inputs (read, not produced inside, first-use order) and outputs (produced
     /// inside and read outside or by the graph).
-    pub fn extract_group(&self, ops: &[OpId]) -> Result<(Vec<u8>, Vec<TensorId>, Vec<TensorId>), IrError> {
+    pub fn extract_group(&self, ops: &[OpId]) -> Result<Group, IrError> {
         let count = self.graph.ops.len();
         let fs = ops
             .iter()
             .map(|&o| self.graph.ops.get(o as usize).ok_or(IrError::NoSuchOp { op: o as usize, count }))
             .collect::<Result<Vec<_>, _>>()?;
-        if ops.windows(2).any(|w| w[0] >= w[1]) {
-            return Err(IrError::StoredModel(format!("group {ops:?} is not in graph order")));
-        }
         let produced: HashSet<TensorId> = fs.iter().flat_map(|f| f.outputs.iter().copied()).collect();
+        let mut so_far = HashSet::new();
+        for (f, &o) in fs.iter().zip(ops) {
+            if f.inputs.iter().any(|t| produced.contains(t) && !so_far.contains(t)) {
+                return Err(IrError::StoredModel(format!("group {ops:?}: op {o} comes before an op it reads from")));
+            }
+            so_far.extend(f.outputs.iter().copied());
+        }
         let mut inputs = vec![];
         for t in fs.iter().flat_map(|f| f.inputs.iter().copied()) {
             if !produced.contains(&t) && !inputs.contains(&t) {
@@ -68,7 +76,13 @@ impl<'g> Extractor<'g> {
         Ok((self.model_of(&name, &nodes, &inputs, &outputs)?, inputs, outputs))
     }
 
-    fn model_of(&self, name: &str, nodes: &[u32], inputs: &[TensorId], outputs: &[TensorId]) -> Result<Vec<u8>, IrError> {
+    fn model_of(
+        &self,
+        name: &str,
+        nodes: &[u32],
+        inputs: &[TensorId],
+        outputs: &[TensorId],
+    ) -> Result<Vec<u8>, IrError> {
         let g = self.model.graph.as_ref().ok_or_else(|| IrError::StoredModel("no graph".into()))?;
         let mut node = Vec::with_capacity(nodes.len());
         let mut initializer: Vec<TensorProto> = vec![];

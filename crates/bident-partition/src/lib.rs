@@ -53,6 +53,13 @@ impl PhasedGraph {
         self.phases.iter().flat_map(|p| p.branches.iter().flat_map(|b| b.ops.iter().copied())).collect()
     }
 
+    /// Consecutive ops of the execution order, `(op, the op after it)`: what the runtime may
+    /// compile together when a plan puts both on one PU, and whose merged cost the profiler
+    /// measures.
+    pub fn neighbours(&self) -> Vec<(OpId, OpId)> {
+        self.order().windows(2).map(|w| (w[0], w[1])).collect()
+    }
+
     /// Phases with more than one branch.
     pub fn parallel_phases(&self) -> usize {
         self.phases.iter().filter(|p| p.branches.len() > 1).count()

@@ -16,7 +16,7 @@ pub mod simulate;
 
 use bident_artifact::{Artifact, ContentHash};
 use bident_backend::{Backend, BackendError, Executable, PuSpec, SocSpec};
-use bident_ir::{BackendLayer, Extractor, FusedGraph, OpId};
+use bident_ir::{BackendLayer, Extractor, FusedGraph, OpId, TensorId};
 use bident_tensor::HostTensor;
 use serde::{Deserialize, Serialize};
 
@@ -120,6 +120,14 @@ impl Cost {
     }
 }
 
+/// A run of neighbours in the execution order compiled and run as one sub-model, per PU (None
+/// where it was not measured or failed).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SegmentCost {
+    pub ops: Vec<OpId>,
+    pub per_pu: Vec<Option<Cost>>,
+}
+
 /// One op's row of the table: a cost per PU (None where it failed, with the reason).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct OpCosts {
@@ -187,6 +195,10 @@ pub struct CostTable {
     /// its ops and transfers are paid only where data crosses PUs (the paper's model; the
     /// virtual SoC).
     pub io_every_call: Vec<bool>,
+    /// Runs of consecutive ops (in the execution order) measured compiled as one sub-model (the
+    /// backend fuses across them and keeps its own layout between them): pairs of neighbours on
+    /// every PU, and the longer segments of plans on the PU the plan puts them on.
+    pub segments: Vec<SegmentCost>,
     /// Cross-PU slowdown factors, when measured or modelled.
     pub contention: Option<Contention>,
     pub ops: Vec<OpCosts>,
@@ -215,6 +227,10 @@ pub struct ProfileConfig {
     pub rel_ci: f64,
     /// Seed of the random op inputs.
     pub seed: u64,
+    /// Runs of ops (neighbours in the execution order, usually pairs) also measured compiled
+    /// together on every PU, as the runtime runs them when a plan puts them on one PU
+    /// (`CostTable::segments`).
+    pub segments: Vec<Vec<OpId>>,
 }
 
 impl Default for ProfileConfig {
@@ -223,7 +239,7 @@ impl Default for ProfileConfig {
         // measured (`--fixed-runs` replays the rule): with a minimum of 10 or 20 the interval
         // closes on a lucky streak and up to a third of the medians land >3% off the 200-run
         // median; with 40 all of them were within 3% on the example on `cores`.
-        Self { warmup: 20, runs: 200, adaptive: true, min_runs: 40, rel_ci: 0.03, seed: 0 }
+        Self { warmup: 20, runs: 200, adaptive: true, min_runs: 40, rel_ci: 0.03, seed: 0, segments: vec![] }
     }
 }
 
@@ -323,68 +339,33 @@ pub fn profile(
             got: backend.name().into(),
         });
     }
+    // the units timed: every op, then every segment compiled together, on every PU
     let ex = Extractor::new(g)?;
-    let models: Vec<Vec<u8>> = (0..g.ops.len()).map(|i| ex.extract(i as OpId)).collect::<Result<_, _>>()?;
-    let inputs: Vec<Vec<HostTensor>> = g
-        .ops
-        .iter()
-        .enumerate()
-        .map(|(i, op)| {
-            op.inputs
-                .iter()
-                .enumerate()
-                .map(|(k, &t)| {
-                    let t = g.tensor(t);
-                    HostTensor::seeded(t.dtype, t.shape.clone(), cfg.seed ^ ((i as u64) << 16) ^ k as u64)
-                })
-                .collect()
-        })
-        .collect();
-    let backend_id = format!("{} {}", backend.name(), backend.version());
-    let machine = host_description();
-    // per_pu[j][i]: op i on PU j
-    let mut columns: Vec<Vec<Result<Cost, String>>> = Vec::with_capacity(soc.pus.len());
-    for pu in &soc.pus {
-        let keys: Vec<ContentHash> = match cache {
-            Some(_) => models
-                .iter()
-                .zip(&inputs)
-                .map(|(m, i)| cache::CostCache::key(m, i, pu, &backend_id, &machine, cfg))
-                .collect(),
-            None => vec![],
-        };
-        let mut column: Vec<Option<Result<Cost, String>>> = match cache {
-            Some(c) => keys.iter().map(|&k| c.get(k)).collect(),
-            None => vec![None; models.len()],
-        };
-        let todo: Vec<usize> = (0..models.len()).filter(|&i| column[i].is_none()).collect();
-        if cache.is_some() {
-            progress(Progress { pu: &pu.name, phase: "cached", done: models.len() - todo.len(), total: models.len() });
-        }
-        if !todo.is_empty() {
-            let sub_models: Vec<&[u8]> = todo.iter().map(|&i| models[i].as_slice()).collect();
-            let sub_inputs: Vec<&[HostTensor]> = todo.iter().map(|&i| inputs[i].as_slice()).collect();
-            match profile_pu(backend, pu, &sub_models, &sub_inputs, cfg, progress)? {
-                Ok(measured) => {
-                    for (&i, r) in todo.iter().zip(measured) {
-                        if let Some(c) = cache {
-                            c.put(keys[i], &r);
-                        }
-                        column[i] = Some(r);
-                    }
-                }
-                // the PU itself is unusable (e.g. cannot pin): every op fails there with that
-                // reason, and nothing is cached
-                Err(reason) => todo.iter().for_each(|&i| column[i] = Some(Err(reason.clone()))),
-            }
-        }
-        columns.push(column.into_iter().map(|c| c.unwrap_or_else(|| Err("not measured".into()))).collect());
+    let mut units: Vec<Unit> = Vec::with_capacity(g.ops.len() + cfg.segments.len());
+    for (i, op) in g.ops.iter().enumerate() {
+        units.push(Unit { model: ex.extract(i as OpId)?, inputs: seeded_inputs(g, &op.inputs, cfg.seed, i) });
     }
+    for (k, ops) in cfg.segments.iter().enumerate() {
+        let (model, ins, _) = ex.extract_group(ops)?;
+        units.push(Unit { model, inputs: seeded_inputs(g, &ins, cfg.seed, g.ops.len() + k) });
+    }
+    let mut columns = measure_units(backend, soc, &units, &|_, _| true, cfg, cache, progress)?;
+    let mut take = |i: usize| -> Vec<Result<Cost, String>> {
+        columns.iter_mut().map(|col| col[i].take().unwrap_or_else(|| Err("not measured".into()))).collect()
+    };
     let mut ops = Vec::with_capacity(g.ops.len());
     for i in 0..g.ops.len() {
-        let results = columns.iter_mut().map(|col| std::mem::replace(&mut col[i], Err(String::new())));
-        ops.push(OpCosts::from_results(g, i as OpId, soc, results)?);
+        ops.push(OpCosts::from_results(g, i as OpId, soc, take(i).into_iter())?);
     }
+    let segments = cfg
+        .segments
+        .iter()
+        .enumerate()
+        .map(|(k, ops)| SegmentCost {
+            ops: ops.clone(),
+            per_pu: take(g.ops.len() + k).into_iter().map(Result::ok).collect(),
+        })
+        .collect();
     Ok(CostTable {
         model: g.name.clone(),
         graph: g.content_hash()?,
@@ -394,6 +375,7 @@ pub fn profile(
         measured_on: host_description(),
         warmup: cfg.warmup,
         io_every_call: vec![true; soc.pus.len()],
+        segments,
         components: soc
             .pus
             .iter()
@@ -408,6 +390,102 @@ pub fn profile(
         contention: None,
         ops,
     })
+}
+
+/// A sub-model to time and the inputs to time it with.
+struct Unit {
+    model: Vec<u8>,
+    inputs: Vec<HostTensor>,
+}
+
+fn seeded_inputs(g: &FusedGraph, ins: &[TensorId], seed: u64, unit: usize) -> Vec<HostTensor> {
+    ins.iter()
+        .enumerate()
+        .map(|(k, &t)| {
+            let t = g.tensor(t);
+            HostTensor::seeded(t.dtype, t.shape.clone(), seed ^ ((unit as u64) << 16) ^ k as u64)
+        })
+        .collect()
+}
+
+/// One PU's results per unit: a cost or why not, None where not asked.
+type Column = Vec<Option<Result<Cost, String>>>;
+
+/// Time `units` on the PUs of `soc` (`on(unit, pu)`: whether to), PU by PU, through the cache:
+/// `columns[pu][unit]`, None where not asked.
+fn measure_units(
+    backend: &dyn Backend,
+    soc: &SocSpec,
+    units: &[Unit],
+    on: &dyn Fn(usize, usize) -> bool,
+    cfg: &ProfileConfig,
+    cache: Option<&cache::CostCache>,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Vec<Column>, ProfileError> {
+    let backend_id = format!("{} {}", backend.name(), backend.version());
+    let machine = host_description();
+    let mut columns = Vec::with_capacity(soc.pus.len());
+    for (j, pu) in soc.pus.iter().enumerate() {
+        let asked: Vec<usize> = (0..units.len()).filter(|&i| on(i, j)).collect();
+        let key = |i: usize| cache::CostCache::key(&units[i].model, &units[i].inputs, pu, &backend_id, &machine, cfg);
+        let mut column: Column = vec![None; units.len()];
+        if let Some(c) = cache {
+            for &i in &asked {
+                column[i] = c.get(key(i));
+            }
+        }
+        let todo: Vec<usize> = asked.iter().copied().filter(|&i| column[i].is_none()).collect();
+        if cache.is_some() {
+            progress(Progress { pu: &pu.name, phase: "cached", done: asked.len() - todo.len(), total: asked.len() });
+        }
+        if !todo.is_empty() {
+            let models: Vec<&[u8]> = todo.iter().map(|&i| units[i].model.as_slice()).collect();
+            let inputs: Vec<&[HostTensor]> = todo.iter().map(|&i| units[i].inputs.as_slice()).collect();
+            match profile_pu(backend, pu, &models, &inputs, cfg, progress)? {
+                Ok(measured) => {
+                    for (&i, r) in todo.iter().zip(measured) {
+                        if let Some(c) = cache {
+                            c.put(key(i), &r);
+                        }
+                        column[i] = Some(r);
+                    }
+                }
+                // the PU itself is unusable (e.g. cannot pin): every unit fails there with that
+                // reason, and nothing is cached
+                Err(reason) => todo.iter().for_each(|&i| column[i] = Some(Err(reason.clone()))),
+            }
+        }
+        columns.push(column);
+    }
+    Ok(columns)
+}
+
+/// Measure runs of ops compiled together, each on one PU (`wanted`: ops in execution order,
+/// PU index), under the profile's protocol and cache: what a plan's segments really cost.
+pub fn measure_segments(
+    g: &FusedGraph,
+    soc: &SocSpec,
+    backend: &dyn Backend,
+    cfg: &ProfileConfig,
+    cache: Option<&cache::CostCache>,
+    wanted: &[(Vec<OpId>, usize)],
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Vec<SegmentCost>, ProfileError> {
+    let ex = Extractor::new(g)?;
+    let mut units = Vec::with_capacity(wanted.len());
+    for (k, (ops, _)) in wanted.iter().enumerate() {
+        let (model, ins, _) = ex.extract_group(ops)?;
+        units.push(Unit { model, inputs: seeded_inputs(g, &ins, cfg.seed, g.ops.len() + k) });
+    }
+    let columns = measure_units(backend, soc, &units, &|i, j| wanted[i].1 == j, cfg, cache, progress)?;
+    Ok(wanted
+        .iter()
+        .enumerate()
+        .map(|(k, (ops, _))| SegmentCost {
+            ops: ops.clone(),
+            per_pu: columns.iter().map(|col| col[k].clone().and_then(Result::ok)).collect(),
+        })
+        .collect())
 }
 
 /// One PU's column of the table: a cost, or the backend's reason, per op; `Err` when the PU

@@ -60,8 +60,19 @@ struct Row {
 }
 
 /// The metadata lines of a CSV export, in order. Values are JSON.
-const META: &[&str] =
-    &["model", "graph", "simulated", "backend", "measured_on", "warmup", "components", "io_every_call", "soc", "contention"];
+const META: &[&str] = &[
+    "model",
+    "graph",
+    "simulated",
+    "backend",
+    "measured_on",
+    "warmup",
+    "components",
+    "io_every_call",
+    "segments",
+    "soc",
+    "contention",
+];
 const CSV_MAGIC: &str = "# bident cost table";
 
 pub fn export(t: &CostTable, format: Format) -> Result<String, ProfileError> {
@@ -73,7 +84,7 @@ pub fn export(t: &CostTable, format: Format) -> Result<String, ProfileError> {
                 format!("{CSV_MAGIC} (schema {})\n", <CostTable as bident_artifact::Artifact>::SCHEMA_VERSION);
             let meta = serde_json::json!({
                 "model": t.model, "graph": t.graph, "simulated": t.simulated, "backend": t.backend,
-                "measured_on": t.measured_on, "warmup": t.warmup, "components": t.components, "io_every_call": t.io_every_call, "soc": t.soc,
+                "measured_on": t.measured_on, "warmup": t.warmup, "components": t.components, "io_every_call": t.io_every_call, "segments": t.segments, "soc": t.soc,
                 "contention": t.contention,
             });
             for key in META {
@@ -243,6 +254,14 @@ impl CostTable {
                 self.components.len(),
                 self.io_every_call.len()
             )));
+        }
+        for s in &self.segments {
+            if s.ops.len() < 2 || s.ops.iter().any(|&o| o as usize >= g.ops.len()) || s.per_pu.len() != n {
+                return Err(bad(format!(
+                    "segment {:?} has fewer than two ops, an op out of range or not one entry per PU",
+                    s.ops
+                )));
+            }
         }
         for (i, (o, op)) in self.ops.iter().zip(&g.ops).enumerate() {
             if o.op as usize != i || o.name != op.name || o.kind != op.kind {

@@ -246,6 +246,7 @@ pub fn simulate(g: &FusedGraph, soc: &VirtualSoc) -> Result<CostTable, ProfileEr
         measured_on: format!("nowhere: simulated {} (calibrated to {})", soc.spec.name, soc.calibration),
         warmup: 0,
         io_every_call: vec![false; soc.spec.pus.len()],
+        segments: vec![],
         components: soc
             .spec
             .pus

@@ -41,7 +41,7 @@ pub struct RunConfig {
 
 impl Default for RunConfig {
     fn default() -> Self {
-        Self { warmup: 3, runs: 20, seed: 0, op_timeout: Duration::from_secs(60), grouping: Grouping::PerOp }
+        Self { warmup: 3, runs: 20, seed: 0, op_timeout: Duration::from_secs(60), grouping: Grouping::Merged }
     }
 }
 
@@ -261,7 +261,9 @@ pub fn run_concurrent(
     backend: Arc<dyn Backend>,
     cfg: &RunConfig,
 ) -> Result<RunReport, RuntimeError> {
-    let session = Session::load(Program::from_concurrent((ga, gb), plan, soc, cfg.grouping)?, soc, backend.clone(), cfg.op_timeout)?;
+    // its search prices every op alone (no merge savings), so it runs them alone
+    let built = Program::from_concurrent((ga, gb), plan, soc, Grouping::PerOp)?;
+    let session = Session::load(built, soc, backend.clone(), cfg.op_timeout)?;
     measure(&[ga, gb], &session, &plan.baseline, soc, backend, cfg)
 }
 
@@ -281,11 +283,21 @@ pub fn model_inputs(g: &FusedGraph, seed: u64) -> Vec<Arc<HostTensor>> {
 }
 
 /// A session running model `g` whole on `pu` (alone in a one-PU SoC).
-fn whole(g: &FusedGraph, pu: &PuSpec, soc: &str, be: &Arc<dyn Backend>, cfg: &RunConfig) -> Result<Session, RuntimeError> {
+fn whole(
+    g: &FusedGraph,
+    pu: &PuSpec,
+    soc: &str,
+    be: &Arc<dyn Backend>,
+    cfg: &RunConfig,
+) -> Result<Session, RuntimeError> {
     let one = SocSpec { name: soc.into(), backend: be.name().into(), simulated: false, pus: vec![pu.clone()] };
-    Session::load(Program::whole(g, &one, 0, g.reference_model()?)?, &one, be.clone(), cfg.op_timeout).map_err(|e| match e {
-        RuntimeError::Op { pu, source, .. } => RuntimeError::Load { what: format!("whole model `{}`", g.name), pu, source },
-        e => e,
+    Session::load(Program::whole(g, &one, 0, g.reference_model()?)?, &one, be.clone(), cfg.op_timeout).map_err(|e| {
+        match e {
+            RuntimeError::Op { pu, source, .. } => {
+                RuntimeError::Load { what: format!("whole model `{}`", g.name), pu, source }
+            }
+            e => e,
+        }
     })
 }
 
@@ -323,8 +335,12 @@ fn measure(
     let (mut mono_us, mut default_us) = (vec![], vec![]);
     let mut max_abs_err = 0.0f64;
     let mut done = 0;
+    // a session's workers spin a little after each inference; let them go idle before the
+    // next session runs on the same cores
+    let settle = || std::thread::sleep(2 * session::IDLE_SPIN);
     while done < runs {
         let block = BLOCK.min(runs - done);
+        settle();
         for r in 0..cfg.warmup + block {
             let inf = session.run(&inputs)?;
             if r >= cfg.warmup {
@@ -339,6 +355,7 @@ fn measure(
         for (baseline, times) in [(&mono, &mut mono_us), (&default, &mut default_us)] {
             let mut sums = vec![0.0; block as usize];
             for (m, s) in baseline.iter().enumerate() {
+                settle();
                 for r in 0..cfg.warmup + block {
                     let inf = s.run(std::slice::from_ref(&inputs[m]))?;
                     if r >= cfg.warmup {

@@ -73,22 +73,25 @@ fn pu_index(soc: &SocSpec, name: &str, op: u32) -> Result<usize, RuntimeError> {
     })
 }
 
-/// Which planned ops run as one task: each op alone, or every run of ops consecutive in the
-/// plan on one PU (and, in a parallel plan, in one branch) compiled as one sub-model, so the
-/// backend fuses across them and keeps its own layouts between them, as it does for the whole
-/// model.
+/// Which planned ops run as one task: each op alone, or every run of neighbours in the plan's
+/// order that it puts on one PU compiled as one sub-model, so the backend fuses across them and
+/// keeps its own layouts between them, as it does for the whole model. The search counts on
+/// the measured saving (`CostTable::merged`) under the same rule: in a parallel plan only
+/// neighbours that overlap nothing else (same branch, or both in single-branch phases) join. A
+/// concurrent plan always runs ops alone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Grouping {
     PerOp,
     Merged,
 }
 
-/// One planned op: (stream, op, PU index, phase, branch, predicted start, finish).
+/// One planned op, in plan order.
 struct Planned {
     stream: usize,
     op: u32,
     pu: usize,
-    place: (u32, u32),
+    /// May be compiled together with the planned op before it, when on the same PU.
+    joins: bool,
     predicted: (f64, f64),
 }
 
@@ -104,12 +107,18 @@ fn tasks_of(
     for p in planned {
         let g = graphs[p.stream];
         if p.op as usize >= g.ops.len() {
-            return Err(RuntimeError::Program(format!("the plan names op {} of `{}`, which has {}", p.op, g.name, g.ops.len())));
+            return Err(RuntimeError::Program(format!(
+                "the plan names op {} of `{}`, which has {}",
+                p.op,
+                g.name,
+                g.ops.len()
+            )));
         }
         match groups.last_mut() {
             Some(last)
                 if grouping == Grouping::Merged
-                    && last.last().is_some_and(|l| l.stream == p.stream && l.pu == p.pu && l.place == p.place && l.op < p.op) =>
+                    && p.joins
+                    && last.last().is_some_and(|l| l.stream == p.stream && l.pu == p.pu) =>
             {
                 last.push(p)
             }
@@ -175,19 +184,21 @@ impl Program {
         let planned = plan
             .steps
             .iter()
-            .map(|s| {
+            .enumerate()
+            .map(|(k, s)| {
+                let joins = plan.joins_previous(k);
                 Ok(Planned {
                     stream: 0,
                     op: s.op,
                     pu: pu_index(soc, &s.pu, s.op)?,
-                    // branches matter only where they run at once
-                    place: if plan.schedule == bident_search::Schedule::Parallel { (s.phase, s.branch) } else { (0, 0) },
+                    joins,
                     predicted: (s.start_us, s.finish_us),
                 })
             })
             .collect::<Result<Vec<_>, RuntimeError>>()?;
         let (tasks, bytes) = tasks_of(&[g], &[0], &planned, grouping)?;
-        let p = Self::assemble(tasks, soc, vec![stream(g, 0)], g.tensors.len(), plan.schedule.name(), plan.predicted_us)?;
+        let p =
+            Self::assemble(tasks, soc, vec![stream(g, 0)], g.tensors.len(), plan.schedule.name(), plan.predicted_us)?;
         Ok((p, bytes))
     }
 
@@ -208,11 +219,9 @@ impl Program {
             for (k, side) in [&s.a, &s.b].into_iter().enumerate() {
                 let Some((op, pu)) = side else { continue };
                 let predicted = (s.start_us, s.start_us + s.duration_us);
-                planned.push(Planned { stream: k, op: *op, pu: pu_index(soc, pu, *op)?, place: (0, 0), predicted });
+                planned.push(Planned { stream: k, op: *op, pu: pu_index(soc, pu, *op)?, joins: false, predicted });
             }
         }
-        // a run of one stream's ops on one PU is merged only where no op of the other stream
-        // falls between them in step order (tasks_of merges neighbours only)
         let (tasks, bytes) = tasks_of(&[ga, gb], &bases, &planned, grouping)?;
         let streams = vec![stream(ga, bases[0]), stream(gb, bases[1])];
         let p = Self::assemble(tasks, soc, streams, bases[1] + gb.tensors.len(), "concurrent", plan.predicted_us)?;
@@ -318,7 +327,9 @@ impl Program {
             }
             if !moved {
                 let stuck: Vec<String> = (0..self.queues.len())
-                    .filter_map(|pu| self.queues[pu].get(head[pu]).map(|&t| format!("`{}` on PU {pu}", self.tasks[t].name)))
+                    .filter_map(|pu| {
+                        self.queues[pu].get(head[pu]).map(|&t| format!("`{}` on PU {pu}", self.tasks[t].name))
+                    })
                     .collect();
                 return bad(format!("the PUs' orders deadlock: {} wait for each other", stuck.join(", ")));
             }

@@ -60,7 +60,8 @@ impl Worker {
                     let job = match rx.try_recv() {
                         Ok(job) => job,
                         Err(mpsc::TryRecvError::Empty) if idle_since.elapsed() < IDLE_SPIN => {
-                            std::hint::spin_loop();
+                            // yield: another thread pinned here (another session's worker) runs
+                            std::thread::yield_now();
                             continue;
                         }
                         Err(mpsc::TryRecvError::Empty) => match rx.recv() {
@@ -164,13 +165,14 @@ struct Flight {
     t0: Instant,
 }
 
-/// How long a worker spins for its inputs before it sleeps on the condition variable, and for
-/// its next job after one. Waking a sleeping thread costs tens of µs on a VM whose idle vCPU
-/// halts (measured here: the first op of an inference started ~50 µs late); a hand-off caught
-/// while spinning costs about one. A worker owns its PU's cores, so spinning takes nothing
-/// from the plan.
+/// How long a thread polls (yielding the CPU between polls) before it sleeps: a worker for its
+/// inputs or its next job, the caller for the workers' answers. Waking a sleeping thread costs
+/// tens of µs on a VM whose idle vCPU halts (measured here: the first op of an inference
+/// started ~50 µs late, the caller saw the end ~40 µs late); a hand-off caught while polling
+/// costs about one. Polling yields so that a thread sharing the core (the caller is not
+/// pinned; another session's worker may be pinned there) is never starved for a time slice.
 const SPIN: Duration = Duration::from_millis(5);
-const IDLE_SPIN: Duration = Duration::from_micros(500);
+pub(crate) const IDLE_SPIN: Duration = Duration::from_micros(500);
 
 /// A task's failure, reported by its worker.
 enum Failure {
@@ -214,19 +216,21 @@ impl Session {
         let mut bytes: Vec<Option<Vec<u8>>> = bytes.into_iter().map(Some).collect();
         for (pu, q) in program.queues.iter().enumerate() {
             let Some(w) = &workers[pu] else { continue };
-            let jobs: Vec<(usize, Vec<u8>, Vec<String>, Vec<String>)> = q
+            // (task, ONNX bytes, its input names, its output names)
+            let jobs: Vec<(usize, Vec<u8>, [Vec<String>; 2])> = q
                 .iter()
                 .map(|&t| {
                     let task = &program.tasks[t];
-                    (t, bytes[t].take().unwrap_or_default(), task.input_names.clone(), task.output_names.clone())
+                    (t, bytes[t].take().unwrap_or_default(), [task.input_names.clone(), task.output_names.clone()])
                 })
                 .collect();
             let (be, spec, tx) = (backend.clone(), soc.pus[pu].clone(), tx.clone());
             w.post(Box::new(move |exes| {
-                for (t, onnx, ins, outs) in jobs {
+                for (t, onnx, [ins, outs]) in jobs {
                     let r = be.compile(&onnx, &spec).and_then(|exe| {
                         let feed = ports(exe.inputs().iter().map(|p| p.name.as_str()), &ins, &spec.name, "input")?;
-                        let take = ports(outs.iter().map(String::as_str), &exe_names(exe.outputs()), &spec.name, "output")?;
+                        let take =
+                            ports(outs.iter().map(String::as_str), &exe_names(exe.outputs()), &spec.name, "output")?;
                         exes.insert(t, Compiled { exe, feed, take });
                         Ok(())
                     });
@@ -322,10 +326,21 @@ impl Session {
         let mut spans = vec![];
         let mut failure = None;
         let mut seen_done = 0;
+        let mut spin_until = Instant::now() + SPIN;
         while posted > 0 {
-            match rx.recv_timeout(self.timeout) {
+            // spin for the workers' answers first: waking this thread costs tens of µs
+            let answer = loop {
+                match rx.try_recv() {
+                    Ok(r) => break Ok(r),
+                    Err(mpsc::TryRecvError::Empty) if Instant::now() < spin_until => std::thread::yield_now(),
+                    Err(mpsc::TryRecvError::Empty) => break rx.recv_timeout(self.timeout),
+                    Err(mpsc::TryRecvError::Disconnected) => break Err(mpsc::RecvTimeoutError::Disconnected),
+                }
+            };
+            match answer {
                 Ok(r) => {
                     posted -= 1;
+                    spin_until = Instant::now() + SPIN;
                     match r {
                         Ok(s) => spans.extend(s),
                         Err(Failure::Stopped) => {}
@@ -376,7 +391,12 @@ impl Session {
 
     fn op_error(&self, t: usize, e: BackendError) -> RuntimeError {
         let task = &self.program.tasks[t];
-        RuntimeError::Op { what: task.label(), name: task.name.clone(), pu: self.pus[task.pu].name.clone(), source: Box::new(e) }
+        RuntimeError::Op {
+            what: task.label(),
+            name: task.name.clone(),
+            pu: self.pus[task.pu].name.clone(),
+            source: Box::new(e),
+        }
     }
 
     /// Abandon the workers running `hung` tasks and break the session.
@@ -433,7 +453,7 @@ fn run_queue(
                         && !flight.stopping.load(Ordering::Acquire)
                         && Instant::now() < spin_until
                     {
-                        std::hint::spin_loop();
+                        std::thread::yield_now();
                     }
                     st = lock(&flight.slots);
                 } else {
@@ -465,10 +485,8 @@ fn run_queue(
             };
             let (dtype, shape) = &task.output_types[j];
             if o.dtype != *dtype || o.shape != *shape {
-                let why = format!(
-                    "`{}` is {}{:?}, bident inferred {dtype}{shape:?}",
-                    task.output_names[j], o.dtype, o.shape
-                );
+                let why =
+                    format!("`{}` is {}{:?}, bident inferred {dtype}{shape:?}", task.output_names[j], o.dtype, o.shape);
                 return fail(Failure::Output(t, why));
             }
             outs.push(Arc::new(o));

@@ -9,14 +9,14 @@ use crate::RunReport;
 /// whose latency was the median), one thread per PU.
 pub fn chrome_trace(r: &RunReport) -> String {
     let mut events = vec![];
-    let labels = [
-        (1, format!("predicted ({} cost model)", r.soc)),
-        (2, format!("measured on {} (median run)", r.measured_on)),
-    ];
+    let labels =
+        [(1, format!("predicted ({} cost model)", r.soc)), (2, format!("measured on {} (median run)", r.measured_on))];
     for (pid, label) in &labels {
         events.push(serde_json::json!({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": label}}));
         for (tid, pu) in r.pus.iter().enumerate() {
-            events.push(serde_json::json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": pu}}));
+            events.push(
+                serde_json::json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": pu}}),
+            );
         }
     }
     for o in &r.ops {
@@ -167,7 +167,12 @@ pub fn gantt_svg(r: &RunReport) -> String {
         );
         t += step;
     }
-    let _ = write!(s, r#"<text x="{}" y="{}" text-anchor="middle">µs from the start of the inference</text>"#, LEFT + plot / 2.0, axis_y + 32.0);
+    let _ = write!(
+        s,
+        r#"<text x="{}" y="{}" text-anchor="middle">µs from the start of the inference</text>"#,
+        LEFT + plot / 2.0,
+        axis_y + 32.0
+    );
     s.push_str("</svg>\n");
     s
 }

@@ -84,6 +84,7 @@ fn pipeline(n: usize, k: usize, width: usize) -> Problem {
     from_host[0] = true;
     let mut to_host = vec![false; n];
     to_host[n - 1] = true;
+    let links = bident_search::OrderLinks::new(&phases, &place);
     Problem {
         w,
         h2d,
@@ -97,6 +98,12 @@ fn pipeline(n: usize, k: usize, width: usize) -> Problem {
         sf: (0..k).map(|i| (0..k).map(|j| if i == j { 1.0 } else { 1.0 + 0.1 * r() }).collect()).collect(),
         phases,
         place,
+        prev: links.prev,
+        next: links.next,
+        joins_in_parallel: links.joins_in_parallel,
+        // no measured runs: the search's fast path
+        saving: vec![vec![0.0; k]; n],
+        segment_cost: Default::default(),
     }
 }
 

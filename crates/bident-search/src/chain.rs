@@ -3,6 +3,10 @@
 //! the D2H of the previous op when it leaves one; the first op pays its H2D and the last its D2H
 //! when they run on an accelerator (the host is the CPU's own memory). Solved by dynamic
 //! programming in O(N K^2) and, equivalently, by Dijkstra on the explicit graph.
+//!
+//! bident's extension: when op i runs right after op i-1 on the same PU, the runtime compiles
+//! them together and op i costs `saving(i, j)` less (measured; at most its own weight, so every
+//! edge of the execution graph stays non-negative).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -18,6 +22,8 @@ pub struct Chain {
     h2d: Vec<f64>,
     d2h: Vec<f64>,
     power: Vec<f64>,
+    /// What op i saves on PU j when op i-1 ran there too (0 for the first op).
+    saving: Vec<f64>,
     pub accelerator: Vec<bool>,
 }
 
@@ -49,7 +55,22 @@ impl Chain {
         power: Vec<f64>,
         accelerator: Vec<bool>,
     ) -> Self {
-        Chain { k, w, h2d, d2h, power, accelerator }
+        let saving = vec![0.0; w.len()];
+        Chain { k, w, h2d, d2h, power, saving, accelerator }
+    }
+
+    /// The same chain where op i saves `saving[i * k + j]` on PU j after op i-1 on j, clamped to
+    /// `[0, w(i, j)]` (flat, op-major; the first op's entries are ignored).
+    pub fn with_savings(mut self, saving: Vec<f64>) -> Self {
+        for (x, ((slot, s), w)) in self.saving.iter_mut().zip(saving).zip(&self.w).enumerate() {
+            *slot = if x < self.k { 0.0 } else { w.map_or(0.0, |w| s.clamp(0.0, w)) };
+        }
+        self
+    }
+
+    /// What op i saves on PU j after op i-1 ran on PU `p`.
+    fn joined(&self, i: usize, p: usize, j: usize) -> f64 {
+        if p == j { self.saving[i * self.k + j] } else { 0.0 }
     }
 
     /// Ops in the chain.
@@ -126,7 +147,8 @@ impl Chain {
             if i > 0 {
                 let k = assign[i - 1];
                 let (into, out) = self.transfer(i, k, j);
-                total += self.weight(obj, i, j, into) + self.weight(obj, i - 1, k, out);
+                total += self.weight(obj, i, j, into) + self.weight(obj, i - 1, k, out)
+                    - self.weight(obj, i, j, self.joined(i, k, j) * factor(i));
             }
         }
         let last = assign[n - 1];
@@ -160,7 +182,8 @@ impl Chain {
                         continue;
                     }
                     let (into, out) = self.transfer(i, p, j);
-                    let c = before + self.weight(obj, i, j, into) + self.weight(obj, i - 1, p, out) + stay;
+                    let c = before + self.weight(obj, i, j, into) + self.weight(obj, i - 1, p, out) + stay
+                        - self.weight(obj, i, j, self.joined(i, p, j));
                     if c < *here {
                         *here = c;
                         from[i * k + j] = p as u32;
@@ -224,8 +247,10 @@ impl Chain {
             for j in 0..k {
                 let Some(w) = self.w(i + 1, j) else { continue };
                 let (into, out) = self.transfer(i + 1, p, j);
-                let c =
-                    d + self.weight(obj, i + 1, j, into) + self.weight(obj, i, p, out) + self.weight(obj, i + 1, j, w);
+                let c = d
+                    + self.weight(obj, i + 1, j, into)
+                    + self.weight(obj, i, p, out)
+                    + self.weight(obj, i + 1, j, w - self.joined(i + 1, p, j));
                 relax((i + 1) * k + j, c, &mut heap);
             }
         }
@@ -274,8 +299,9 @@ mod tests {
                 proptest::collection::vec(proptest::collection::vec(0.0f64..30.0, k), n),
                 proptest::collection::vec(proptest::collection::vec(0.0f64..30.0, k), n),
                 proptest::collection::vec(any::<bool>(), k),
+                proptest::collection::vec(0.0f64..60.0, n * k),
             )
-                .prop_map(|(w, h, d, a)| chain(w, h, d, a))
+                .prop_map(|(w, h, d, a, s)| chain(w, h, d, a).with_savings(s))
         })
     }
 
@@ -303,6 +329,22 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_saving_applies_only_on_the_same_pu_and_never_below_zero() {
+        let c = chain(
+            vec![vec![Some(10.0), Some(10.0)], vec![Some(10.0), Some(4.0)]],
+            vec![vec![0.0; 2]; 2],
+            vec![vec![0.0; 2]; 2],
+            vec![false, false],
+        )
+        .with_savings(vec![99.0, 99.0, 3.0, 99.0]);
+        assert_eq!(c.evaluate(&[0, 0], Objective::Latency), Some(10.0 + 10.0 - 3.0));
+        assert_eq!(c.evaluate(&[0, 1], Objective::Latency), Some(10.0 + 4.0));
+        // clamped to the op's own weight
+        assert_eq!(c.evaluate(&[1, 1], Objective::Latency), Some(10.0));
+        assert_eq!(c.dp(Objective::Latency).map(|d| d.0), Some(vec![1, 1]));
     }
 
     #[test]

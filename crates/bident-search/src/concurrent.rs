@@ -352,7 +352,9 @@ pub fn plan(
         crate::same_graph(phased, t)?;
     }
     let stream = |(phased, t): (&crate::PhasedGraph, &crate::CostTable)| {
-        let p = crate::Problem::new(phased, t);
+        let mut p = crate::Problem::new(phased, t);
+        // the runtime compiles each op of a concurrent plan alone: no merge savings
+        p.saving.iter_mut().for_each(|row| row.fill(0.0));
         let order: Vec<usize> = p.order().collect();
         (p.chain(&order), order, p)
     };

@@ -26,7 +26,7 @@ use bident_profile::CostTable;
 use serde::{Deserialize, Serialize};
 
 pub use chain::Chain;
-pub use problem::{Problem, Schedule, Timeline};
+pub use problem::{OrderLinks, Problem, Schedule, Timeline};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -167,6 +167,9 @@ pub enum Reason {
     AvoidsTransfer,
     /// Another PU is better for the op alone; here it overlaps work of other branches.
     Overlaps,
+    /// Another PU is better for the op alone; here it is compiled together with the op before
+    /// it, which saves more.
+    JoinsPrevious,
     /// The user pinned it there.
     Pinned,
 }
@@ -183,8 +186,10 @@ pub struct Step {
     /// Predicted start and finish (µs from the start of the inference).
     pub start_us: f64,
     pub finish_us: f64,
-    /// Dispatch + execution on its PU, contention included (µs).
+    /// Dispatch + execution on its PU, contention and saving included (µs).
     pub exec_us: f64,
+    /// What running right after the op before it on its PU (compiled together) saved (µs).
+    pub saved_us: f64,
     /// The contention factor in `exec_us` (1 when nothing overlaps the op).
     pub contention: f64,
     /// H2D paid before the op and D2H after it (µs).
@@ -244,9 +249,43 @@ pub struct Plan {
     pub best_single_pu_us: Option<f64>,
 }
 
+impl Plan {
+    /// Whether step `k` may be compiled together with step `k - 1` (when both are on one PU):
+    /// in a sequential plan always, in a parallel one within a branch or between phases of one
+    /// branch each. The rule of the evaluator's runs (`Problem`) and of the runtime's tasks.
+    pub fn joins_previous(&self, k: usize) -> bool {
+        let (Some(before), Some(step)) = (k.checked_sub(1).and_then(|b| self.steps.get(b)), self.steps.get(k)) else {
+            return false;
+        };
+        if self.schedule == Schedule::Sequential {
+            return true;
+        }
+        let one_branch = |phase: u32| {
+            let mut branches = self.steps.iter().filter(|s| s.phase == phase).map(|s| s.branch);
+            let first = branches.next();
+            branches.all(|b| Some(b) == first)
+        };
+        (before.phase, before.branch) == (step.phase, step.branch)
+            || (one_branch(before.phase) && one_branch(step.phase))
+    }
+
+    /// The plan's segments: maximal runs of steps on one PU that join (see
+    /// [`Plan::joins_previous`]), as (ops, PU).
+    pub fn segments(&self) -> Vec<(Vec<OpId>, String)> {
+        let mut out: Vec<(Vec<OpId>, String)> = vec![];
+        for (k, s) in self.steps.iter().enumerate() {
+            match out.last_mut() {
+                Some((ops, pu)) if *pu == s.pu && self.joins_previous(k) => ops.push(s.op),
+                _ => out.push((vec![s.op], s.pu.clone())),
+            }
+        }
+        out
+    }
+}
+
 impl Artifact for Plan {
     const KIND: &'static str = "plan";
-    const SCHEMA_VERSION: u32 = 3;
+    const SCHEMA_VERSION: u32 = 4;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -492,6 +531,8 @@ fn build_plan(
             Reason::BestAlone
         } else if best.schedule == Schedule::Parallel && p.phases[p.place[c].0].len() > 1 {
             Reason::Overlaps
+        } else if tl.saved[c] > 0.0 {
+            Reason::JoinsPrevious
         } else {
             Reason::AvoidsTransfer
         };
@@ -505,7 +546,8 @@ fn build_plan(
             branch: branch as u32,
             start_us: tl.start[c],
             finish_us: tl.finish[c],
-            exec_us: p.w[c][j].unwrap_or(f64::NAN) * tl.factor[c],
+            exec_us: (p.w[c][j].unwrap_or(f64::NAN) - tl.saved[c]) * tl.factor[c],
+            saved_us: tl.saved[c],
             contention: tl.factor[c],
             transfer_in_us: tl.transfer_in[c],
             transfer_out_us: tl.transfer_out[c],

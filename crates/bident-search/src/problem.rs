@@ -12,7 +12,13 @@
 //!   branches run at once, each branch in order, ops of two branches on one PU one after the
 //!   other (the earliest-ready op starts first); an op whose phase has other branches on other
 //!   PUs is slowed by the largest contention factor SF(its PU, their PU) (paper 3.3.2);
-//! - energy: every op's transfer and execution time at the power of its PU.
+//! - energy: every op's transfer and execution time at the power of its PU;
+//! - segments (bident's extension of the paper's model, which prices every op alone): the
+//!   runtime compiles every maximal run of neighbours in the execution order that share a PU as
+//!   one sub-model (under a parallel schedule only neighbours that overlap nothing else: same
+//!   branch, or both in phases of one branch). An op in a run costs its weight less the measured
+//!   saving of compiling it with its predecessor (pairs in `CostTable::segments`); where the
+//!   whole run was measured (a longer entry there), its ops' costs are scaled to that figure.
 
 use bident_partition::PhasedGraph;
 use bident_profile::CostTable;
@@ -56,6 +62,42 @@ pub struct Problem {
     pub phases: Vec<Vec<Vec<usize>>>,
     /// `(phase, branch)` of every op.
     pub place: Vec<(usize, usize)>,
+    /// The op before / after each op in the execution order.
+    pub prev: Vec<Option<usize>>,
+    pub next: Vec<Option<usize>>,
+    /// Whether an op may be compiled with `prev` under a parallel schedule (same branch, or
+    /// both in single-branch phases); under a sequential one it always may.
+    pub joins_in_parallel: Vec<bool>,
+    /// `saving[op][pu]`: what the op costs less when `prev[op]` runs right before it on that PU
+    /// (compiled together), in [0, w].
+    pub saving: Vec<Vec<f64>>,
+    /// Measured runs of three or more ops: `(first op, last op, pu)` -> cost of the run.
+    pub segment_cost: std::collections::HashMap<(usize, usize, usize), f64>,
+}
+
+/// Each op's neighbours in the execution order (phase by phase, branch by branch), and whether
+/// it may join its predecessor's run under a parallel schedule (same branch, or both in phases
+/// of one branch).
+pub struct OrderLinks {
+    pub prev: Vec<Option<usize>>,
+    pub next: Vec<Option<usize>>,
+    pub joins_in_parallel: Vec<bool>,
+}
+
+impl OrderLinks {
+    pub fn new(phases: &[Vec<Vec<usize>>], place: &[(usize, usize)]) -> Self {
+        let n = place.len();
+        let mut links = OrderLinks { prev: vec![None; n], next: vec![None; n], joins_in_parallel: vec![false; n] };
+        let order: Vec<usize> = phases.iter().flatten().flatten().copied().collect();
+        let single = |c: usize| phases[place[c].0].len() == 1;
+        for w in order.windows(2) {
+            let (a, b) = (w[0], w[1]);
+            links.prev[b] = Some(a);
+            links.next[a] = Some(b);
+            links.joins_in_parallel[b] = place[a] == place[b] || (single(a) && single(b));
+        }
+        links
+    }
 }
 
 /// What the evaluator found: per op (by id) its timing, and the totals.
@@ -67,6 +109,8 @@ pub struct Timeline {
     pub transfer_out: Vec<f64>,
     /// Contention factor applied to the op's execution (1 when nothing overlaps it).
     pub factor: Vec<f64>,
+    /// What running right after the op before it on its PU saved (µs, before contention).
+    pub saved: Vec<f64>,
     pub latency_us: f64,
     pub energy_uj: f64,
 }
@@ -105,6 +149,32 @@ impl Problem {
                 }
             }
         }
+        let OrderLinks { prev, next, joins_in_parallel } = OrderLinks::new(&phases, &place);
+        let every = |j: usize| t.io_every_call.get(j).copied().unwrap_or(false);
+        // where every call pays its transfers, they are part of the op's own cost
+        let weight =
+            |c: &bident_profile::Cost, j: usize| c.weight_us() + if every(j) { c.h2d_us + c.d2h_us } else { 0.0 };
+        let w: Vec<Vec<Option<f64>>> =
+            (0..n).map(|i| (0..k).map(|j| t.cost(i as u32, j).map(|c| weight(c, j))).collect()).collect();
+        let mut saving = vec![vec![0.0; k]; n];
+        let mut segment_cost = std::collections::HashMap::new();
+        for seg in &t.segments {
+            let ops: Vec<usize> = seg.ops.iter().map(|&o| o as usize).collect();
+            // only runs of neighbours in this order count
+            if ops.iter().any(|&o| o >= n) || ops.windows(2).any(|p| prev[p[1]] != Some(p[0])) {
+                continue;
+            }
+            for (j, cost) in seg.per_pu.iter().enumerate().take(k) {
+                let Some(cost) = cost else { continue };
+                if let [a, b] = ops[..] {
+                    if let (Some(wa), Some(wb)) = (w[a][j], w[b][j]) {
+                        saving[b][j] = (wa + wb - weight(cost, j)).clamp(0.0, wb);
+                    }
+                } else if let (Some(&first), Some(&last)) = (ops.first(), ops.last()) {
+                    segment_cost.insert((first, last, j), weight(cost, j));
+                }
+            }
+        }
         let flag = |ops: &[u32]| {
             let mut v = vec![false; n];
             for &o in ops {
@@ -113,27 +183,11 @@ impl Problem {
             v
         };
         Problem {
-            // where every call pays its transfers, they are part of the op's own cost
-            w: (0..n)
-                .map(|i| {
-                    (0..k)
-                        .map(|j| {
-                            let every = t.io_every_call.get(j).copied().unwrap_or(false);
-                            t.cost(i as u32, j).map(|c| c.weight_us() + if every { c.h2d_us + c.d2h_us } else { 0.0 })
-                        })
-                        .collect()
-                })
-                .collect(),
+            w,
             h2d: field(|c| c.h2d_us),
             d2h: field(|c| c.d2h_us),
             power: field(|c| c.power_w),
-            accelerator: t
-                .soc
-                .pus
-                .iter()
-                .enumerate()
-                .map(|(j, p)| p.kind.is_accelerator() && !t.io_every_call.get(j).copied().unwrap_or(false))
-                .collect(),
+            accelerator: t.soc.pus.iter().enumerate().map(|(j, p)| p.kind.is_accelerator() && !every(j)).collect(),
             preds,
             succs,
             from_host: flag(&phased.reads_input),
@@ -141,7 +195,54 @@ impl Problem {
             sf: t.contention.as_ref().map_or_else(|| vec![vec![1.0; k]; k], |c| c.sf.clone()),
             phases,
             place,
+            prev,
+            next,
+            joins_in_parallel,
+            saving,
+            segment_cost,
         }
+    }
+
+    /// Whether `c` joins its predecessor's run under `assign` and `schedule`.
+    fn joins(&self, assign: &[usize], c: usize, schedule: Schedule) -> bool {
+        self.prev[c]
+            .is_some_and(|p| assign[p] == assign[c] && (schedule == Schedule::Sequential || self.joins_in_parallel[c]))
+    }
+
+    /// Per op, its cost in its run (µs, before contention), where some runs were measured whole:
+    /// weight less saving, scaled over a measured run to its measured cost. None if an op sits
+    /// where it cannot run.
+    fn effective(&self, assign: &[usize], schedule: Schedule) -> Option<Vec<f64>> {
+        let mut eff = vec![0.0; self.ops()];
+        let order: Vec<usize> = self.order().collect();
+        let mut k = 0;
+        while k < order.len() {
+            let mut end = k + 1;
+            while end < order.len() && self.joins(assign, order[end], schedule) {
+                end += 1;
+            }
+            let run = &order[k..end];
+            let mut sum = 0.0;
+            for &c in run {
+                eff[c] = self.w[c][assign[c]]? - self.saved(assign, c, schedule);
+                sum += eff[c];
+            }
+            if run.len() >= 3
+                && let Some(&t) = self.segment_cost.get(&(run[0], run[run.len() - 1], assign[run[0]]))
+            {
+                for &c in run {
+                    eff[c] = if sum > 0.0 { eff[c] * t / sum } else { t / run.len() as f64 };
+                }
+            }
+            k = end;
+        }
+        Some(eff)
+    }
+
+    /// What op `c` saves under `assign` and `schedule` by running right after its predecessor
+    /// on its PU (compiled together).
+    pub fn saved(&self, assign: &[usize], c: usize, schedule: Schedule) -> f64 {
+        if self.joins(assign, c, schedule) { self.saving[c][assign[c]] } else { 0.0 }
     }
 
     pub fn ops(&self) -> usize {
@@ -157,12 +258,42 @@ impl Problem {
     /// of those; a parallel phase lasts at least its longest branch and its total work spread
     /// over all PUs. Measured contention factors below 1 (noise) scale the bound down.
     pub fn lower_bound(&self, schedule: Schedule) -> (f64, f64) {
-        let least = |c: usize| self.w[c].iter().flatten().copied().fold(f64::INFINITY, f64::min);
-        let energy = (0..self.ops())
+        // an op costs at least its cheapest entry less the most it can save there, or its share
+        // of a measured run it may be part of
+        let n = self.ops();
+        let least_on = |c: usize, j: usize| self.w[c][j].map(|w| w - self.saving[c][j]);
+        let mut floor_us: Vec<f64> =
+            (0..n).map(|c| (0..self.pus()).filter_map(|j| least_on(c, j)).fold(f64::INFINITY, f64::min)).collect();
+        let mut floor_uj: Vec<f64> = (0..n)
             .map(|c| {
-                (0..self.pus()).filter_map(|j| self.w[c][j].map(|w| w * self.power[c][j])).fold(f64::INFINITY, f64::min)
+                (0..self.pus())
+                    .filter_map(|j| least_on(c, j).map(|w| w * self.power[c][j]))
+                    .fold(f64::INFINITY, f64::min)
             })
-            .sum::<f64>();
+            .collect();
+        for (&(first, last, j), &t) in &self.segment_cost {
+            let mut run = vec![first];
+            while let Some(&c) = run.last().filter(|&&c| c != last) {
+                match self.next[c] {
+                    Some(x) => run.push(x),
+                    None => break,
+                }
+            }
+            let approx: Option<Vec<f64>> = run
+                .iter()
+                .enumerate()
+                .map(|(i, &c)| self.w[c][j].map(|w| if i == 0 { w } else { w - self.saving[c][j] }))
+                .collect();
+            let Some(approx) = approx else { continue };
+            let sum: f64 = approx.iter().sum();
+            for (&c, a) in run.iter().zip(approx) {
+                let share = if sum > 0.0 { a * t / sum } else { t / run.len() as f64 };
+                floor_us[c] = floor_us[c].min(share);
+                floor_uj[c] = floor_uj[c].min(share * self.power[c][j]);
+            }
+        }
+        let least = |c: usize| floor_us[c];
+        let energy = floor_uj.iter().sum::<f64>();
         let floor = self.sf.iter().flatten().copied().fold(1.0, f64::min);
         let latency = match schedule {
             Schedule::Sequential => (0..self.ops()).map(least).sum::<f64>(),
@@ -228,6 +359,15 @@ impl Problem {
             ops.iter().flat_map(|&o| self.power[o].iter().copied()).collect(),
             self.accelerator.clone(),
         )
+        .with_savings(
+            ops.iter()
+                .enumerate()
+                .flat_map(|(i, &o)| {
+                    let joined = i > 0 && self.prev[o] == Some(ops[i - 1]);
+                    self.saving[o].iter().map(move |&s| if joined { s } else { 0.0 })
+                })
+                .collect(),
+        )
     }
 
     /// The phased execution order.
@@ -277,13 +417,15 @@ impl Problem {
     }
 
     /// Run phase `pi` from time `at`; returns its end and energy, and fills `tl` when given.
-    /// None if an op sits on a PU that cannot run it.
+    /// `eff`: the ops' costs in their runs where some runs were measured whole
+    /// ([`Problem::effective`]). None if an op sits on a PU that cannot run it.
     fn run_phase(
         &self,
         assign: &[usize],
         pi: usize,
         at: f64,
         schedule: Schedule,
+        eff: Option<&[f64]>,
         mut tl: Option<&mut Timeline>,
     ) -> Option<(f64, f64)> {
         let phase = &self.phases[pi];
@@ -298,12 +440,17 @@ impl Problem {
                 let w = self.w[c][j]?;
                 let (i, o) = self.transfers(assign, c);
                 let f = factors.as_ref().map_or(1.0, |fs| fs[b][k]);
+                let s = match eff {
+                    Some(e) => w - e[c],
+                    None => self.saved(assign, c, schedule),
+                };
                 if let Some(tl) = tl.as_deref_mut() {
                     tl.transfer_in[c] = i;
                     tl.transfer_out[c] = o;
                     tl.factor[c] = f;
+                    tl.saved[c] = s;
                 }
-                let dur = i + w * f + o;
+                let dur = i + (w - s) * f + o;
                 energy += dur * self.power[c][j];
                 d.push(dur);
             }
@@ -356,12 +503,14 @@ impl Problem {
             transfer_in: vec![0.0; n],
             transfer_out: vec![0.0; n],
             factor: vec![1.0; n],
+            saved: vec![0.0; n],
             latency_us: 0.0,
             energy_uj: 0.0,
         };
+        let eff = if self.segment_cost.is_empty() { None } else { Some(self.effective(assign, schedule)?) };
         let mut now = 0.0;
         for pi in 0..self.phases.len() {
-            let (end, energy) = self.run_phase(assign, pi, now, schedule, Some(&mut tl))?;
+            let (end, energy) = self.run_phase(assign, pi, now, schedule, eff.as_deref(), Some(&mut tl))?;
             now = end;
             tl.energy_uj += energy;
         }
@@ -371,7 +520,11 @@ impl Problem {
 
     /// The objective of one phase run alone (its span, or its energy).
     pub(crate) fn phase_objective(&self, assign: &[usize], pi: usize, schedule: Schedule, obj: Objective) -> f64 {
-        match self.run_phase(assign, pi, 0.0, schedule, None) {
+        let eff = if self.segment_cost.is_empty() { None } else { self.effective(assign, schedule) };
+        if eff.is_none() && !self.segment_cost.is_empty() {
+            return f64::INFINITY;
+        }
+        match self.run_phase(assign, pi, 0.0, schedule, eff.as_deref(), None) {
             Some((span, energy)) => match obj {
                 Objective::Latency => span,
                 Objective::Energy => energy,
@@ -383,17 +536,28 @@ impl Problem {
     /// The objective of `assign` run sequentially (infinite if an op sits where it cannot run):
     /// the sum of the ops' shares, without building a timeline.
     pub fn sequential_objective(&self, assign: &[usize], obj: Objective) -> f64 {
-        (0..self.ops()).map(|c| self.contribution(assign, c, obj)).sum()
+        if !self.segment_cost.is_empty() {
+            return self.full_objective(assign, Schedule::Sequential, obj);
+        }
+        (0..self.ops()).map(|c| self.contribution(assign, c, Schedule::Sequential, obj)).sum()
     }
 
-    /// One op's share of a sequential objective: its transfers and execution, as time or energy.
-    pub(crate) fn contribution(&self, assign: &[usize], c: usize, obj: Objective) -> f64 {
+    /// The objective from a full evaluation (infinite if infeasible): what the local objectives
+    /// fall back to where measured runs make an op's cost depend on its whole run.
+    fn full_objective(&self, assign: &[usize], schedule: Schedule, obj: Objective) -> f64 {
+        self.evaluate(assign, schedule).map_or(f64::INFINITY, |t| t.objective(obj))
+    }
+
+    /// One op's share of the objective where it runs alone (a sequential schedule, or a phase of
+    /// one branch): its transfers and execution less its saving, as time or energy.
+    pub(crate) fn contribution(&self, assign: &[usize], c: usize, schedule: Schedule, obj: Objective) -> f64 {
         let j = assign[c];
         let Some(w) = self.w[c][j] else { return f64::INFINITY };
         let (i, o) = self.transfers(assign, c);
+        let d = i + w - self.saved(assign, c, schedule) + o;
         match obj {
-            Objective::Latency => i + w + o,
-            Objective::Energy => (i + w + o) * self.power[c][j],
+            Objective::Latency => d,
+            Objective::Energy => d * self.power[c][j],
         }
     }
 
@@ -401,11 +565,14 @@ impl Problem {
     /// their neighbours in sequentially run phases, and the whole of every parallel phase
     /// involved.
     pub(crate) fn local_objective(&self, assign: &[usize], ops: &[usize], schedule: Schedule, obj: Objective) -> f64 {
+        if !self.segment_cost.is_empty() {
+            return self.full_objective(assign, schedule, obj);
+        }
         let mut seen: Vec<usize> = Vec::with_capacity(8);
         let mut phases: Vec<usize> = Vec::with_capacity(4);
         let mut total = 0.0;
         for &c in ops {
-            for &x in std::iter::once(&c).chain(&self.preds[c]).chain(&self.succs[c]) {
+            for &x in std::iter::once(&c).chain(&self.preds[c]).chain(&self.succs[c]).chain(&self.next[c]) {
                 if seen.contains(&x) {
                     continue;
                 }
@@ -416,7 +583,7 @@ impl Problem {
                         phases.push(pi);
                     }
                 } else {
-                    total += self.contribution(assign, x, obj);
+                    total += self.contribution(assign, x, schedule, obj);
                 }
             }
         }
@@ -426,13 +593,18 @@ impl Problem {
     /// The part of the objective op `c`'s PU can change (as [`Problem::local_objective`] for one
     /// op, without allocating: in a DAG an op's predecessors and successors are distinct).
     fn local_single(&self, assign: &[usize], c: usize, schedule: Schedule, obj: Objective) -> f64 {
+        if !self.segment_cost.is_empty() {
+            return self.full_objective(assign, schedule, obj);
+        }
         let parallel = |x: usize| schedule == Schedule::Parallel && self.phases[self.place[x].0].len() > 1;
         let mut total = 0.0;
         let mut phases = [usize::MAX; 8];
         let mut n_phases = 0;
-        for &x in std::iter::once(&c).chain(&self.preds[c]).chain(&self.succs[c]) {
+        // the op after c in its branch, unless it is also a consumer (counted once)
+        let next = self.next[c].filter(|x| !self.succs[c].contains(x));
+        for &x in std::iter::once(&c).chain(&self.preds[c]).chain(&self.succs[c]).chain(&next) {
             if !parallel(x) {
-                total += self.contribution(assign, x, obj);
+                total += self.contribution(assign, x, schedule, obj);
                 continue;
             }
             let pi = self.place[x].0;
@@ -557,7 +729,8 @@ impl Problem {
                 }
             }
         };
-        for &c in order.iter().filter(|&&c| !from_dp || !regular(c)) {
+        let exact_dp = from_dp && self.segment_cost.is_empty();
+        for &c in order.iter().filter(|&&c| !exact_dp || !regular(c)) {
             around(c, &mut queue, &mut queued);
         }
         let mut moves = 0;
