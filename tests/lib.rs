@@ -147,3 +147,68 @@ pub fn summary(g: &FusedGraph, p: &bident_partition::PhasedGraph) -> GraphSummar
         phases: p.phases.iter().map(|ph| ph.branches.iter().map(|b| b.ops.clone()).collect()).collect(),
     }
 }
+
+/// An import case (`tests/data/import/NAME.yaml`), imported and partitioned.
+pub fn model(name: &str) -> (FusedGraph, bident_partition::PhasedGraph) {
+    let path = root().join(format!("tests/data/import/{name}.yaml"));
+    let case: ModelCase = read_case(&path);
+    let g = import(&case, &path);
+    let phased = bident_partition::partition(&g).expect("partition");
+    (g, phased)
+}
+
+/// A plan on the `cores` SoC placing op `i` on PU `pu_of(i)` (by pinning; the costs are
+/// uniform placeholders, nothing is profiled).
+pub fn plan_on_cores(
+    g: &FusedGraph,
+    phased: &bident_partition::PhasedGraph,
+    pu_of: impl Fn(usize) -> usize,
+) -> (bident_backend::SocSpec, bident_search::Plan) {
+    use bident_profile::{Cost, CostTable, OpCosts, PowerSource};
+    let soc = bident_backend::SocSpec::preset("cores", backend().as_ref()).expect("cores");
+    let k = soc.pus.len();
+    let cost = Cost {
+        h2d_us: 1.0,
+        dispatch_us: 1.0,
+        exec_us: 10.0,
+        d2h_us: 1.0,
+        p10_us: [1.0, 1.0, 10.0, 1.0],
+        p90_us: [1.0, 1.0, 10.0, 1.0],
+        runs: 1,
+        power_w: 1.0,
+        power: PowerSource::Declared,
+        stop_check: None,
+    };
+    let costs = CostTable {
+        model: g.name.clone(),
+        graph: g.content_hash().expect("hash"),
+        soc: soc.clone(),
+        simulated: false,
+        backend: "placeholder".into(),
+        measured_on: "nowhere (placeholder costs)".into(),
+        warmup: 0,
+        components: vec!["placeholder".into(); k],
+        io_every_call: vec![true; k],
+        segments: vec![],
+        contention: None,
+        ops: g
+            .ops
+            .iter()
+            .enumerate()
+            .map(|(i, op)| OpCosts {
+                op: i as u32,
+                name: op.name.clone(),
+                kind: op.kind.clone(),
+                per_pu: vec![Some(cost.clone()); k],
+                failures: vec![],
+            })
+            .collect(),
+    };
+    let pin = g.ops.iter().enumerate().map(|(i, op)| (op.name.clone(), soc.pus[pu_of(i) % k].name.clone())).collect();
+    let cfg = bident_search::SearchConfig {
+        constraints: bident_search::Constraints { pin, ..Default::default() },
+        ..Default::default()
+    };
+    let plan = bident_search::search(phased, &costs, &cfg).expect("search");
+    (soc, plan)
+}

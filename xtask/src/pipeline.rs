@@ -813,6 +813,11 @@ fn run_stage(
             anyhow::Error::new(err).chain().map(|e| e.to_string()).collect::<Vec<_>>().join(": ")
         );
         let mut c = plan.0.constraints.clone();
+        let pins = c.pin.len();
+        c.pin.retain(|(_, p)| *p != pu);
+        if c.pin.len() < pins {
+            eprintln!("run: dropping {} --pin to `{pu}`", pins - c.pin.len());
+        }
         c.exclude.push(pu);
         if c.exclude.len() >= soc.pus.len() {
             bail!("run: every PU of `{}` has failed; nothing left to plan on", soc.name);

@@ -438,3 +438,78 @@ fn pareto_front() {
     let j: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON");
     assert_eq!(j["predicted_us"].as_f64(), Some(point(&front[0]).0), "{stdout}");
 }
+
+/// On the `cores` SoC the plan runs for real: a parallel search, and two models at once; the
+/// JSON carries the measurement beside the prediction and the backend's own default, and the
+/// trace and Gantt chart are written next to the report.
+#[test]
+fn plans_run_for_real_on_the_cores() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().display().to_string();
+    let o = xtask(&[
+        "pipeline",
+        "zoo:attention",
+        "--out",
+        &dir,
+        "--soc",
+        "cores",
+        "--mode",
+        "parallel",
+        "--runs",
+        "5",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let j: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON");
+    for key in ["measured_us", "prediction_error", "measured_backend_default_us", "speedup_vs_backend_default"] {
+        assert!(j[key].as_f64().is_some_and(|v| v.is_finite() && v >= 0.0), "{key}: {stdout}");
+    }
+    assert_eq!(j["simulated"].as_bool(), Some(false));
+    for file in ["gantt.svg", "trace.json", "run-report.yaml"] {
+        assert!(tmp.path().join(file).is_file(), "{file} missing");
+    }
+    let o = xtask(&["pipeline", "zoo:example", "--with", "zoo:mlp", "--soc", "cores", "--runs", "5", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let j: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON");
+    assert_eq!(j["mode"].as_str(), Some("concurrent"), "{stdout}");
+    assert!(j["measured_us"].as_f64().is_some_and(|v| v > 0.0), "{stdout}");
+    assert!(root().join("target/bident/pairs/example+mlp/gantt.svg").is_file());
+}
+
+/// A PU that cannot compile: without --fallback the run fails naming it and suggesting the
+/// flag; with it, bident plans again without that PU (dropping a --pin to it) and runs.
+#[test]
+fn fallback_replans_without_a_failing_pu() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().display().to_string();
+    let args = [
+        "pipeline",
+        "--out",
+        &dir,
+        "--soc",
+        "cores",
+        "--pin",
+        "conv_3_node=core1",
+        "--inject-fault",
+        "core1:compile",
+        "--runs",
+        "3",
+    ];
+    let o = xtask(&args);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("core1") && err.contains("--fallback"), "{err}");
+    let mut with = args.to_vec();
+    with.push("--fallback");
+    let o = xtask(&with);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("planning again without PU `core1`"), "{err}");
+    let plan: serde_norway::Value =
+        serde_norway::from_str(&std::fs::read_to_string(tmp.path().join("plan.yaml")).expect("plan.yaml"))
+            .expect("YAML");
+    let steps = plan["payload"]["steps"].as_sequence().expect("steps");
+    assert!(!steps.is_empty() && steps.iter().all(|s| s["pu"].as_str() == Some("core0")), "{steps:?}");
+}

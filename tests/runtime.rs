@@ -1,0 +1,153 @@
+//! The runtime on this machine's pinned cores: sessions shared by threads, plans that mix PUs,
+//! faults (a PU that cannot compile, fails or hangs) and a bounded soak.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bident_backend::fault::{FaultSpec, FaultyBackend};
+use bident_backend::{Backend, SocSpec};
+use bident_ir::FusedGraph;
+use bident_runtime::{Grouping, Program, RuntimeError, Session};
+use bident_search::Plan;
+use bident_tests::{backend, model, plan_on_cores};
+
+fn session(
+    g: &FusedGraph,
+    plan: &Plan,
+    soc: &SocSpec,
+    be: Arc<dyn Backend>,
+    grouping: Grouping,
+) -> Result<Session, RuntimeError> {
+    Session::load(Program::from_plan(g, plan, soc, grouping)?, soc, be, Duration::from_secs(5))
+}
+
+/// The outputs of the whole model run by the backend on one PU.
+fn reference(
+    g: &FusedGraph,
+    soc: &SocSpec,
+    inputs: &[Arc<bident_tensor::HostTensor>],
+) -> Vec<bident_tensor::HostTensor> {
+    let one = SocSpec { pus: vec![soc.pus[0].clone()], ..soc.clone() };
+    let built = Program::whole(g, &one, 0, g.reference_model().expect("reference")).expect("program");
+    let s = Session::load(built, &one, backend(), Duration::from_secs(5)).expect("whole model");
+    s.run(&[inputs.to_vec()]).expect("whole model runs").outputs[0].iter().map(|t| t.as_ref().clone()).collect()
+}
+
+/// Ops alternating between the two cores, alone or merged into segments: the session's outputs
+/// match the whole model's, from several threads at once, and every op ran exactly once.
+#[test]
+fn a_plan_across_cores_matches_the_whole_model_from_many_threads() {
+    let (g, phased) = model("example");
+    let (soc, plan) = plan_on_cores(&g, &phased, |i| i / 2);
+    assert!(plan.ops_per_pu.len() > 1, "the plan uses both cores: {:?}", plan.ops_per_pu);
+    let inputs = bident_runtime::model_inputs(&g, 7);
+    let want = reference(&g, &soc, &inputs);
+    for grouping in [Grouping::PerOp, Grouping::Merged] {
+        let s = Arc::new(session(&g, &plan, &soc, backend(), grouping).expect("load"));
+        let tasks = s.program().tasks.len();
+        match grouping {
+            Grouping::PerOp => assert_eq!(tasks, g.ops.len()),
+            Grouping::Merged => assert_eq!(tasks, plan.segments().len()),
+        }
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let (s, inputs) = (s.clone(), inputs.clone());
+                std::thread::spawn(move || (0..10).map(|_| s.run(&[inputs.clone()]).expect("run")).collect::<Vec<_>>())
+            })
+            .collect();
+        for t in threads {
+            for inf in t.join().expect("thread") {
+                for (got, want) in inf.outputs[0].iter().zip(&want) {
+                    assert_eq!(got.mismatch(want, 1e-4, 1e-5), None, "{grouping:?}");
+                }
+                assert_eq!(inf.spans.len(), tasks);
+                assert!(inf.spans.iter().all(|s| s.start_us >= s.ready_us - 1e-6 && s.finish_us >= s.start_us));
+            }
+        }
+    }
+}
+
+/// A PU that cannot compile: loading names the op and the PU.
+#[test]
+fn a_pu_that_cannot_compile_is_named_at_load() {
+    let (g, phased) = model("example");
+    let (soc, plan) = plan_on_cores(&g, &phased, |i| i);
+    let faulty: FaultSpec = format!("{}:compile", soc.pus[1].name).parse().expect("spec");
+    let be = Arc::new(FaultyBackend::new(backend(), faulty));
+    let err = session(&g, &plan, &soc, be, Grouping::PerOp).err().expect("load fails");
+    assert_eq!(err.faulty_pu(), Some(soc.pus[1].name.as_str()));
+    let text = err.to_string();
+    assert!(text.starts_with("op ") && text.contains(&soc.pus[1].name), "{text}");
+}
+
+/// A PU that fails while running: the inference fails naming it, the other worker stops, and
+/// the session can be dropped (nothing waits).
+#[test]
+fn a_pu_failing_at_run_time_stops_the_inference_cleanly() {
+    let (g, phased) = model("example");
+    let (soc, plan) = plan_on_cores(&g, &phased, |i| i);
+    let faulty: FaultSpec = format!("{}:run@3", soc.pus[1].name).parse().expect("spec");
+    let be = Arc::new(FaultyBackend::new(backend(), faulty));
+    let s = session(&g, &plan, &soc, be, Grouping::PerOp).expect("load");
+    let inputs = bident_runtime::model_inputs(&g, 0);
+    let mut failed = None;
+    for _ in 0..5 {
+        if let Err(e) = s.run(&[inputs.clone()]) {
+            failed = Some(e);
+            break;
+        }
+    }
+    let err = failed.expect("the fourth run on the faulty PU fails");
+    assert!(matches!(err, RuntimeError::Op { .. }), "{err}");
+    assert_eq!(err.faulty_pu(), Some(soc.pus[1].name.as_str()));
+    drop(s);
+}
+
+/// A PU that hangs: the watchdog abandons the inference after the timeout, names the op still
+/// running, and the session refuses further runs instead of waiting forever.
+#[test]
+fn a_hung_pu_times_out_and_breaks_the_session() {
+    let (g, phased) = model("mlp");
+    let (soc, plan) = plan_on_cores(&g, &phased, |i| i);
+    let faulty: FaultSpec = format!("{}:hang", soc.pus[1].name).parse().expect("spec");
+    let be = Arc::new(FaultyBackend::new(backend(), faulty));
+    let built = Program::from_plan(&g, &plan, &soc, Grouping::PerOp).expect("program");
+    let s = Session::load(built, &soc, be, Duration::from_millis(500)).expect("load");
+    let inputs = bident_runtime::model_inputs(&g, 0);
+    let t0 = std::time::Instant::now();
+    let err = s.run(&[inputs.clone()]).err().expect("the hung PU times out");
+    assert!(t0.elapsed() < Duration::from_secs(5), "gave up after {:?}", t0.elapsed());
+    let RuntimeError::Timeout(why) = &err else { panic!("{err}") };
+    assert!(why.contains(&soc.pus[1].name), "{why}");
+    assert!(matches!(s.run(&[inputs]), Err(RuntimeError::Broken(_))));
+}
+
+/// Bounded soak: 10,000 inferences of the mlp across both cores; the outputs never change and
+/// the resident set does not grow after warm-up.
+#[test]
+fn soak_ten_thousand_inferences() {
+    let (g, phased) = model("mlp");
+    let (soc, plan) = plan_on_cores(&g, &phased, |i| i);
+    let s = session(&g, &plan, &soc, backend(), Grouping::PerOp).expect("load");
+    let inputs = bident_runtime::model_inputs(&g, 3);
+    let first = s.run(&[inputs.clone()]).expect("run").outputs;
+    let rss = || {
+        let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+        statm.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()).unwrap_or(0) * 4096
+    };
+    let mut warm = 0;
+    for i in 0..10_000 {
+        let inf = s.run(&[inputs.clone()]).expect("run");
+        if i % 1000 == 0 {
+            for (a, b) in inf.outputs[0].iter().zip(&first[0]) {
+                assert_eq!(a.mismatch(b, 0.0, 0.0), None, "inference {i} differs");
+            }
+        }
+        if i == 1000 {
+            warm = rss();
+        }
+    }
+    let end = rss();
+    eprintln!("soak: RSS {:.1} MB after 1,000 inferences, {:.1} MB after 10,000", warm as f64 / 1e6, end as f64 / 1e6);
+    assert!(end <= warm + 8 * 1024 * 1024, "RSS grew from {warm} to {end} bytes");
+}
