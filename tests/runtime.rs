@@ -52,7 +52,7 @@ fn a_plan_across_cores_matches_the_whole_model_from_many_threads() {
         let threads: Vec<_> = (0..4)
             .map(|_| {
                 let (s, inputs) = (s.clone(), inputs.clone());
-                std::thread::spawn(move || (0..10).map(|_| s.run(&[inputs.clone()]).expect("run")).collect::<Vec<_>>())
+                std::thread::spawn(move || (0..10).map(|_| s.run(std::slice::from_ref(&inputs)).expect("run")).collect::<Vec<_>>())
             })
             .collect();
         for t in threads {
@@ -92,7 +92,7 @@ fn a_pu_failing_at_run_time_stops_the_inference_cleanly() {
     let inputs = bident_runtime::model_inputs(&g, 0);
     let mut failed = None;
     for _ in 0..5 {
-        if let Err(e) = s.run(&[inputs.clone()]) {
+        if let Err(e) = s.run(std::slice::from_ref(&inputs)) {
             failed = Some(e);
             break;
         }
@@ -115,7 +115,7 @@ fn a_hung_pu_times_out_and_breaks_the_session() {
     let s = Session::load(built, &soc, be, Duration::from_millis(500)).expect("load");
     let inputs = bident_runtime::model_inputs(&g, 0);
     let t0 = std::time::Instant::now();
-    let err = s.run(&[inputs.clone()]).err().expect("the hung PU times out");
+    let err = s.run(std::slice::from_ref(&inputs)).expect_err("the hung PU times out");
     assert!(t0.elapsed() < Duration::from_secs(5), "gave up after {:?}", t0.elapsed());
     let RuntimeError::Timeout(why) = &err else { panic!("{err}") };
     assert!(why.contains(&soc.pus[1].name), "{why}");
@@ -130,14 +130,14 @@ fn soak_ten_thousand_inferences() {
     let (soc, plan) = plan_on_cores(&g, &phased, |i| i);
     let s = session(&g, &plan, &soc, backend(), Grouping::PerOp).expect("load");
     let inputs = bident_runtime::model_inputs(&g, 3);
-    let first = s.run(&[inputs.clone()]).expect("run").outputs;
+    let first = s.run(std::slice::from_ref(&inputs)).expect("run").outputs;
     let rss = || {
         let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
         statm.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()).unwrap_or(0) * 4096
     };
     let mut warm = 0;
     for i in 0..10_000 {
-        let inf = s.run(&[inputs.clone()]).expect("run");
+        let inf = s.run(std::slice::from_ref(&inputs)).expect("run");
         if i % 1000 == 0 {
             for (a, b) in inf.outputs[0].iter().zip(&first[0]) {
                 assert_eq!(a.mismatch(b, 0.0, 0.0), None, "inference {i} differs");

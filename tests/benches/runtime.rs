@@ -22,7 +22,7 @@ fn runtime(c: &mut Criterion) {
         Session::load(built, &soc, backend(), Duration::from_secs(10)).expect("session")
     };
     let whole = {
-        let (soc, _) = plan_on_cores(&graph, &phased, &|_| 0);
+        let (soc, _) = plan_on_cores(&graph, &phased, |_| 0);
         let one = bident_backend::SocSpec { pus: vec![soc.pus[0].clone()], ..soc };
         let built = Program::whole(&graph, &one, 0, graph.reference_model().expect("model")).expect("program");
         Session::load(built, &one, backend(), Duration::from_secs(10)).expect("session")
