@@ -52,7 +52,9 @@ fn a_plan_across_cores_matches_the_whole_model_from_many_threads() {
         let threads: Vec<_> = (0..4)
             .map(|_| {
                 let (s, inputs) = (s.clone(), inputs.clone());
-                std::thread::spawn(move || (0..10).map(|_| s.run(std::slice::from_ref(&inputs)).expect("run")).collect::<Vec<_>>())
+                std::thread::spawn(move || {
+                    (0..10).map(|_| s.run(std::slice::from_ref(&inputs)).expect("run")).collect::<Vec<_>>()
+                })
             })
             .collect();
         for t in threads {

@@ -1134,8 +1134,10 @@ fn print_measured(r: &RunReport) {
         r.measured_backend_default_us,
         r.speedup_vs_backend_default()
     );
+    let ops: usize = r.ops.iter().map(|t| t.ops.len()).sum();
     println!(
-        "runtime    {} sub-models compiled in {:.0} ms (not in the latency); executor overhead {:.2} µs per op",
+        "runtime    {ops} ops as {} sub-models, compiled in {:.0} ms (not in the latency); executor overhead {:.2} µs \
+         per sub-model",
         r.ops.len(),
         r.compile_ms,
         r.overhead_us_per_op
