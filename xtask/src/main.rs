@@ -8,6 +8,7 @@ mod fuzz;
 mod ovir;
 mod pipeline;
 mod thirdparty;
+mod zoocheck;
 
 use std::path::PathBuf;
 
@@ -67,6 +68,13 @@ enum Cmd {
         #[arg(long)]
         external_data: bool,
     },
+    /// The paper's family models (tiny, every precision; or the ones named) checked against the
+    /// onnx reference evaluator, run whole by OpenVINO and through bident's path.
+    ZooCheck {
+        names: Vec<String>,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
     /// Regenerate the ONNX protobuf bindings (with --check: fail if they are stale).
     Codegen {
         #[arg(long)]
@@ -121,6 +129,7 @@ fn main() {
         Cmd::Extract(a) => pipeline::extract(a),
         Cmd::Soc { spec } => pipeline::soc(&spec),
         Cmd::Zoo { name, out, seed, external_data } => pipeline::zoo(name.as_deref(), &out, seed, external_data),
+        Cmd::ZooCheck { names, seed } => zoocheck::check(&names, seed),
         Cmd::Codegen { check } => codegen::codegen(check),
         Cmd::Conformance(a) => conformance::conformance(a),
         Cmd::Fuzz(a) => fuzz::fuzz(a),

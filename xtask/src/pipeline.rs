@@ -1419,6 +1419,10 @@ pub fn zoo(name: Option<&str>, out: &Path, seed: u64, external_data: bool) -> Re
         for (n, what) in bident_zoo::MODELS {
             println!("{n:<22} {what}");
         }
+        println!("\nthe paper's families, as <family>-<tiny|full>-<fp32|fp16|int8> (full size below):");
+        for (n, what) in bident_zoo::families::FAMILIES {
+            println!("{n:<22} {what}");
+        }
         return Ok(());
     };
     let mut model = bident_zoo::build(name, seed)

@@ -513,3 +513,13 @@ fn fallback_replans_without_a_failing_pu() {
     let steps = plan["payload"]["steps"].as_sequence().expect("steps");
     assert!(!steps.is_empty() && steps.iter().all(|s| s["pu"].as_str() == Some("core0")), "{steps:?}");
 }
+
+/// The paper's ten families, tiny, in fp32, fp16 and int8: the onnx reference evaluator,
+/// OpenVINO running each model whole and bident's path (every fused op alone) agree.
+#[test]
+fn zoo_families_match_the_reference_evaluator() {
+    let o = xtask(&["zoo-check"]);
+    assert!(o.status.success(), "{}\n{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(stdout.lines().filter(|l| l.contains("-tiny-")).count(), 30, "{stdout}");
+}

@@ -104,6 +104,54 @@ impl Builder {
         }
     }
 
+    /// An output of element type `dtype`, rank left to inference.
+    pub fn output_of(&mut self, name: &str, dtype: DType) {
+        self.output(name);
+        if let Some(type_proto::Value::TensorType(t)) =
+            self.graph.output.last_mut().and_then(|o| o.r#type.as_mut()).and_then(|t| t.value.as_mut())
+        {
+            t.elem_type = Some(dtype.onnx_code());
+        }
+    }
+
+    /// A constant float tensor (f32 or f16) with the given values.
+    pub fn const_float(&mut self, name: &str, dtype: DType, shape: &[u64], values: &[f32]) -> String {
+        let data = match dtype {
+            DType::F16 => values.iter().flat_map(|&v| bident_tensor::f32_to_f16(v).to_le_bytes()).collect(),
+            _ => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        };
+        let dtype = if dtype == DType::F16 { DType::F16 } else { DType::F32 };
+        self.add_initializer(name, &HostTensor { dtype, shape: shape.to_vec(), data })
+    }
+
+    /// The f32 weight [`Builder::weight`] would make, quantized to int8 per tensor
+    /// (symmetric: scale = max |w| / 127); returns its name and the scale.
+    pub fn weight_i8(&mut self, name: &str, shape: &[u64]) -> (String, f32) {
+        let w = self.weight(name, shape);
+        let t = self.graph.initializer.pop().expect("weight just added");
+        let values: Vec<f32> =
+            t.raw_data.unwrap_or_default().chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        let scale = values.iter().fold(0.0f32, |m, v| m.max(v.abs())).max(f32::MIN_POSITIVE) / 127.0;
+        let data = values.iter().map(|v| (v / scale).round().clamp(-127.0, 127.0) as i8 as u8).collect();
+        (self.add_initializer(&w, &HostTensor { dtype: DType::I8, shape: shape.to_vec(), data }), scale)
+    }
+
+    pub fn const_i8(&mut self, name: &str, shape: &[u64], v: &[i8]) -> String {
+        self.add_initializer(
+            name,
+            &HostTensor { dtype: DType::I8, shape: shape.to_vec(), data: v.iter().map(|&x| x as u8).collect() },
+        )
+    }
+
+    /// A seeded ternary int8 weight: every value in {-1, 0, 1} (BitNet b1.58).
+    pub fn ternary(&mut self, name: &str, shape: &[u64]) -> String {
+        self.counter += 1;
+        let t =
+            HostTensor::seeded(DType::U8, shape.to_vec(), self.seed.wrapping_mul(1_000_003).wrapping_add(self.counter));
+        let data = t.data.iter().map(|&b| ((b % 3) as i8 - 1) as u8).collect();
+        self.add_initializer(name, &HostTensor { dtype: DType::I8, shape: shape.to_vec(), data })
+    }
+
     /// An output without any type information.
     pub fn output_untyped(&mut self, name: &str) {
         self.graph.output.push(ValueInfoProto { name: Some(name.into()), ..Default::default() });

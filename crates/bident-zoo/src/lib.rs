@@ -5,6 +5,7 @@
 //! Must not: depend on any backend or on stages after bident-ir.
 
 mod builder;
+pub mod families;
 
 use bident_ir::proto::{ModelProto, tensor_proto::DataLocation};
 use bident_tensor::DType;
@@ -128,6 +129,9 @@ pub fn build(name: &str, seed: u64) -> Option<ModelProto> {
         let (n, dtype, op) = (parts.next()?, parts.next()?, parts.next()?);
         let dtype = [DType::F32, DType::F16, DType::I8].into_iter().find(|d| d.name() == dtype)?;
         return probe(op, dtype, n.parse().ok()?);
+    }
+    if let Some(m) = families::build(name, seed) {
+        return Some(m);
     }
     Some(match name {
         "example" => example(seed, 10),

@@ -543,7 +543,9 @@ impl Executable for OvExecutable {
         let mut outs = Vec::with_capacity(self.outputs.len());
         for ((i, port), placed) in self.outputs.iter().enumerate().zip(placed) {
             if let Some((buf, dims)) = placed {
-                outs.push(HostTensor::new(&port.name, port.dtype, dims, buf).map_err(|e| run_err("output", e.to_string()))?);
+                outs.push(
+                    HostTensor::new(&port.name, port.dtype, dims, buf).map_err(|e| run_err("output", e.to_string()))?,
+                );
                 continue;
             }
             let mut tensor = ptr::null_mut();
