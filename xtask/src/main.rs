@@ -3,6 +3,8 @@
 //! previous artifact and writes its own.
 
 mod codegen;
+mod eval;
+mod svg;
 mod conformance;
 mod fuzz;
 mod ovir;
@@ -68,6 +70,9 @@ enum Cmd {
         #[arg(long)]
         external_data: bool,
     },
+    /// The paper's evaluation on the zoo's family models: Tables 2 and 3, Figures 3, 7 and 9, as
+    /// target/bident/eval/<soc>-<size>/report.md and SVG charts (measured or simulated, said).
+    Eval(eval::EvalArgs),
     /// The paper's family models (tiny, every precision; or the ones named) checked against the
     /// onnx reference evaluator, run whole by OpenVINO and through bident's path.
     ZooCheck {
@@ -130,6 +135,7 @@ fn main() {
         Cmd::Soc { spec } => pipeline::soc(&spec),
         Cmd::Zoo { name, out, seed, external_data } => pipeline::zoo(name.as_deref(), &out, seed, external_data),
         Cmd::ZooCheck { names, seed } => zoocheck::check(&names, seed),
+        Cmd::Eval(a) => eval::eval(a),
         Cmd::Codegen { check } => codegen::codegen(check),
         Cmd::Conformance(a) => conformance::conformance(a),
         Cmd::Fuzz(a) => fuzz::fuzz(a),

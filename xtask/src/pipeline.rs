@@ -537,7 +537,7 @@ fn print_merged(t: &CostTable) {
 const CONTENTION_PROBES: &[(&str, u64)] = &[("matmul", 256), ("conv", 32), ("add", 512)];
 
 /// The measured SF matrix of `soc` (paper 3.2.2), printed as a table.
-fn measure_contention(soc: &SocSpec, be: &dyn Backend) -> Result<bident_profile::Contention> {
+pub(crate) fn measure_contention(soc: &SocSpec, be: &dyn Backend) -> Result<bident_profile::Contention> {
     let probes = CONTENTION_PROBES
         .iter()
         .map(|&(op, n)| {
@@ -731,24 +731,10 @@ fn refine_stage(
     (soc, be): (&SocSpec, &dyn Backend),
     m: Measuring,
 ) -> Result<(CostTable, ContentHash, Plan, ContentHash)> {
-    const ROUNDS: usize = 4;
     let pcfg = ProfileConfig { runs: m.runs, adaptive: !m.fixed_runs, ..Default::default() };
     let cache = (!m.no_cache).then(|| bident_profile::cache::CostCache::new(target_dir().join("bident/cache/costs")));
-    let order = phased.0.order();
-    for _ in 0..ROUNDS {
-        let measured = |ops: &[OpId], pu: usize| costs.segments.iter().any(|s| s.ops == ops && s.per_pu[pu].is_some());
-        let whole = (0..soc.pus.len())
-            .filter(|&j| order.iter().all(|&o| costs.cost(o, j).is_some()))
-            .map(|j| (order.clone(), j));
-        let mut wanted: Vec<(Vec<OpId>, usize)> = plan
-            .segments()
-            .into_iter()
-            .filter_map(|(ops, pu)| soc.pus.iter().position(|p| p.name == pu).map(|j| (ops, j)))
-            .chain(whole)
-            .filter(|(ops, j)| ops.len() >= 3 && !measured(ops, *j))
-            .collect();
-        wanted.sort();
-        wanted.dedup();
+    for _ in 0..REFINE_ROUNDS {
+        let wanted = segments_to_measure(&plan, &costs, phased.0);
         if wanted.is_empty() {
             break;
         }
@@ -777,6 +763,29 @@ fn refine_stage(
         );
     }
     Ok((costs, ch, plan, plan_h))
+}
+
+/// Rounds of measuring a plan's segments and searching again, at most.
+pub(crate) const REFINE_ROUNDS: usize = 4;
+
+/// The plan's segments of three or more ops and each PU's whole-model run, where the table has
+/// no measurement of them yet: (ops in execution order, PU index).
+pub(crate) fn segments_to_measure(plan: &Plan, costs: &CostTable, phased: &PhasedGraph) -> Vec<(Vec<OpId>, usize)> {
+    let order = phased.order();
+    let measured = |ops: &[OpId], pu: usize| costs.segments.iter().any(|s| s.ops == ops && s.per_pu[pu].is_some());
+    let whole = (0..costs.soc.pus.len())
+        .filter(|&j| order.iter().all(|&o| costs.cost(o, j).is_some()))
+        .map(|j| (order.clone(), j));
+    let mut wanted: Vec<(Vec<OpId>, usize)> = plan
+        .segments()
+        .into_iter()
+        .filter_map(|(ops, pu)| costs.soc.pus.iter().position(|p| p.name == pu).map(|j| (ops, j)))
+        .chain(whole)
+        .filter(|(ops, j)| ops.len() >= 3 && !measured(ops, *j))
+        .collect();
+    wanted.sort();
+    wanted.dedup();
+    wanted
 }
 
 /// Stage 5. With `--fallback`, a PU that fails is excluded and the plan searched again

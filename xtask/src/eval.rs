@@ -1,0 +1,449 @@
+//! `cargo xtask eval`: the paper's evaluation protocol (section 4) on the zoo's family models,
+//! measured where the SoC is real and simulated where it is virtual, each figure labelled so.
+//!
+//! Table 2 (best single PU, latency- and energy-optimal sequential plans), Table 3 (parallel
+//! plans), Figure 9 (every pair of configurations running at once), Figure 7 (energy of the
+//! latency- and energy-optimal plans) and Figure 3 (MatMul size sweep per PU), as a Markdown
+//! report and SVG charts in `target/bident/eval/<soc>-<size>/`.
+
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use bident_backend::Backend;
+use bident_partition::PhasedGraph;
+use bident_profile::{CostTable, ProfileConfig};
+use bident_search::concurrent::{self, ConcurrentMode, TimeSlicing};
+use bident_search::{Mode, Objective, Plan, SearchConfig};
+use clap::Args;
+
+use crate::pipeline::{Soc, target_dir};
+use crate::svg;
+
+#[derive(Args)]
+pub struct EvalArgs {
+    /// `lunar-lake` (virtual, simulated), `cores`, `local` or a SoC spec file (measured).
+    #[arg(long, default_value = "lunar-lake")]
+    pub soc: String,
+    /// `tiny` (the families' test size) or `full` (the paper's shapes).
+    #[arg(long, default_value = "tiny")]
+    pub size: String,
+    /// Measured inferences per plan on real PUs.
+    #[arg(long, default_value_t = 10)]
+    pub runs: u32,
+    /// Only these families (default: all ten).
+    #[arg(long)]
+    pub only: Vec<String>,
+    /// Output folder (default: target/bident/eval/<soc>-<size>/).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// One of the paper's configurations: a family at a precision.
+struct Config {
+    label: String,
+    model: String,
+}
+
+/// The paper's 19: nine families at FP16 and INT8, and pi0.5 once (mixed: INT8 vision encoder).
+fn configs(size: &str, only: &[String]) -> Vec<Config> {
+    let mut out = vec![];
+    for (family, _) in bident_zoo::families::FAMILIES {
+        if !only.is_empty() && !only.iter().any(|o| o == family) {
+            continue;
+        }
+        let precisions: &[(&str, &str)] =
+            if *family == "pi05" { &[("fp16", "mixed")] } else { &[("fp16", "FP16"), ("int8", "INT8")] };
+        for (p, label) in precisions {
+            out.push(Config { label: format!("{family} {label}"), model: format!("{family}-{size}-{p}") });
+        }
+    }
+    out
+}
+
+/// What the protocol found for one configuration.
+struct Row {
+    label: String,
+    ops: usize,
+    parallel_phases: usize,
+    phased: PhasedGraph,
+    costs: CostTable,
+    best_pu: String,
+    best_us: f64,
+    best_uj: f64,
+    lat: Plan,
+    energy: Plan,
+    par: Plan,
+    /// On real PUs: (measured latency of the latency plan, its prediction error, the same for
+    /// the parallel plan).
+    measured: Option<[(f64, f64); 2]>,
+}
+
+pub fn eval(a: EvalArgs) -> Result<()> {
+    anyhow::ensure!(a.size == "tiny" || a.size == "full", "--size is tiny or full, not `{}`", a.size);
+    let soc = Soc::load(&a.soc)?;
+    let simulated = matches!(soc, Soc::Virtual(_));
+    let label = if simulated { "SIMULATED" } else { "measured" };
+    let out = a.out.clone().unwrap_or_else(|| target_dir().join("bident/eval").join(format!("{}-{}", a.soc, a.size)));
+    std::fs::create_dir_all(&out).with_context(|| out.display().to_string())?;
+    let configs = configs(&a.size, &a.only);
+    anyhow::ensure!(!configs.is_empty(), "no family matches --only {:?}", a.only);
+    let t0 = std::time::Instant::now();
+    let contention = match &soc {
+        Soc::Measured(spec, be) if spec.pus.len() > 1 => Some(crate::pipeline::measure_contention(spec, be.as_ref())?),
+        _ => None,
+    };
+    let mut rows = vec![];
+    for (k, c) in configs.iter().enumerate() {
+        progress(k, configs.len(), &c.label, t0);
+        rows.push(evaluate(c, &soc, contention.as_ref(), a.runs).with_context(|| c.label.clone())?);
+    }
+    progress(configs.len(), configs.len(), "pairs", t0);
+    let pairs = pairs(&rows, simulated)?;
+    let sweep = sweep(&soc)?;
+    if std::io::stderr().is_terminal() {
+        eprintln!();
+    }
+    let machine = match &soc {
+        Soc::Virtual(v) => format!("nowhere: simulated {} (calibrated to {})", v.spec.name, v.calibration),
+        Soc::Measured(..) => bident_profile::host_description(),
+    };
+    let report = report(&a, &rows, &pairs, &sweep, label, &machine);
+    std::fs::write(out.join("report.md"), &report)?;
+    std::fs::write(out.join("heatmap.svg"), heatmap(&rows, &pairs, label))?;
+    std::fs::write(out.join("energy.svg"), energy_chart(&rows, label))?;
+    let pus: Vec<String> = rows[0].costs.soc.pus.iter().map(|p| p.name.clone()).collect();
+    std::fs::write(out.join("matmul.svg"), matmul_chart(&sweep, &pus, label))?;
+    print!("{report}");
+    eprintln!(
+        "eval: {} configurations and {} pairs in {:.1} s [{label}] -> {}",
+        rows.len(),
+        pairs.len(),
+        t0.elapsed().as_secs_f64(),
+        out.join("report.md").display()
+    );
+    Ok(())
+}
+
+fn progress(done: usize, total: usize, what: &str, t0: std::time::Instant) {
+    let width = 24;
+    let filled = (done * width).checked_div(total).unwrap_or(width).min(width);
+    let line = format!(
+        "eval: [{}{}] {done}/{total} {what} ({:.0} s)",
+        "#".repeat(filled),
+        ".".repeat(width - filled),
+        t0.elapsed().as_secs_f64()
+    );
+    if std::io::stderr().is_terminal() {
+        eprint!("\r{line:<90}");
+    } else {
+        eprintln!("{line}");
+    }
+}
+
+fn evaluate(c: &Config, soc: &Soc, contention: Option<&bident_profile::Contention>, runs: u32) -> Result<Row> {
+    let bytes = bident_zoo::build_bytes(&c.model, 0).with_context(|| format!("no zoo model {}", c.model))?;
+    let g = bident_ir::import_bytes(&bytes, &format!("{}.onnx", c.model), None, &Default::default())?;
+    let phased = bident_partition::partition(&g)?;
+    let mut costs = match soc {
+        Soc::Virtual(v) => bident_profile::simulate::simulate(&g, v)?,
+        Soc::Measured(spec, be) => {
+            let cfg = ProfileConfig {
+                segments: phased.neighbours().into_iter().map(|(a, b)| vec![a, b]).collect(),
+                ..Default::default()
+            };
+            let cache = bident_profile::cache::CostCache::new(target_dir().join("bident/cache/costs"));
+            let mut t = bident_profile::profile(&g, spec, be.as_ref(), &cfg, Some(&cache), &mut |_| {})?;
+            t.contention = contention.cloned();
+            t
+        }
+    };
+    let search = |costs: &CostTable, objective, mode| {
+        bident_search::search(&phased, costs, &SearchConfig { objective, mode, ..Default::default() })
+    };
+    let mut lat = search(&costs, Objective::Latency, Mode::Sequential)?;
+    let mut measured = None;
+    if let Soc::Measured(spec, be) = soc {
+        // the plan's segments measured whole, as the pipeline's refine stage does
+        let cache = bident_profile::cache::CostCache::new(target_dir().join("bident/cache/costs"));
+        for _ in 0..crate::pipeline::REFINE_ROUNDS {
+            let wanted = crate::pipeline::segments_to_measure(&lat, &costs, &phased);
+            if wanted.is_empty() {
+                break;
+            }
+            let found = bident_profile::measure_segments(
+                &g,
+                spec,
+                be.as_ref(),
+                &ProfileConfig::default(),
+                Some(&cache),
+                &wanted,
+                &mut |_| {},
+            )?;
+            costs.segments.extend(found);
+            lat = search(&costs, Objective::Latency, Mode::Sequential)?;
+        }
+        let par = search(&costs, Objective::Latency, Mode::Parallel)?;
+        let cfg = bident_runtime::RunConfig { runs, warmup: 2, ..Default::default() };
+        let be: Arc<dyn Backend> = be.clone();
+        let r = |p: &Plan| -> Result<(f64, f64)> {
+            let r = bident_runtime::run(&g, p, spec, be.clone(), &cfg)?;
+            Ok((r.measured_us, r.prediction_error))
+        };
+        measured = Some([r(&lat)?, r(&par)?]);
+    }
+    let energy = search(&costs, Objective::Energy, Mode::Sequential)?;
+    let par = search(&costs, Objective::Latency, Mode::Parallel)?;
+    let best = lat
+        .baselines
+        .iter()
+        .filter_map(|b| Some((b.pu.clone(), b.predicted_us?, b.predicted_energy_uj?)))
+        .min_by(|x, y| x.1.total_cmp(&y.1))
+        .context("no PU runs every op")?;
+    Ok(Row {
+        label: c.label.clone(),
+        ops: g.ops.len(),
+        parallel_phases: phased.parallel_phases(),
+        phased,
+        costs,
+        best_pu: best.0,
+        best_us: best.1,
+        best_uj: best.2,
+        lat,
+        energy,
+        par,
+        measured,
+    })
+}
+
+/// Figure 9: every pair of configurations (the same one twice included) planned to run at once,
+/// against both run one after the other on their best single PUs. (i, j, speedup, energy
+/// change).
+fn pairs(rows: &[Row], simulated: bool) -> Result<Vec<(usize, usize, f64, f64)>> {
+    let label = if simulated {
+        "simulated: time slicing on a virtual SoC"
+    } else {
+        "modelled: time slicing (two ops on one single-threaded PU share it); not measured per pair"
+    };
+    let mut out = vec![];
+    for i in 0..rows.len() {
+        for j in i..rows.len() {
+            let (a, b) = (&rows[i], &rows[j]);
+            let p = concurrent::plan(
+                (&a.phased, &a.costs),
+                (&b.phased, &b.costs),
+                (&TimeSlicing, label),
+                ConcurrentMode::Joint,
+                Objective::Latency,
+            )
+            .with_context(|| format!("{} + {}", a.label, b.label))?;
+            let serial_uj = a.best_uj + b.best_uj;
+            out.push((i, j, p.speedup, p.predicted_energy_uj / serial_uj - 1.0));
+        }
+    }
+    Ok(out)
+}
+
+/// Figure 3: square MatMul [1,N,N] x [N,N] per PU in FP16 and INT8: (dtype, N, µs per PU).
+type Sweep = Vec<(&'static str, u64, Vec<Option<f64>>)>;
+
+fn sweep(soc: &Soc) -> Result<Sweep> {
+    let mut out = vec![];
+    for (dtype, name) in [(bident_tensor::DType::F16, "f16"), (bident_tensor::DType::I8, "i8")] {
+        for n in [32u64, 64, 128, 256, 512, 1024, 2048] {
+            let model = bident_zoo::probe("matmul", dtype, n).context("probe")?;
+            let bytes = prost::Message::encode_to_vec(&model);
+            let g = bident_ir::import_bytes(&bytes, &format!("matmul-{name}-{n}.onnx"), None, &Default::default())?;
+            let t = match soc {
+                Soc::Virtual(v) => bident_profile::simulate::simulate(&g, v)?,
+                Soc::Measured(spec, be) => {
+                    // a few fixed runs: N = 2048 takes a fraction of a second per run here
+                    let cfg = ProfileConfig { warmup: 2, runs: 5, adaptive: false, ..Default::default() };
+                    bident_profile::profile(&g, spec, be.as_ref(), &cfg, None, &mut |_| {})?
+                }
+            };
+            let per_pu = (0..t.soc.pus.len()).map(|j| t.cost(0, j).map(bident_profile::Cost::weight_us)).collect();
+            out.push((name, n, per_pu));
+        }
+    }
+    Ok(out)
+}
+
+fn geomean(v: impl Iterator<Item = f64>) -> f64 {
+    let (sum, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x.ln(), n + 1));
+    if n == 0 { f64::NAN } else { (sum / n as f64).exp() }
+}
+
+fn report(
+    a: &EvalArgs,
+    rows: &[Row],
+    pairs: &[(usize, usize, f64, f64)],
+    sweep: &Sweep,
+    label: &str,
+    machine: &str,
+) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# bident evaluation: {} SoC, {} models [{label}]\n", a.soc, a.size);
+    let _ = writeln!(
+        s,
+        "Command: `cargo xtask eval --soc {} --size {}`. Figures are {label}{}; machine: {machine}.\n",
+        a.soc,
+        a.size,
+        if label == "SIMULATED" { " (an analytic cost model; nothing ran)" } else { " on this machine" }
+    );
+    let _ = writeln!(s, "## Table 2: sequential plans against the best single PU [{label}]\n");
+    let measured = rows.iter().any(|r| r.measured.is_some());
+    let _ = write!(
+        s,
+        "| config | fused ops | best single PU | latency plan | speedup | its energy | energy plan: energy | its speedup |"
+    );
+    if measured {
+        let _ = write!(s, " measured latency plan | prediction error |");
+    }
+    let _ = writeln!(s, "\n|---|---|---|---|---|---|---|---|{}", if measured { "---|---|" } else { "" });
+    for r in rows {
+        let mix = |p: &Plan| p.ops_per_pu.iter().map(|(pu, n)| format!("{n} {pu}")).collect::<Vec<_>>().join(", ");
+        let _ = write!(
+            s,
+            "| {} | {} | {} {:.1} µs | {:.1} µs ({}) | {:.2}x | {:+.1}% | {:+.1}% ({}) | {:.2}x |",
+            r.label,
+            r.ops,
+            r.best_pu,
+            r.best_us,
+            r.lat.predicted_us,
+            mix(&r.lat),
+            r.best_us / r.lat.predicted_us,
+            (r.lat.predicted_energy_uj / r.best_uj - 1.0) * 100.0,
+            (r.energy.predicted_energy_uj / r.best_uj - 1.0) * 100.0,
+            mix(&r.energy),
+            r.best_us / r.energy.predicted_us,
+        );
+        if let Some([(m, e), _]) = r.measured {
+            let _ = write!(s, " {m:.1} µs | {:.1}% |", e * 100.0);
+        }
+        let _ = writeln!(s);
+    }
+    let seq: Vec<f64> = rows.iter().map(|r| r.best_us / r.lat.predicted_us).collect();
+    let e_opt: Vec<f64> = rows.iter().map(|r| r.energy.predicted_energy_uj / r.best_uj - 1.0).collect();
+    let e_lat: Vec<f64> = rows.iter().map(|r| r.lat.predicted_energy_uj / r.best_uj - 1.0).collect();
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let _ = writeln!(
+        s,
+        "\nSequential speedup: geomean {:.2}x, max {:.2}x (paper: 1.09x, up to 1.58x). Energy-optimal plans: {:+.1}% \
+         energy on average (paper: -9.2%), latency geomean {:.2}x (paper: 1.03x); latency-optimal plans: {:+.1}% energy \
+         (paper: -3.7%), more energy than the best single PU on {} of {} (paper: 5 of 19).\n",
+        geomean(seq.iter().copied()),
+        seq.iter().copied().fold(0.0, f64::max),
+        mean(&e_opt) * 100.0,
+        geomean(rows.iter().map(|r| r.best_us / r.energy.predicted_us)),
+        mean(&e_lat) * 100.0,
+        e_lat.iter().filter(|&&e| e > 1e-9).count(),
+        rows.len()
+    );
+    let _ = writeln!(s, "## Table 3: parallel plans [{label}]\n");
+    let _ = writeln!(s, "| config | phases with parallel branches | parallel plan | speedup | gain over sequential |{}", if measured { " measured | prediction error |" } else { "" });
+    let _ = writeln!(s, "|---|---|---|---|---|{}", if measured { "---|---|" } else { "" });
+    for r in rows {
+        let _ = write!(
+            s,
+            "| {} | {} | {:.1} µs ({} schedule) | {:.2}x | {:+.1}% |",
+            r.label,
+            r.parallel_phases,
+            r.par.predicted_us,
+            r.par.schedule.name(),
+            r.best_us / r.par.predicted_us,
+            (r.lat.predicted_us / r.par.predicted_us - 1.0) * 100.0
+        );
+        if let Some([_, (m, e)]) = r.measured {
+            let _ = write!(s, " {m:.1} µs | {:.1}% |", e * 100.0);
+        }
+        let _ = writeln!(s);
+    }
+    let par: Vec<f64> = rows.iter().map(|r| r.best_us / r.par.predicted_us).collect();
+    let _ = writeln!(
+        s,
+        "\nParallel speedup: geomean {:.2}x, max {:.2}x (paper: up to 1.60x).\n",
+        geomean(par.iter().copied()),
+        par.iter().copied().fold(0.0, f64::max)
+    );
+    let _ = writeln!(s, "## Figure 9: pairs running at once [{label}]\n");
+    let speedups: Vec<f64> = pairs.iter().map(|p| p.2).collect();
+    let best = pairs.iter().max_by(|x, y| x.2.total_cmp(&y.2));
+    let worst = pairs.iter().min_by(|x, y| x.2.total_cmp(&y.2));
+    let name = |p: Option<&(usize, usize, f64, f64)>| {
+        p.map_or(String::new(), |p| format!("{} + {} {:.2}x", rows[p.0].label, rows[p.1].label, p.2))
+    };
+    let _ = writeln!(
+        s,
+        "{} pairs; speedup against both models one after the other on their best single PUs: geomean {:.2}x, \
+         {:.2}x to {:.2}x (best {}, worst {}); {} pairs below 1x (paper: 190 pairs, geomean 3.42x, 0.86x to 22.4x). \
+         Energy: {:+.1}% on average (paper: -48.2%). Same-PU co-execution: time slicing. Heatmap: `heatmap.svg`.\n",
+        pairs.len(),
+        geomean(speedups.iter().copied()),
+        speedups.iter().copied().fold(f64::INFINITY, f64::min),
+        speedups.iter().copied().fold(0.0, f64::max),
+        name(best),
+        name(worst),
+        speedups.iter().filter(|&&x| x < 1.0 - 1e-9).count(),
+        mean(&pairs.iter().map(|p| p.3).collect::<Vec<_>>()) * 100.0
+    );
+    let _ = writeln!(s, "## Figure 7: energy of the latency- and energy-optimal plans [{label}]\n\n`energy.svg`.\n");
+    let _ = writeln!(s, "## Figure 3: MatMul [1,N,N] x [N,N] per PU, dispatch + execution µs [{label}]\n");
+    let pus: Vec<String> = rows.first().map(|r| r.costs.soc.pus.iter().map(|p| p.name.clone()).collect()).unwrap_or_default();
+    let _ = writeln!(s, "| dtype | N | {} | fastest |", pus.join(" | "));
+    let _ = writeln!(s, "|---|---|{}---|", "---|".repeat(pus.len()));
+    for (dtype, n, per) in sweep {
+        let fastest = per
+            .iter()
+            .enumerate()
+            .filter_map(|(j, v)| v.map(|v| (j, v)))
+            .min_by(|x, y| x.1.total_cmp(&y.1))
+            .map_or("-".to_string(), |(j, _)| pus.get(j).cloned().unwrap_or_default());
+        let cells: Vec<String> = per.iter().map(|v| v.map_or("-".into(), |v| format!("{v:.1}"))).collect();
+        let _ = writeln!(s, "| {dtype} | {n} | {} | {fastest} |", cells.join(" | "));
+    }
+    let _ = writeln!(s, "\n`matmul.svg`.");
+    s
+}
+
+fn heatmap(rows: &[Row], pairs: &[(usize, usize, f64, f64)], label: &str) -> String {
+    let n = rows.len();
+    let mut m = vec![vec![None; n]; n];
+    for &(i, j, x, _) in pairs {
+        m[i][j] = Some(x);
+        m[j][i] = Some(x);
+    }
+    let labels: Vec<String> = rows.iter().map(|r| r.label.clone()).collect();
+    svg::heatmap(&format!("Pairs at once: speedup vs serial best single PUs [{label}]"), &labels, &m)
+}
+
+fn energy_chart(rows: &[Row], label: &str) -> String {
+    let groups: Vec<(String, Vec<f64>)> = rows
+        .iter()
+        .map(|r| {
+            (r.label.clone(), vec![1.0, r.lat.predicted_energy_uj / r.best_uj, r.energy.predicted_energy_uj / r.best_uj])
+        })
+        .collect();
+    svg::bars(
+        &format!("Energy relative to the best single PU [{label}]"),
+        &["best single PU", "latency-optimal", "energy-optimal"],
+        &groups,
+    )
+}
+
+fn matmul_chart(sweep: &Sweep, pus: &[String], label: &str) -> String {
+    let mut series: Vec<(String, Vec<(f64, f64)>)> = vec![];
+    for dtype in ["f16", "i8"] {
+        for (j, pu) in pus.iter().enumerate() {
+            let pts: Vec<(f64, f64)> = sweep
+                .iter()
+                .filter(|s| s.0 == dtype)
+                .filter_map(|s| s.2.get(j).copied().flatten().map(|v| (s.1 as f64, v)))
+                .collect();
+            series.push((format!("{pu} {dtype}"), pts));
+        }
+    }
+    svg::loglog(&format!("MatMul [1,N,N] x [N,N], µs per PU [{label}]"), "N", "µs", &series)
+}
