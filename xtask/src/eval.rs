@@ -239,8 +239,7 @@ fn pairs(rows: &[Row], simulated: bool) -> Result<Vec<(usize, usize, f64, f64)>>
                 Objective::Latency,
             )
             .with_context(|| format!("{} + {}", a.label, b.label))?;
-            let serial_uj = a.best_uj + b.best_uj;
-            out.push((i, j, p.speedup, p.predicted_energy_uj / serial_uj - 1.0));
+            out.push((i, j, p.speedup, p.predicted_energy_uj / p.baseline_energy_uj - 1.0));
         }
     }
     Ok(out)

@@ -523,3 +523,23 @@ fn zoo_families_match_the_reference_evaluator() {
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert_eq!(stdout.lines().filter(|l| l.contains("-tiny-")).count(), 30, "{stdout}");
 }
+
+/// `eval` on the virtual SoC: the report has all 19 configurations and 190 pairs, every heading
+/// says SIMULATED, and the three charts are written.
+#[test]
+fn eval_reproduces_the_protocol_on_the_virtual_soc() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().display().to_string();
+    let o = xtask(&["eval", "--soc", "lunar-lake", "--size", "tiny", "--out", &out]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report = std::fs::read_to_string(tmp.path().join("report.md")).expect("report.md");
+    let table2 = report.split("## Table 3").next().expect("table 2");
+    assert_eq!(table2.lines().filter(|l| l.starts_with("| ") && !l.starts_with("| config")).count(), 19, "{report}");
+    assert!(report.contains("190 pairs"), "{report}");
+    assert!(report.lines().filter(|l| l.starts_with("## ")).all(|l| l.contains("[SIMULATED]")), "{report}");
+    assert!(!report.contains("measured latency plan"), "a virtual SoC has no measured column");
+    for chart in ["heatmap.svg", "energy.svg", "matmul.svg"] {
+        let svg = std::fs::read_to_string(tmp.path().join(chart)).expect(chart);
+        assert!(svg.starts_with("<svg") && svg.contains("SIMULATED"), "{chart}");
+    }
+}

@@ -77,15 +77,16 @@ pub struct ConcurrentPlan {
     pub steps: Vec<ConcurrentStep>,
     pub predicted_us: f64,
     pub predicted_energy_uj: f64,
-    /// The paper's baseline: A then B, each on its own best single PU (latency).
+    /// The paper's baseline: A then B, each on its own best single PU (latency), and its energy.
     pub baseline_us: f64,
+    pub baseline_energy_uj: f64,
     pub baseline: [String; 2],
     pub speedup: f64,
 }
 
 impl Artifact for ConcurrentPlan {
     const KIND: &'static str = "concurrent-plan";
-    const SCHEMA_VERSION: u32 = 1;
+    const SCHEMA_VERSION: u32 = 2;
 }
 
 /// Search the best interleaving of `a` and `b` on `k` PUs with contention `sf` and same-PU
@@ -399,6 +400,8 @@ pub fn plan(
         predicted_us: latency,
         predicted_energy_uj: energy,
         baseline_us: ua + ub,
+        baseline_energy_uj: ca.evaluate(&vec![ja; ca.len()], Objective::Energy).unwrap_or(f64::NAN)
+            + cb.evaluate(&vec![jb; cb.len()], Objective::Energy).unwrap_or(f64::NAN),
         baseline: [pus[ja].clone(), pus[jb].clone()],
         speedup: (ua + ub) / latency,
         pus,
