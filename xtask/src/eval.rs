@@ -31,7 +31,7 @@ pub struct EvalArgs {
     #[arg(long, default_value = "tiny")]
     pub size: String,
     /// Measured inferences per plan on real PUs.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 30)]
     pub runs: u32,
     /// Only these families (default: all ten).
     #[arg(long)]
@@ -186,7 +186,7 @@ fn evaluate(c: &Config, soc: &Soc, contention: Option<&bident_profile::Contentio
             lat = search(&costs, Objective::Latency, Mode::Sequential)?;
         }
         let par = search(&costs, Objective::Latency, Mode::Parallel)?;
-        let cfg = bident_runtime::RunConfig { runs, warmup: 2, ..Default::default() };
+        let cfg = bident_runtime::RunConfig { runs, ..Default::default() };
         let be: Arc<dyn Backend> = be.clone();
         let r = |p: &Plan| -> Result<(f64, f64)> {
             let r = bident_runtime::run(&g, p, spec, be.clone(), &cfg)?;
