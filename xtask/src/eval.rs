@@ -342,7 +342,11 @@ fn report(
         rows.len()
     );
     let _ = writeln!(s, "## Table 3: parallel plans [{label}]\n");
-    let _ = writeln!(s, "| config | phases with parallel branches | parallel plan | speedup | gain over sequential |{}", if measured { " measured | prediction error |" } else { "" });
+    let _ = writeln!(
+        s,
+        "| config | phases with parallel branches | parallel plan | speedup | gain over sequential |{}",
+        if measured { " measured | prediction error |" } else { "" }
+    );
     let _ = writeln!(s, "|---|---|---|---|---|{}", if measured { "---|---|" } else { "" });
     for r in rows {
         let _ = write!(
@@ -390,7 +394,8 @@ fn report(
     );
     let _ = writeln!(s, "## Figure 7: energy of the latency- and energy-optimal plans [{label}]\n\n`energy.svg`.\n");
     let _ = writeln!(s, "## Figure 3: MatMul [1,N,N] x [N,N] per PU, dispatch + execution µs [{label}]\n");
-    let pus: Vec<String> = rows.first().map(|r| r.costs.soc.pus.iter().map(|p| p.name.clone()).collect()).unwrap_or_default();
+    let pus: Vec<String> =
+        rows.first().map(|r| r.costs.soc.pus.iter().map(|p| p.name.clone()).collect()).unwrap_or_default();
     let _ = writeln!(s, "| dtype | N | {} | fastest |", pus.join(" | "));
     let _ = writeln!(s, "|---|---|{}---|", "---|".repeat(pus.len()));
     for (dtype, n, per) in sweep {
@@ -422,7 +427,10 @@ fn energy_chart(rows: &[Row], label: &str) -> String {
     let groups: Vec<(String, Vec<f64>)> = rows
         .iter()
         .map(|r| {
-            (r.label.clone(), vec![1.0, r.lat.predicted_energy_uj / r.best_uj, r.energy.predicted_energy_uj / r.best_uj])
+            (
+                r.label.clone(),
+                vec![1.0, r.lat.predicted_energy_uj / r.best_uj, r.energy.predicted_energy_uj / r.best_uj],
+            )
         })
         .collect();
     svg::bars(

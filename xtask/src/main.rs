@@ -3,12 +3,12 @@
 //! previous artifact and writes its own.
 
 mod codegen;
-mod eval;
-mod svg;
 mod conformance;
+mod eval;
 mod fuzz;
 mod ovir;
 mod pipeline;
+mod svg;
 mod thirdparty;
 mod zoocheck;
 

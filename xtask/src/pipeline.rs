@@ -930,8 +930,7 @@ fn concurrent_pipeline(a: &PipelineArgs, model_b: &str) -> Result<()> {
     for model in [a.import.model.clone(), Some(model_b.to_string())] {
         let (dir, g, gh) = import_cmd(ImportArgs { model, out: None, ..a.import.clone() })?;
         let (phased, _) = partition_stage(&dir, &g, gh)?;
-        // a concurrent plan runs every op alone: no pairs to measure
-        let (costs, _) = profile_stage(&dir, &g, gh, &soc, m, vec![])?;
+        let (costs, _) = profile_stage(&dir, &g, gh, &soc, m, phased.neighbours())?;
         stages.push((g, phased, costs));
     }
     let [(ga, pa, ca), (gb, pb, cb)] = <[_; 2]>::try_from(stages).map_err(|_| anyhow::anyhow!("two models"))?;

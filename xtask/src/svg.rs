@@ -142,11 +142,22 @@ pub fn loglog(title: &str, xlabel: &str, ylabel: &str, series: &[(String, Vec<(f
     let _ = write!(s, r##"<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#333"/>"##);
     for e in lx0 as i32..=lx1 as i32 {
         let x = sx(10f64.powi(e));
-        let _ = write!(s, r##"<line x1="{x:.1}" x2="{x:.1}" y1="{top}" y2="{}" stroke="#eee"/><text x="{x:.1}" y="{}" text-anchor="middle">1e{e}</text>"##, top + ph, top + ph + 14.0);
+        let _ = write!(
+            s,
+            r##"<line x1="{x:.1}" x2="{x:.1}" y1="{top}" y2="{}" stroke="#eee"/><text x="{x:.1}" y="{}" text-anchor="middle">1e{e}</text>"##,
+            top + ph,
+            top + ph + 14.0
+        );
     }
     for e in ly0 as i32..=ly1 as i32 {
         let y = sy(10f64.powi(e));
-        let _ = write!(s, r##"<line x1="{left}" x2="{}" y1="{y:.1}" y2="{y:.1}" stroke="#eee"/><text x="{}" y="{:.1}" text-anchor="end">1e{e}</text>"##, left + pw, left - 4.0, y + 4.0);
+        let _ = write!(
+            s,
+            r##"<line x1="{left}" x2="{}" y1="{y:.1}" y2="{y:.1}" stroke="#eee"/><text x="{}" y="{:.1}" text-anchor="end">1e{e}</text>"##,
+            left + pw,
+            left - 4.0,
+            y + 4.0
+        );
     }
     let _ = write!(
         s,
@@ -160,9 +171,16 @@ pub fn loglog(title: &str, xlabel: &str, ylabel: &str, series: &[(String, Vec<(f
     for (k, (name, points)) in series.iter().enumerate() {
         let colour = PALETTE[k % PALETTE.len()];
         let dash = if k >= PALETTE.len() / 2 { r#" stroke-dasharray="5 3""# } else { "" };
-        let path: Vec<String> =
-            points.iter().filter(|p| p.0 > 0.0 && p.1 > 0.0).map(|&(x, y)| format!("{:.1},{:.1}", sx(x), sy(y))).collect();
-        let _ = write!(s, r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2"{dash}/>"#, path.join(" "));
+        let path: Vec<String> = points
+            .iter()
+            .filter(|p| p.0 > 0.0 && p.1 > 0.0)
+            .map(|&(x, y)| format!("{:.1},{:.1}", sx(x), sy(y)))
+            .collect();
+        let _ = write!(
+            s,
+            r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2"{dash}/>"#,
+            path.join(" ")
+        );
         let ly = top + 14.0 * k as f64 + 10.0;
         let _ = write!(
             s,

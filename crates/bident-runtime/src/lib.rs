@@ -261,8 +261,7 @@ pub fn run_concurrent(
     backend: Arc<dyn Backend>,
     cfg: &RunConfig,
 ) -> Result<RunReport, RuntimeError> {
-    // its search prices every op alone (no merge savings), so it runs them alone
-    let built = Program::from_concurrent((ga, gb), plan, soc, Grouping::PerOp)?;
+    let built = Program::from_concurrent((ga, gb), plan, soc, cfg.grouping)?;
     let session = Session::load(built, soc, backend.clone(), cfg.op_timeout)?;
     measure(&[ga, gb], &session, &plan.baseline, soc, backend, cfg)
 }

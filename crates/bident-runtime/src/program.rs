@@ -76,9 +76,8 @@ fn pu_index(soc: &SocSpec, name: &str, op: u32) -> Result<usize, RuntimeError> {
 /// Which planned ops run as one task: each op alone, or every run of neighbours in the plan's
 /// order that it puts on one PU compiled as one sub-model, so the backend fuses across them and
 /// keeps its own layouts between them, as it does for the whole model. The search counts on
-/// the measured saving (`CostTable::merged`) under the same rule: in a parallel plan only
-/// neighbours that overlap nothing else (same branch, or both in single-branch phases) join. A
-/// concurrent plan always runs ops alone.
+/// the measured saving (`CostTable::segments`) under the same rule: in a parallel plan only
+/// neighbours that overlap nothing else (same branch, or both in single-branch phases) join.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Grouping {
     PerOp,
@@ -103,7 +102,11 @@ fn tasks_of(
     grouping: Grouping,
 ) -> Result<(Vec<Task>, Vec<Vec<u8>>), RuntimeError> {
     let extractors = graphs.iter().map(|g| Extractor::new(g)).collect::<Result<Vec<_>, _>>()?;
+    // an op joins its stream's last group when it may, that group is on its PU, and nothing
+    // else was queued on that PU since
     let mut groups: Vec<Vec<&Planned>> = vec![];
+    let mut open: Vec<Option<usize>> = vec![None; graphs.len()];
+    let mut last_on_pu: std::collections::HashMap<usize, usize> = Default::default();
     for p in planned {
         let g = graphs[p.stream];
         if p.op as usize >= g.ops.len() {
@@ -114,16 +117,21 @@ fn tasks_of(
                 g.ops.len()
             )));
         }
-        match groups.last_mut() {
-            Some(last)
-                if grouping == Grouping::Merged
-                    && p.joins
-                    && last.last().is_some_and(|l| l.stream == p.stream && l.pu == p.pu) =>
-            {
-                last.push(p)
+        let target = open[p.stream].filter(|&k| {
+            grouping == Grouping::Merged && p.joins && groups[k][0].pu == p.pu && last_on_pu.get(&p.pu) == Some(&k)
+        });
+        let k = match target {
+            Some(k) => {
+                groups[k].push(p);
+                k
             }
-            _ => groups.push(vec![p]),
-        }
+            None => {
+                groups.push(vec![p]);
+                groups.len() - 1
+            }
+        };
+        open[p.stream] = Some(k);
+        last_on_pu.insert(p.pu, k);
     }
     let mut tasks = vec![];
     let mut bytes = vec![];
@@ -204,7 +212,9 @@ impl Program {
 
     /// Two models' concurrent plan: each PU runs its tasks in step order (A's before B's within
     /// a step). Two ops of one step on the same PU run one after the other on its worker: a
-    /// single-threaded PU time-slices them anyway.
+    /// single-threaded PU time-slices them anyway. A stream's op joins its previous one when
+    /// both are on one PU and nothing of the other stream ran there between (the concurrent
+    /// search's rule).
     pub fn from_concurrent(
         (ga, gb): (&FusedGraph, &FusedGraph),
         plan: &ConcurrentPlan,
@@ -219,7 +229,7 @@ impl Program {
             for (k, side) in [&s.a, &s.b].into_iter().enumerate() {
                 let Some((op, pu)) = side else { continue };
                 let predicted = (s.start_us, s.start_us + s.duration_us);
-                planned.push(Planned { stream: k, op: *op, pu: pu_index(soc, pu, *op)?, joins: false, predicted });
+                planned.push(Planned { stream: k, op: *op, pu: pu_index(soc, pu, *op)?, joins: true, predicted });
             }
         }
         let (tasks, bytes) = tasks_of(&[ga, gb], &bases, &planned, grouping)?;

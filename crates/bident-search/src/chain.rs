@@ -68,6 +68,11 @@ impl Chain {
         self
     }
 
+    /// What op i saves on PU j when op i-1 ran just before it there (compiled together).
+    pub(crate) fn saving_at(&self, i: usize, j: usize) -> f64 {
+        self.saving[i * self.k + j]
+    }
+
     /// What op i saves on PU j after op i-1 ran on PU `p`.
     fn joined(&self, i: usize, p: usize, j: usize) -> f64 {
         if p == j { self.saving[i * self.k + j] } else { 0.0 }

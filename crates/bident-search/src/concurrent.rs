@@ -13,8 +13,11 @@
 //! Transfers follow the paper's chain rule per stream: the state holds where each stream's last
 //! op ran, so a stream that changes PU pays H2D into an accelerator and D2H out of one. Energy is
 //! each op's time at its PU's power (two ops sharing a PU: the step's time at that PU's power).
-//! The state space is a DAG in (i, j), so the optimum comes from dynamic programming over it:
-//! O(N_A N_B K^2 (2K + K^2)).
+//! Segments (see `Plan::segments`): a stream's op right after its previous one on the same PU,
+//! with nothing of the other stream run there between, is compiled together with it by the
+//! runtime and costs the measured pair saving less; the state holds for each stream whether
+//! that is still so ("fresh"). The state space is a DAG in (i, j), so the optimum comes from
+//! dynamic programming over it: O(N_A N_B 4 K^2 (2K + K^2)).
 
 use bident_artifact::{Artifact, ContentHash};
 use serde::{Deserialize, Serialize};
@@ -49,6 +52,9 @@ pub enum ConcurrentMode {
 
 /// One step of a search path: `(stream position, PU)` of A's op and of B's op, when they run.
 pub type PathStep = (Option<(usize, usize)>, Option<(usize, usize)>);
+
+/// Per PU: (transfers, execution) of a stream's next op there, None where it cannot run.
+type PerPu = Vec<Option<(f64, f64)>>;
 
 /// The most states the joint search keeps (12 bytes each).
 const MAX_STATES: usize = 100_000_000;
@@ -103,10 +109,14 @@ pub fn search(
     if mode == ConcurrentMode::Aligned && na != nb {
         return Err(SearchError::Check("aligned mode needs two streams of the same length".into()));
     }
-    // state (i, j, last_a, last_b); last = k means "not started" (inputs on the host)
+    // state (i, j, last_a, last_b, fresh_a, fresh_b); last = k means "not started" (inputs on
+    // the host); fresh: no op of the other stream ran on that stream's last PU since (so its
+    // next op there is compiled together with its last one, as the runtime does)
     let kk = k + 1;
-    let idx = |i: usize, j: usize, la: usize, lb: usize| ((i * (nb + 1) + j) * kk + la) * kk + lb;
-    let states = (na + 1) * (nb + 1) * kk * kk;
+    let idx = |i: usize, j: usize, la: usize, lb: usize, fa: usize, fb: usize| {
+        ((((i * (nb + 1) + j) * kk + la) * kk + lb) * 2 + fa) * 2 + fb
+    };
+    let states = (na + 1) * (nb + 1) * kk * kk * 4;
     if states > MAX_STATES {
         return Err(SearchError::Check(format!(
             "{na} x {nb} ops on {k} PUs is {states} search states, above the {MAX_STATES} this search holds in memory"
@@ -114,60 +124,72 @@ pub fn search(
     }
     let mut cost = vec![f64::INFINITY; states];
     let mut from: Vec<u32> = vec![u32::MAX; states];
-    cost[idx(0, 0, k, k)] = 0.0;
+    let start = idx(0, 0, k, k, 1, 1);
+    cost[start] = 0.0;
     let step = Stepper::new(a, b, sf, co, obj);
     let solo_allowed = mode == ConcurrentMode::Joint;
     let objective = |(t, e): (f64, f64)| if obj == Objective::Latency { t } else { e };
-    // each stream's parts for the current op, per PU (hoisted out of the PU-pair loops)
+    // each stream's parts for the current op, per PU and freshness (hoisted out of the loops)
     let mut pa: Vec<Option<(f64, f64)>> = vec![None; k];
-    let mut pb: Vec<Vec<Option<(f64, f64)>>> = vec![vec![None; k]; kk];
+    let mut pb: Vec<[PerPu; 2]> = vec![[vec![None; k], vec![None; k]]; kk];
     for i in 0..=na {
         for j in 0..=nb {
             if j < nb {
-                for (lb, row) in pb.iter_mut().enumerate() {
-                    for (y, v) in row.iter_mut().enumerate() {
-                        *v = step.parts(1, j, y, lb);
+                for (lb, rows) in pb.iter_mut().enumerate() {
+                    for (fb, row) in rows.iter_mut().enumerate() {
+                        for (y, v) in row.iter_mut().enumerate() {
+                            *v = step.parts(1, j, y, lb, fb == 1);
+                        }
                     }
                 }
             }
             for la in 0..kk {
-                if i < na {
-                    for (x, v) in pa.iter_mut().enumerate() {
-                        *v = step.parts(0, i, x, la);
-                    }
-                }
-                for (lb, pb_lb) in pb.iter().enumerate() {
-                    let s = idx(i, j, la, lb);
-                    let c0 = cost[s];
-                    if c0 == f64::INFINITY {
-                        continue;
-                    }
-                    let mut relax = |t: usize, c: f64| {
-                        if c < cost[t] {
-                            cost[t] = c;
-                            from[t] = s as u32;
+                for fa in 0..2 {
+                    if i < na {
+                        for (x, v) in pa.iter_mut().enumerate() {
+                            *v = step.parts(0, i, x, la, fa == 1);
                         }
-                    };
-                    if solo_allowed && i < na {
-                        for (x, p) in pa.iter().enumerate() {
-                            if let Some((t, w)) = *p {
-                                relax(idx(i + 1, j, x, lb), c0 + objective(step.solo(0, i, x, t + w)));
+                    }
+                    for (lb, pb_lb) in pb.iter().enumerate() {
+                        for (fb, pb_f) in pb_lb.iter().enumerate() {
+                            let s = idx(i, j, la, lb, fa, fb);
+                            let c0 = cost[s];
+                            if c0 == f64::INFINITY {
+                                continue;
                             }
-                        }
-                    }
-                    if solo_allowed && j < nb {
-                        for (y, p) in pb_lb.iter().enumerate() {
-                            if let Some((t, w)) = *p {
-                                relax(idx(i, j + 1, la, y), c0 + objective(step.solo(1, j, y, t + w)));
+                            let mut relax = |t: usize, c: f64| {
+                                if c < cost[t] {
+                                    cost[t] = c;
+                                    from[t] = s as u32;
+                                }
+                            };
+                            if solo_allowed && i < na {
+                                for (x, p) in pa.iter().enumerate() {
+                                    if let Some((t, w)) = *p {
+                                        let fb2 = usize::from(fb == 1 && lb != x);
+                                        relax(idx(i + 1, j, x, lb, 1, fb2), c0 + objective(step.solo(0, i, x, t + w)));
+                                    }
+                                }
                             }
-                        }
-                    }
-                    if i < na && j < nb {
-                        for (x, a) in pa.iter().enumerate() {
-                            let Some(a) = *a else { continue };
-                            for (y, b) in pb_lb.iter().enumerate() {
-                                let Some(b) = *b else { continue };
-                                relax(idx(i + 1, j + 1, x, y), c0 + objective(step.pair(i, j, x, y, a, b)));
+                            if solo_allowed && j < nb {
+                                for (y, p) in pb_f.iter().enumerate() {
+                                    if let Some((t, w)) = *p {
+                                        let fa2 = usize::from(fa == 1 && la != y);
+                                        relax(idx(i, j + 1, la, y, fa2, 1), c0 + objective(step.solo(1, j, y, t + w)));
+                                    }
+                                }
+                            }
+                            if i < na && j < nb {
+                                for (x, a) in pa.iter().enumerate() {
+                                    let Some(a) = *a else { continue };
+                                    for (y, &fresh_b) in pb_f.iter().enumerate() {
+                                        // on one PU, B's op runs after A's: it cannot join B's last
+                                        let b = if x == y { step.parts(1, j, y, lb, false) } else { fresh_b };
+                                        let Some(b) = b else { continue };
+                                        let t = idx(i + 1, j + 1, x, y, usize::from(x != y), 1);
+                                        relax(t, c0 + objective(step.pair(i, j, x, y, a, b)));
+                                    }
+                                }
                             }
                         }
                     }
@@ -179,10 +201,12 @@ pub fn search(
     let (mut end, mut best) = (usize::MAX, f64::INFINITY);
     for la in 0..kk {
         for lb in 0..kk {
-            let s = idx(na, nb, la, lb);
-            let tail = step.exit(a, na, la) + step.exit(b, nb, lb);
-            if cost[s] + tail < best {
-                (end, best) = (s, cost[s] + tail);
+            for f in 0..4 {
+                let s = idx(na, nb, la, lb, f / 2, f % 2);
+                let tail = step.exit(a, na, la) + step.exit(b, nb, lb);
+                if cost[s] + tail < best {
+                    (end, best) = (s, cost[s] + tail);
+                }
             }
         }
     }
@@ -191,6 +215,7 @@ pub fn search(
     }
     // walk back
     let decode = |s: usize| {
+        let s = s / 4;
         let lb = s % kk;
         let la = (s / kk) % kk;
         let j = (s / kk / kk) % (nb + 1);
@@ -199,7 +224,7 @@ pub fn search(
     };
     let mut steps = vec![];
     let mut s = end;
-    while s != idx(0, 0, k, k) {
+    while s != start {
         let p = from[s] as usize;
         let ((i, j, la, lb), (pi, pj, _, _)) = (decode(s), decode(p));
         steps.push(((i > pi).then_some((pi, la)), (j > pj).then_some((pj, lb))));
@@ -247,9 +272,14 @@ impl<'a> Stepper<'a> {
         Stepper { a, b, sf, co, obj, parts: [table(a), table(b)] }
     }
 
-    fn parts(&self, stream: usize, i: usize, x: usize, last: usize) -> Option<(f64, f64)> {
+    /// Op i of a stream on PU x after the stream's last op ran on `last`; `fresh`: nothing of
+    /// the other stream ran on `last` since, so on the same PU the two are compiled together
+    /// and the op costs its measured saving less.
+    fn parts(&self, stream: usize, i: usize, x: usize, last: usize, fresh: bool) -> Option<(f64, f64)> {
         let k = self.a.pus();
+        let ch = if stream == 0 { self.a } else { self.b };
         self.parts[stream][(i * (k + 1) + last) * k + x]
+            .map(|(t, w)| (t, if fresh && last == x && i > 0 { w - ch.saving_at(i, x) } else { w }))
     }
 
     fn exit(&self, ch: &Chain, n: usize, last: usize) -> f64 {
@@ -263,19 +293,27 @@ impl<'a> Stepper<'a> {
         }
     }
 
-    /// (latency, energy) of a step; None if an op cannot run where placed.
-    fn both(&self, a: Option<(usize, usize, usize)>, b: Option<(usize, usize, usize)>) -> Option<(f64, f64)> {
+    /// (latency, energy) of a step, each op with its (last PU, freshness); None if an op cannot
+    /// run where placed.
+    #[allow(clippy::type_complexity)]
+    fn both(
+        &self,
+        a: Option<(usize, usize, usize, bool)>,
+        b: Option<(usize, usize, usize, bool)>,
+    ) -> Option<(f64, f64)> {
         match (a, b) {
-            (Some((i, x, la)), None) => {
-                let (t, w) = self.parts(0, i, x, la)?;
+            (Some((i, x, la, fa)), None) => {
+                let (t, w) = self.parts(0, i, x, la, fa)?;
                 Some(self.solo(0, i, x, t + w))
             }
-            (None, Some((j, y, lb))) => {
-                let (t, w) = self.parts(1, j, y, lb)?;
+            (None, Some((j, y, lb, fb))) => {
+                let (t, w) = self.parts(1, j, y, lb, fb)?;
                 Some(self.solo(1, j, y, t + w))
             }
-            (Some((i, x, la)), Some((j, y, lb))) => {
-                Some(self.pair(i, j, x, y, self.parts(0, i, x, la)?, self.parts(1, j, y, lb)?))
+            (Some((i, x, la, fa)), Some((j, y, lb, fb))) => {
+                // on one PU, B's op runs after A's: it cannot join B's last
+                let fb = fb && x != y;
+                Some(self.pair(i, j, x, y, self.parts(0, i, x, la, fa)?, self.parts(1, j, y, lb, fb)?))
             }
             (None, None) => Some((0.0, 0.0)),
         }
@@ -314,13 +352,21 @@ pub fn evaluate(a: &Chain, b: &Chain, sf: &[Vec<f64>], co: &dyn CoCost, steps: &
     let k = a.pus();
     let step = Stepper::new(a, b, sf, co, Objective::Latency);
     let (mut la, mut lb) = (k, k);
+    let (mut fa, mut fb) = (true, true);
     let (mut now, mut energy) = (0.0, 0.0);
     let mut timing = Vec::with_capacity(steps.len());
     for &(sa, sb) in steps {
-        let (t, e) = step.both(sa.map(|(i, x)| (i, x, la)), sb.map(|(j, y)| (j, y, lb)))?;
+        let (t, e) = step.both(sa.map(|(i, x)| (i, x, la, fa)), sb.map(|(j, y)| (j, y, lb, fb)))?;
         timing.push((now, t));
         now += t;
         energy += e;
+        // freshness as in the search: a stream's op on a PU makes the other stream stale there
+        match (sa, sb) {
+            (Some((_, x)), Some((_, y))) => (fa, fb) = (x != y, true),
+            (Some((_, x)), None) => (fa, fb) = (true, fb && lb != x),
+            (None, Some((_, y))) => (fa, fb) = (fa && la != y, true),
+            (None, None) => {}
+        }
         if let Some((_, x)) = sa {
             la = x;
         }
@@ -353,9 +399,7 @@ pub fn plan(
         crate::same_graph(phased, t)?;
     }
     let stream = |(phased, t): (&crate::PhasedGraph, &crate::CostTable)| {
-        let mut p = crate::Problem::new(phased, t);
-        // the runtime compiles each op of a concurrent plan alone: no merge savings
-        p.saving.iter_mut().for_each(|row| row.fill(0.0));
+        let p = crate::Problem::new(phased, t);
         let order: Vec<usize> = p.order().collect();
         (p.chain(&order), order, p)
     };

@@ -245,11 +245,7 @@ proptest! {
     fn concurrent_joint_beats_the_serial_baseline(na in 1usize..=5, nb in 1usize..=5, k in 1usize..=3, seed in any::<u64>()) {
         use bident_search::concurrent::{self, ConcurrentMode, TimeSlicing};
         let mut r = rng(seed);
-        let (mut pa, mut pb) = (problem(&[vec![na]], k, &mut r), problem(&[vec![nb]], k, &mut r));
-        // as concurrent::plan: the runtime compiles each op of a concurrent plan alone
-        for p in [&mut pa, &mut pb] {
-            p.saving.iter_mut().for_each(|row| row.fill(0.0));
-        }
+        let (pa, pb) = (problem(&[vec![na]], k, &mut r), problem(&[vec![nb]], k, &mut r));
         let (ca, cb) = (pa.chain(&pa.order().collect::<Vec<_>>()), pb.chain(&pb.order().collect::<Vec<_>>()));
         for obj in [Objective::Latency, Objective::Energy] {
             let steps = concurrent::search(&ca, &cb, &pa.sf, &TimeSlicing, ConcurrentMode::Joint, obj).expect("search");
