@@ -206,10 +206,9 @@ impl Backend for OpenVino {
     }
 
     fn timing_meaning(&self, kind: PuKind) -> String {
-        let api = "h2d = wrapping each host input, and a fresh host buffer for each statically shaped output, \
-                   as ov_tensors set on the request (no copies); infer = the synchronous ov_infer_request_infer \
-                   call, which writes those outputs in place; d2h = taking the output buffers (copying only \
-                   outputs of dynamic shape)";
+        let api = "h2d = wrapping each host input as an ov_tensor and setting it on the request; infer = the \
+                   synchronous ov_infer_request_infer call; d2h = reading each output's shape and copying its \
+                   bytes to host memory";
         match kind {
             PuKind::Cpu => format!("{api} (CPU: unified host memory, no device copies)"),
             _ => format!(
@@ -503,51 +502,12 @@ impl Executable for OvExecutable {
                 held.push(tensor);
             }
         }
-        // statically shaped outputs are written by the backend straight into host buffers we own
-        let mut placed: Vec<Option<(Vec<u8>, Vec<u64>)>> = Vec::with_capacity(self.outputs.len());
-        for (i, port) in self.outputs.iter().enumerate() {
-            let Some(dims) = port.shape.clone().filter(|d| !d.is_empty()) else {
-                placed.push(None);
-                continue;
-            };
-            let numel = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d as usize));
-            let Some(bytes) = numel.and_then(|n| n.checked_mul(port.dtype.size())).filter(|&b| b > 0) else {
-                placed.push(None);
-                continue;
-            };
-            let mut buf = vec![0u8; bytes];
-            let mut ov_dims: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
-            let shape = sys::ov_shape_t { rank: ov_dims.len() as i64, dims: ov_dims.as_mut_ptr() };
-            let mut tensor = ptr::null_mut();
-            // SAFETY: `buf` is exactly the tensor's size, lives until after the infer call and is
-            // moved (not reallocated) into the output afterwards; `ov_dims` outlives the call.
-            unsafe {
-                check(sys::ov_tensor_create_from_host_ptr(
-                    to_ov(port.dtype),
-                    shape,
-                    buf.as_mut_ptr() as *mut c_void,
-                    &mut tensor,
-                ))
-                .map_err(|e| run_err("output", e))?;
-                let tensor = TensorGuard(tensor);
-                check(sys::ov_infer_request_set_output_tensor_by_index(self.request, i, tensor.0))
-                    .map_err(|e| run_err("output", e))?;
-                held.push(tensor);
-            }
-            placed.push(Some((buf, dims)));
-        }
         let t1 = Instant::now();
         // SAFETY: valid request with all inputs set.
         check(unsafe { sys::ov_infer_request_infer(self.request) }).map_err(|e| run_err("infer", e))?;
         let t2 = Instant::now();
         let mut outs = Vec::with_capacity(self.outputs.len());
-        for ((i, port), placed) in self.outputs.iter().enumerate().zip(placed) {
-            if let Some((buf, dims)) = placed {
-                outs.push(
-                    HostTensor::new(&port.name, port.dtype, dims, buf).map_err(|e| run_err("output", e.to_string()))?,
-                );
-                continue;
-            }
+        for (i, port) in self.outputs.iter().enumerate() {
             let mut tensor = ptr::null_mut();
             // SAFETY: valid request after a successful infer; data copied before the guard drops.
             let out = unsafe {
