@@ -930,7 +930,22 @@ fn concurrent_pipeline(a: &PipelineArgs, model_b: &str) -> Result<()> {
     for model in [a.import.model.clone(), Some(model_b.to_string())] {
         let (dir, g, gh) = import_cmd(ImportArgs { model, out: None, ..a.import.clone() })?;
         let (phased, _) = partition_stage(&dir, &g, gh)?;
-        let (costs, _) = profile_stage(&dir, &g, gh, &soc, m, phased.neighbours())?;
+        let (mut costs, _) = profile_stage(&dir, &g, gh, &soc, m, phased.neighbours())?;
+        if let Soc::Measured(spec, be) = &soc {
+            // each model whole on each PU: what running it on a PU of its own costs
+            let order = phased.order();
+            let wanted: Vec<(Vec<OpId>, usize)> = (0..spec.pus.len())
+                .filter(|&j| order.iter().all(|&o| costs.cost(o, j).is_some()))
+                .map(|j| (order.clone(), j))
+                .collect();
+            let pcfg = ProfileConfig { runs: m.runs, adaptive: !m.fixed_runs, ..Default::default() };
+            let cache =
+                (!m.no_cache).then(|| bident_profile::cache::CostCache::new(target_dir().join("bident/cache/costs")));
+            let found =
+                bident_profile::measure_segments(&g, spec, be.as_ref(), &pcfg, cache.as_ref(), &wanted, &mut |_| {})?;
+            costs.segments.extend(found);
+            write(&dir, COSTS, &costs, artifact::read::<CostTable>(&dir.join(COSTS))?.header.input_hash)?;
+        }
         stages.push((g, phased, costs));
     }
     let [(ga, pa, ca), (gb, pb, cb)] = <[_; 2]>::try_from(stages).map_err(|_| anyhow::anyhow!("two models"))?;

@@ -24,6 +24,8 @@ pub struct Chain {
     power: Vec<f64>,
     /// What op i saves on PU j when op i-1 ran there too (0 for the first op).
     saving: Vec<f64>,
+    /// Runs measured whole: (first position, last position, PU) -> cost of the run.
+    runs: std::collections::HashMap<(usize, usize, usize), f64>,
     pub accelerator: Vec<bool>,
 }
 
@@ -56,7 +58,19 @@ impl Chain {
         accelerator: Vec<bool>,
     ) -> Self {
         let saving = vec![0.0; w.len()];
-        Chain { k, w, h2d, d2h, power, saving, accelerator }
+        Chain { k, w, h2d, d2h, power, saving, runs: Default::default(), accelerator }
+    }
+
+    /// The same chain knowing what some runs of consecutive positions cost measured whole
+    /// (`(first, last, pu)`); only the concurrent evaluator prices them.
+    pub(crate) fn with_runs(mut self, runs: std::collections::HashMap<(usize, usize, usize), f64>) -> Self {
+        self.runs = runs;
+        self
+    }
+
+    /// What the run of positions `first..=last` on PU `pu` cost measured whole, if it was.
+    pub(crate) fn run_cost(&self, first: usize, last: usize, pu: usize) -> Option<f64> {
+        self.runs.get(&(first, last, pu)).copied()
     }
 
     /// The same chain where op i saves `saving[i * k + j]` on PU j after op i-1 on j, clamped to

@@ -349,8 +349,23 @@ impl Problem {
         best
     }
 
-    /// The paper's chain over `ops` (in that order), for the DP.
+    /// The paper's chain over `ops` (in that order), for the DP, with the pair savings between
+    /// neighbours and the runs measured whole (by position).
     pub fn chain(&self, ops: &[usize]) -> crate::Chain {
+        let pos: std::collections::HashMap<usize, usize> = ops.iter().enumerate().map(|(p, &o)| (o, p)).collect();
+        let runs = self
+            .segment_cost
+            .iter()
+            .filter_map(|(&(first, last, j), &t)| {
+                let (p0, p1) = (*pos.get(&first)?, *pos.get(&last)?);
+                // the positions between must be the run's neighbours in order
+                (p0 < p1 && (p0..p1).all(|p| self.next[ops[p]] == Some(ops[p + 1]))).then_some(((p0, p1, j), t))
+            })
+            .collect();
+        self.chain_pairs(ops).with_runs(runs)
+    }
+
+    fn chain_pairs(&self, ops: &[usize]) -> crate::Chain {
         crate::Chain::from_flat(
             self.pus(),
             ops.iter().flat_map(|&o| self.w[o].iter().copied()).collect(),
