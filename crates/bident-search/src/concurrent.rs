@@ -3,7 +3,7 @@
 //!
 //! A plan is a sequence of steps; a step advances model A, model B, or both (the joint (i, j)
 //! mode's three transitions; the aligned mode, for the same model twice, only advances both in
-//! lockstep). A step's time:
+//! lockstep). The search prices a step (the paper's lockstep model):
 //! - one op: its cost on its PU;
 //! - two ops on different PUs: the longer of the two, each slowed by the contention factor of
 //!   its PU against the other's;
@@ -13,6 +13,11 @@
 //! Transfers follow the paper's chain rule per stream: the state holds where each stream's last
 //! op ran, so a stream that changes PU pays H2D into an accelerator and D2H out of one. Energy is
 //! each op's time at its PU's power (two ops sharing a PU: the step's time at that PU's power).
+//! The plan's reported figures come from [`evaluate`], a simulation of how the runtime runs it
+//! (per-PU queues, streams otherwise independent, contention on the overlapped part of an op),
+//! which is also what picks between the
+//! search's plan and the whole-stream candidates.
+//!
 //! Segments (see `Plan::segments`): a stream's op right after its previous one on the same PU,
 //! with nothing of the other stream run there between, is compiled together with it by the
 //! runtime and costs the measured pair saving less; the state holds for each stream whether
@@ -52,9 +57,6 @@ pub enum ConcurrentMode {
 
 /// One step of a search path: `(stream position, PU)` of A's op and of B's op, when they run.
 pub type PathStep = (Option<(usize, usize)>, Option<(usize, usize)>);
-
-/// An op in a step: (position, PU, the stream's last PU, fresh, execution scale).
-type OpAt = (usize, usize, usize, bool, f64);
 
 /// Per PU: (transfers, execution) of a stream's next op there, None where it cannot run.
 type PerPu = Vec<Option<(f64, f64)>>;
@@ -296,29 +298,6 @@ impl<'a> Stepper<'a> {
         }
     }
 
-    /// (latency, energy) of a step, each op with its (position, PU, last PU, freshness,
-    /// execution scale); None if an op cannot run where placed.
-    fn both(&self, a: Option<OpAt>, b: Option<OpAt>) -> Option<(f64, f64)> {
-        let scaled = |p: Option<(f64, f64)>, s: f64| p.map(|(t, w)| (t, w * s));
-        match (a, b) {
-            (Some((i, x, la, fa, s)), None) => {
-                let (t, w) = scaled(self.parts(0, i, x, la, fa), s)?;
-                Some(self.solo(0, i, x, t + w))
-            }
-            (None, Some((j, y, lb, fb, s))) => {
-                let (t, w) = scaled(self.parts(1, j, y, lb, fb), s)?;
-                Some(self.solo(1, j, y, t + w))
-            }
-            (Some((i, x, la, fa, sa)), Some((j, y, lb, fb, sb))) => {
-                // on one PU, B's op runs after A's: it cannot join B's last
-                let fb = fb && x != y;
-                let (pa, pb) = (scaled(self.parts(0, i, x, la, fa), sa)?, scaled(self.parts(1, j, y, lb, fb), sb)?);
-                Some(self.pair(i, j, x, y, pa, pb))
-            }
-            (None, None) => Some((0.0, 0.0)),
-        }
-    }
-
     /// (latency, energy) of A's op i on x and B's op j on y at once, given their parts.
     fn pair(&self, i: usize, j: usize, x: usize, y: usize, (ta, wa): (f64, f64), (tb, wb): (f64, f64)) -> (f64, f64) {
         if x == y {
@@ -346,10 +325,12 @@ pub struct Evaluation {
     pub energy_uj: f64,
 }
 
-/// The evaluator of a concurrent plan, the streams' final D2H included. None if an op cannot
-/// run where placed. Each op is priced after its stream's last op and its freshness (as the
-/// search does); where a stream's run of ops compiled together was measured whole, its ops'
-/// execution is scaled to that measurement.
+/// The evaluator of a concurrent plan, the streams' final D2H included: a simulation of the
+/// runtime (each PU runs its ops in step order one at a time, each stream its ops in order, the
+/// streams otherwise independent, an op slowed by SF against the PU the other stream is busy
+/// on). Each op is priced after its stream's last op and its freshness (as the search does);
+/// where a stream's run of ops compiled together was measured whole, its ops' execution is
+/// scaled to that measurement. None if an op cannot run where placed.
 pub fn evaluate(a: &Chain, b: &Chain, sf: &[Vec<f64>], co: &dyn CoCost, steps: &[PathStep]) -> Option<Evaluation> {
     let k = a.pus();
     let step = Stepper::new(a, b, sf, co, Objective::Latency);
@@ -401,23 +382,72 @@ pub fn evaluate(a: &Chain, b: &Chain, sf: &[Vec<f64>], co: &dyn CoCost, steps: &
         }
         Some(scale)
     };
-    let (scale_a, scale_b) = (scales(0, a)?, scales(1, b)?);
-    // pass 3: the steps
-    let (mut now, mut energy) = (0.0, 0.0);
-    let mut timing = Vec::with_capacity(steps.len());
-    for (ca, cb) in &ctx {
-        let (t, e) = step.both(
-            ca.map(|(i, x, la, fa)| (i, x, la, fa, scale_a[i])),
-            cb.map(|(j, y, lb, fb)| (j, y, lb, fb, scale_b[j])),
-        )?;
-        timing.push((now, t));
-        now += t;
-        energy += e;
+    let scale = [scales(0, a)?, scales(1, b)?];
+    // pass 3: as the runtime runs it: each PU runs its ops in step order (A's before B's within
+    // a step) one at a time, each stream its ops in order, the streams otherwise independent;
+    // an op is slowed by SF(its PU, the other's) while the other stream runs elsewhere
+    struct Task {
+        step: usize,
+        stream: usize,
+        i: usize,
+        x: usize,
+        t: f64,
+        w: f64,
     }
+    let mut tasks = vec![];
+    for (s, (ca, cb)) in ctx.iter().enumerate() {
+        for (stream, c) in [(0, ca), (1, cb)] {
+            if let Some((i, x, last, fresh)) = *c {
+                let (t, w) = step.parts(stream, i, x, last, fresh)?;
+                tasks.push(Task { step: s, stream, i, x, t, w: w * scale[stream][i] });
+            }
+        }
+    }
+    let mut queues: Vec<std::collections::VecDeque<usize>> = vec![Default::default(); k];
+    for (n, task) in tasks.iter().enumerate() {
+        queues[task.x].push_back(n);
+    }
+    let chains = [a, b];
+    let mut next = [0usize; 2];
+    let mut stream_free = [0.0f64; 2];
+    // per stream: the PU and finish of its latest op
+    let mut running: [Option<(usize, f64)>; 2] = [None, None];
+    let mut pu_free = vec![0.0f64; k];
+    let mut span = vec![(f64::INFINITY, 0.0f64); steps.len()];
+    let mut energy = 0.0;
+    for _ in 0..tasks.len() {
+        let pick = queues
+            .iter()
+            .filter_map(|q| q.front().copied())
+            .filter(|&n| tasks[n].i == next[tasks[n].stream])
+            .map(|n| (n, stream_free[tasks[n].stream].max(pu_free[tasks[n].x])))
+            .min_by(|p, q| p.1.total_cmp(&q.1));
+        let (n, start) = pick?;
+        let task = &tasks[n];
+        // the part of the execution the other stream overlaps on another PU is slowed by SF
+        let other = 1 - task.stream;
+        let dur = match running[other] {
+            Some((y, until)) if y != task.x && until > start => {
+                let busy = (until - start).min(task.w);
+                task.t + task.w + busy * (sf[task.x][y] - 1.0)
+            }
+            _ => task.t + task.w,
+        };
+        let finish = start + dur;
+        energy += dur * chains[task.stream].power(task.i, task.x);
+        queues[task.x].pop_front();
+        next[task.stream] += 1;
+        stream_free[task.stream] = finish;
+        pu_free[task.x] = finish;
+        running[task.stream] = Some((task.x, finish));
+        let sp = &mut span[task.step];
+        *sp = (sp.0.min(start), sp.1.max(finish));
+    }
+    let timing = span.iter().map(|&(s, f)| if s.is_finite() { (s, f - s) } else { (0.0, 0.0) }).collect();
     let tail_t = step.exit(a, a.len(), la) + step.exit(b, b.len(), lb);
     let energy_step = Stepper { obj: Objective::Energy, ..step };
     let tail_e = energy_step.exit(a, a.len(), la) + energy_step.exit(b, b.len(), lb);
-    Some(Evaluation { timing, latency_us: now + tail_t, energy_uj: energy + tail_e })
+    Some(Evaluation { timing, latency_us: stream_free[0].max(stream_free[1]) + tail_t, energy_uj: energy + tail_e })
 }
 
 /// Plans besides the search's: each stream whole on one PU, both at once (every PU pair) or
@@ -462,8 +492,8 @@ pub fn best_steps(
     best.ok_or_else(|| SearchError::Check("the plan cannot run".into()))
 }
 
-/// The paper's baseline: A on its best single PU, then B on its own, priced by the evaluator:
-/// (A's PU, B's PU, evaluation).
+/// The paper's baseline: A alone on its best single PU, then B alone on its own, each priced
+/// by the evaluator: (A's PU, B's PU, latency and energy of the two one after the other).
 pub fn serial_baseline(
     a: &Chain,
     b: &Chain,
@@ -471,14 +501,22 @@ pub fn serial_baseline(
     co: &dyn CoCost,
 ) -> Result<(usize, usize, Evaluation), SearchError> {
     let (na, nb, k) = (a.len(), b.len(), a.pus());
-    let serial = |x: usize, y: usize| -> Vec<PathStep> {
-        (0..na).map(|i| (Some((i, x)), None)).chain((0..nb).map(|j| (None, Some((j, y))))).collect()
+    let alone = |stream: usize| {
+        (0..k)
+            .filter_map(|x| {
+                let steps: Vec<PathStep> = if stream == 0 {
+                    (0..na).map(|i| (Some((i, x)), None)).collect()
+                } else {
+                    (0..nb).map(|j| (None, Some((j, x)))).collect()
+                };
+                evaluate(a, b, sf, co, &steps).map(|e| (x, e))
+            })
+            .min_by(|p, q| p.1.latency_us.total_cmp(&q.1.latency_us))
+            .ok_or(SearchError::Empty)
     };
-    (0..k)
-        .flat_map(|x| (0..k).map(move |y| (x, y)))
-        .filter_map(|(x, y)| evaluate(a, b, sf, co, &serial(x, y)).map(|e| (x, y, e)))
-        .min_by(|p, q| p.2.latency_us.total_cmp(&q.2.latency_us))
-        .ok_or(SearchError::Empty)
+    let ((x, ea), (y, eb)) = (alone(0)?, alone(1)?);
+    let timing = ea.timing.into_iter().chain(eb.timing.into_iter().map(|(s, d)| (s + ea.latency_us, d))).collect();
+    Ok((x, y, Evaluation { timing, latency_us: ea.latency_us + eb.latency_us, energy_uj: ea.energy_uj + eb.energy_uj }))
 }
 
 /// The concurrent plan of two models profiled on one SoC.
