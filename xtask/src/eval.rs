@@ -164,7 +164,6 @@ fn evaluate(c: &Config, soc: &Soc, contention: Option<&bident_profile::Contentio
         bident_search::search(&phased, costs, &SearchConfig { objective, mode, ..Default::default() })
     };
     let mut lat = search(&costs, Objective::Latency, Mode::Sequential)?;
-    let mut measured = None;
     if let Soc::Measured(spec, be) = soc {
         // the plan's segments measured whole, as the pipeline's refine stage does
         let cache = bident_profile::cache::CostCache::new(target_dir().join("bident/cache/costs"));
@@ -185,7 +184,11 @@ fn evaluate(c: &Config, soc: &Soc, contention: Option<&bident_profile::Contentio
             costs.segments.extend(found);
             lat = search(&costs, Objective::Latency, Mode::Sequential)?;
         }
-        let par = search(&costs, Objective::Latency, Mode::Parallel)?;
+    }
+    let energy = search(&costs, Objective::Energy, Mode::Sequential)?;
+    let par = search(&costs, Objective::Latency, Mode::Parallel)?;
+    let mut measured = None;
+    if let Soc::Measured(spec, be) = soc {
         let cfg = bident_runtime::RunConfig { runs, ..Default::default() };
         let be: Arc<dyn Backend> = be.clone();
         let r = |p: &Plan| -> Result<(f64, f64)> {
@@ -194,8 +197,6 @@ fn evaluate(c: &Config, soc: &Soc, contention: Option<&bident_profile::Contentio
         };
         measured = Some([r(&lat)?, r(&par)?]);
     }
-    let energy = search(&costs, Objective::Energy, Mode::Sequential)?;
-    let par = search(&costs, Objective::Latency, Mode::Parallel)?;
     let best = lat
         .baselines
         .iter()

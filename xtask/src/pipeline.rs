@@ -771,11 +771,8 @@ pub(crate) const REFINE_ROUNDS: usize = 4;
 /// The plan's segments of three or more ops and each PU's whole-model run, where the table has
 /// no measurement of them yet: (ops in execution order, PU index).
 pub(crate) fn segments_to_measure(plan: &Plan, costs: &CostTable, phased: &PhasedGraph) -> Vec<(Vec<OpId>, usize)> {
-    let order = phased.order();
     let measured = |ops: &[OpId], pu: usize| costs.segments.iter().any(|s| s.ops == ops && s.per_pu[pu].is_some());
-    let whole = (0..costs.soc.pus.len())
-        .filter(|&j| order.iter().all(|&o| costs.cost(o, j).is_some()))
-        .map(|j| (order.clone(), j));
+    let whole = whole_model_runs(costs, phased);
     let mut wanted: Vec<(Vec<OpId>, usize)> = plan
         .segments()
         .into_iter()
@@ -786,6 +783,15 @@ pub(crate) fn segments_to_measure(plan: &Plan, costs: &CostTable, phased: &Phase
     wanted.sort();
     wanted.dedup();
     wanted
+}
+
+/// The whole model as one run on every PU that can run all of its ops: (execution order, PU).
+fn whole_model_runs(costs: &CostTable, phased: &PhasedGraph) -> Vec<(Vec<OpId>, usize)> {
+    let order = phased.order();
+    (0..costs.soc.pus.len())
+        .filter(|&j| order.iter().all(|&o| costs.cost(o, j).is_some()))
+        .map(|j| (order.clone(), j))
+        .collect()
 }
 
 /// Stage 5. With `--fallback`, a PU that fails is excluded and the plan searched again
@@ -933,11 +939,7 @@ fn concurrent_pipeline(a: &PipelineArgs, model_b: &str) -> Result<()> {
         let (mut costs, _) = profile_stage(&dir, &g, gh, &soc, m, phased.neighbours())?;
         if let Soc::Measured(spec, be) = &soc {
             // each model whole on each PU: what running it on a PU of its own costs
-            let order = phased.order();
-            let wanted: Vec<(Vec<OpId>, usize)> = (0..spec.pus.len())
-                .filter(|&j| order.iter().all(|&o| costs.cost(o, j).is_some()))
-                .map(|j| (order.clone(), j))
-                .collect();
+            let wanted = whole_model_runs(&costs, &phased);
             let pcfg = ProfileConfig { runs: m.runs, adaptive: !m.fixed_runs, ..Default::default() };
             let cache =
                 (!m.no_cache).then(|| bident_profile::cache::CostCache::new(target_dir().join("bident/cache/costs")));
