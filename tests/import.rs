@@ -63,3 +63,40 @@ fn fuzz_regressions_do_not_panic() {
     }
     assert!(n > 0, "no cases in {}", dir.display());
 }
+
+/// OpenVINO's integer `Divide` rounds down (`m_pythondiv`, on by default); the IR import must
+/// not turn it into ONNX's truncating `Div`.
+#[test]
+fn openvino_ir_integer_divide_rounds_down() {
+    let port = |id: u32, names: &str| format!(r#"<port id="{id}" precision="I32"{names}><dim>6</dim></port>"#);
+    let param = |id: u32, name: &str| {
+        format!(
+            r#"<layer id="{id}" name="{name}" type="Parameter" version="opset1"><data shape="6" element_type="i32" /><output>{}</output></layer>"#,
+            port(0, &format!(r#" names="{name}""#))
+        )
+    };
+    let xml = format!(
+        r#"<?xml version="1.0"?><net name="div" version="11"><layers>{}{}
+        <layer id="2" name="q" type="Divide" version="opset1"><data auto_broadcast="numpy" m_pythondiv="true" /><input>{}{}</input><output>{}</output></layer>
+        <layer id="3" name="q/sink_port_0" type="Result" version="opset1" output_names="q"><input>{}</input></layer>
+        </layers><edges><edge from-layer="0" from-port="0" to-layer="2" to-port="0" /><edge from-layer="1" from-port="0" to-layer="2" to-port="1" />
+        <edge from-layer="2" from-port="2" to-layer="3" to-port="0" /></edges></net>"#,
+        param(0, "a"),
+        param(1, "b"),
+        port(0, ""),
+        port(1, ""),
+        port(2, r#" names="q""#),
+        port(0, "")
+    );
+    let g =
+        bident_ir::import_openvino_ir_bytes(&xml, Default::default(), "div.xml", &Default::default()).expect("imports");
+    let i32s = |name: &str, v: &[i32]| {
+        let data = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        bident_tensor::HostTensor::new(name, bident_tensor::DType::I32, vec![6], data).expect("tensor")
+    };
+    let be = backend();
+    let pu = SocSpec::preset("local", be.as_ref()).expect("local SoC").pus[0].clone();
+    let inputs = vec![i32s("a", &[7, -7, 7, -7, 6, -6]), i32s("b", &[2, 2, -2, -2, 3, 3])];
+    let got = bident_runtime::run_op_by_op(&g, be.as_ref(), &pu, inputs).expect("runs");
+    assert_eq!(got[0], i32s("q", &[3, -4, -4, 3, 2, -2]));
+}

@@ -3,8 +3,8 @@
 
 use anyhow::{Context, Result, bail};
 
-const PROTO_DIR: &str = "crates/bident-ir/proto";
-const OUT: &str = "crates/bident-ir/src/proto/onnx.rs";
+const PROTO_DIR: &str = "crates/bident-onnx/proto";
+const OUT: &str = "crates/bident-onnx/src/onnx.rs";
 
 pub fn codegen(check: bool) -> Result<()> {
     let root = crate::root();

@@ -16,7 +16,7 @@ mod inline;
 mod lower;
 mod ops;
 mod ovir;
-pub mod proto;
+pub use bident_onnx as proto;
 mod weights;
 
 use std::collections::BTreeMap;

@@ -507,26 +507,46 @@ impl<'o> Lowering<'o> {
         Ok(())
     }
 
-    /// An If whose branches do not declare their output types: infer them inside both branches,
-    /// which must agree. Any other node keeps the reason its rule gave.
-    fn infer_if_branches(&self, n: &NodeProto, reason: String) -> Result<Vec<Fact>, String> {
-        let branch = |key: &str| n.attribute.iter().find(|a| a.name() == key).and_then(|a| a.g.as_ref());
-        let (Some(then_g), Some(else_g)) = (branch("then_branch"), branch("else_branch")) else { return Err(reason) };
-        if n.op_type() != "If" || n.output.len() != then_g.output.len() || n.output.len() != else_g.output.len() {
-            return Err(reason);
-        }
-        let infer = |g: &GraphProto, which: &str| {
-            ops::control::infer_branch(g, self.opset, &self.facts, &self.consts)
-                .map_err(|e| format!("{reason}; inferring the {which} branch: {e}"))
+    /// Control flow whose subgraphs do not declare their output types: infer them inside the
+    /// subgraphs. An If's two branches must agree; a Loop's body sees the iteration number, the
+    /// condition and the carried values' initial types. Any other node keeps the reason its rule
+    /// gave.
+    fn infer_untyped_subgraphs(&self, n: &NodeProto, ctx: &Ctx, reason: String) -> Result<Vec<Fact>, String> {
+        let graph = |key: &str| n.attribute.iter().find(|a| a.name() == key).and_then(|a| a.g.as_ref());
+        let infer = |g: &GraphProto, inputs: &[Fact], which: &str| {
+            ops::control::infer_subgraph(g, inputs, self.opset, &self.facts, &self.consts)
+                .map_err(|e| format!("{reason}; inferring the {which}: {e}"))
         };
-        let (a, b) = (infer(then_g, "then")?, infer(else_g, "else")?);
-        match a.iter().zip(&b).position(|(x, y)| x != y) {
-            None => Ok(a),
-            Some(k) => Err(format!(
-                "the branches give output {k} different types ({}{:?} vs {}{:?}): its type depends on \
-                 the condition; pin the inputs it is computed from (--input-value)",
-                a[k].dtype, a[k].shape, b[k].dtype, b[k].shape
-            )),
+        match n.op_type() {
+            "If" => {
+                let (Some(then_g), Some(else_g)) = (graph("then_branch"), graph("else_branch")) else {
+                    return Err(reason);
+                };
+                if n.output.len() != then_g.output.len() || n.output.len() != else_g.output.len() {
+                    return Err(reason);
+                }
+                let (a, b) = (infer(then_g, &[], "then branch")?, infer(else_g, &[], "else branch")?);
+                match a.iter().zip(&b).position(|(x, y)| x != y) {
+                    None => Ok(a),
+                    Some(k) => Err(format!(
+                        "the branches give output {k} different types ({}{:?} vs {}{:?}): its type depends on \
+                         the condition; pin the inputs it is computed from (--input-value)",
+                        a[k].dtype, a[k].shape, b[k].dtype, b[k].shape
+                    )),
+                }
+            }
+            "Loop" => {
+                let Some(body) = graph("body") else { return Err(reason) };
+                let mut inputs = vec![Fact::new(DType::I64, vec![]), Fact::new(DType::Bool, vec![])];
+                for k in 2..ctx.inputs.len() {
+                    inputs.push(ctx.input(k)?.clone());
+                }
+                let outs = infer(body, &inputs, "loop body")?;
+                ops::control::infer_loop_with(ctx, &|k| {
+                    outs.get(k).cloned().ok_or_else(|| format!("the loop body has no output {k}"))
+                })
+            }
+            _ => Err(reason),
         }
     }
 
@@ -659,8 +679,14 @@ impl<'o> Lowering<'o> {
                 }
             }
             let feeds_output = n.output.iter().any(|o| outputs.contains(o.as_str()));
-            // Shape and Size depend only on the (static) input shape.
-            let shape_only = matches!(n.op_type(), "Shape" | "Size") && rule.is_some();
+            // Shape, Size and CastLike read some inputs only for their (static) type.
+            let type_only = ops::type_only_inputs(n.op_type());
+            let shape_only = rule.is_some()
+                && !type_only.is_empty()
+                && present
+                    .iter()
+                    .enumerate()
+                    .all(|(k, t)| type_only.contains(&k) || t.is_none_or(|t| self.is_value(t)));
             let ctx = Ctx {
                 node: n,
                 opset: self.opset,
@@ -668,42 +694,41 @@ impl<'o> Lowering<'o> {
                 consts: present.iter().map(|t| t.and_then(|t| self.consts.get(t).or_else(|| read.get(t)))).collect(),
                 missing_const: std::cell::Cell::new(None),
             };
-            let facts: Vec<Fact> =
-                match rule {
-                    Some(def) => {
-                        (def.infer)(&ctx).or_else(|reason| self.infer_if_branches(n, reason)).map_err(|reason| {
-                            match ctx.missing_const.get().and_then(|k| present.get(k).copied().flatten()) {
-                                Some(t) => IrError::NeedsValue {
-                                    node: label.clone(),
-                                    op: n.op_type().into(),
-                                    tensor: t.to_string(),
-                                    hint: if self.inputs.iter().any(|(name, _)| name == t) {
-                                        "it is a graph input: pin its value (--input-value NAME=V,...)".to_string()
-                                    } else {
-                                        "it is computed from run-time data".into()
-                                    },
-                                },
-                                None => err(reason),
-                            }
-                        })?
-                    }
-                    // one fact per output position; an omitted (empty) output gets a placeholder
-                    None => n
-                        .output
-                        .iter()
-                        .map(|o| {
-                            if o.is_empty() {
-                                return Ok(Fact::new(DType::F32, vec![]));
-                            }
-                            self.declared.get(o).cloned().ok_or_else(|| IrError::UnknownOp {
+            let facts: Vec<Fact> = match rule {
+                Some(def) => {
+                    (def.infer)(&ctx).or_else(|reason| self.infer_untyped_subgraphs(n, &ctx, reason)).map_err(
+                        |reason| match ctx.missing_const.get().and_then(|k| present.get(k).copied().flatten()) {
+                            Some(t) => IrError::NeedsValue {
                                 node: label.clone(),
-                                domain: if n.domain().is_empty() { "ai.onnx".into() } else { n.domain().into() },
                                 op: n.op_type().into(),
-                                tensor: o.clone(),
-                            })
+                                tensor: t.to_string(),
+                                hint: if self.inputs.iter().any(|(name, _)| name == t) {
+                                    "it is a graph input: pin its value (--input-value NAME=V,...)".to_string()
+                                } else {
+                                    "it is computed from run-time data".into()
+                                },
+                            },
+                            None => err(reason),
+                        },
+                    )?
+                }
+                // one fact per output position; an omitted (empty) output gets a placeholder
+                None => n
+                    .output
+                    .iter()
+                    .map(|o| {
+                        if o.is_empty() {
+                            return Ok(Fact::new(DType::F32, vec![]));
+                        }
+                        self.declared.get(o).cloned().ok_or_else(|| IrError::UnknownOp {
+                            node: label.clone(),
+                            domain: if n.domain().is_empty() { "ai.onnx".into() } else { n.domain().into() },
+                            op: n.op_type().into(),
+                            tensor: o.clone(),
                         })
-                        .collect::<Result<_, _>>()?,
-                };
+                    })
+                    .collect::<Result<_, _>>()?,
+            };
             let named: Vec<(usize, &String)> = n.output.iter().enumerate().filter(|(_, o)| !o.is_empty()).collect();
             if let Some((f, o)) = facts.iter().zip(&n.output).find(|(f, _)| tensor_bytes(f) > MAX_TENSOR_BYTES) {
                 return Err(err(format!(
@@ -787,7 +812,9 @@ impl<'o> Lowering<'o> {
     }
 
     /// Group compute nodes: an anchor absorbs its single-consumer affine successors (bias,
-    /// scale, BatchNorm with constant operands) and then one activation.
+    /// scale, BatchNorm with constant operands) and then one activation, which may be written
+    /// out in several nodes (`x * sigmoid(x)`, see [`Gates::gated_activation`]); such a written
+    /// out activation with no anchor before it is a group of its own.
     fn fuse(&self, order: &[usize], fates: &[Fate]) -> Vec<Vec<usize>> {
         let nodes = &self.graph().node;
         let outputs: HashSet<&str> = self.outputs.iter().map(String::as_str).collect();
@@ -805,38 +832,51 @@ impl<'o> Lowering<'o> {
             .flat_map(|&i| nodes[i].output.iter().map(String::as_str))
             .collect();
         let is_const = |t: &str| t.is_empty() || self.is_value(t) || const_like.contains(t);
+        let position: HashMap<usize, usize> = order.iter().enumerate().map(|(p, &i)| (i, p)).collect();
+        let g = Gates { nodes, outputs: &outputs, consumers: &consumers, is_const: &is_const };
         let mut assigned = vec![false; nodes.len()];
         let mut groups = vec![];
         for &i in order {
             if fates[i] != Fate::Compute || assigned[i] {
                 continue;
             }
-            assigned[i] = true;
             let mut group = vec![i];
             if self.role(&nodes[i]) == Role::Anchor {
+                assigned[i] = true;
                 let mut tail = i;
-                loop {
-                    let outs: Vec<&String> = nodes[tail].output.iter().filter(|o| !o.is_empty()).collect();
-                    let [out] = outs[..] else { break };
-                    if outputs.contains(out.as_str()) {
-                        break;
-                    }
-                    let Some([c]) = consumers.get(out.as_str()).map(Vec::as_slice) else { break };
+                let ended = loop {
+                    let Some(out) = g.single_output(tail) else { break true };
+                    let Some([c]) = consumers.get(out).map(Vec::as_slice) else { break false };
                     let c = *c;
-                    let cn = &nodes[c];
-                    let role = self.role(cn);
-                    let others_const = cn.input.iter().filter(|t| *t != out).all(|t| is_const(t))
-                        && cn.input.iter().filter(|t| *t == out).count() == 1;
-                    if assigned[c] || !others_const || !matches!(role, Role::Affine | Role::Activation) {
-                        break;
+                    let role = self.role(&nodes[c]);
+                    if assigned[c]
+                        || !g.reads_once_with_consts(c, out)
+                        || !matches!(role, Role::Affine | Role::Activation)
+                    {
+                        break true;
                     }
                     assigned[c] = true;
                     group.push(c);
                     tail = c;
                     if role == Role::Activation {
-                        break;
+                        break true;
                     }
+                };
+                // an activation written out in several nodes ends the group like an activation
+                if !ended
+                    && let Some(out) = g.single_output(tail)
+                    && let Some(act) = g.gated_activation(out, &assigned)
+                {
+                    group.extend(act);
                 }
+            } else if let Some(x) = g.only_variable_input(i)
+                && let Some(act) = g.gated_activation(x, &assigned).filter(|a| a.contains(&i))
+            {
+                group = act;
+            }
+            group.sort_by_key(|n| position[n]);
+            for &n in &group {
+                assigned[n] = true;
             }
             groups.push(group);
         }
@@ -1076,5 +1116,117 @@ impl<'o> Lowering<'o> {
         };
         crate::verify(&fused)?;
         Ok(fused)
+    }
+}
+
+/// The graph as the fusion rules see it, for recognising activations written out in several
+/// nodes.
+struct Gates<'a> {
+    nodes: &'a [NodeProto],
+    outputs: &'a HashSet<&'a str>,
+    consumers: &'a HashMap<&'a str, Vec<usize>>,
+    is_const: &'a dyn Fn(&str) -> bool,
+}
+
+/// Longest run of elementwise nodes between a gate's input and its closing Mul.
+const MAX_GATE_CHAIN: usize = 8;
+
+impl<'a> Gates<'a> {
+    /// The node's one named output, unless it is a graph output.
+    fn single_output(&self, i: usize) -> Option<&'a str> {
+        let mut outs = self.nodes[i].output.iter().filter(|o| !o.is_empty());
+        match (outs.next(), outs.next()) {
+            (Some(o), None) if !self.outputs.contains(o.as_str()) => Some(o),
+            _ => None,
+        }
+    }
+
+    /// Whether node `c` reads `t` once and everything else it reads is constant.
+    fn reads_once_with_consts(&self, c: usize, t: &str) -> bool {
+        let n = &self.nodes[c];
+        n.input.iter().filter(|u| *u == t).count() == 1
+            && n.input.iter().filter(|u| *u != t).all(|u| (self.is_const)(u))
+    }
+
+    /// The node's one non-constant input, read once.
+    fn only_variable_input(&self, i: usize) -> Option<&'a str> {
+        let mut vars = self.nodes[i].input.iter().filter(|u| !(self.is_const)(u));
+        match (vars.next(), vars.next()) {
+            (Some(x), None) if self.reads_once_with_consts(i, x) => Some(x),
+            _ => None,
+        }
+    }
+
+    fn sole_consumer(&self, t: &str) -> Option<usize> {
+        match self.consumers.get(t).map(Vec::as_slice) {
+            Some([c]) => Some(*c),
+            _ => None,
+        }
+    }
+
+    fn elementwise(&self, i: usize) -> bool {
+        let n = &self.nodes[i];
+        ops::lookup(n.domain(), n.op_type()).is_some_and(|d| d.class == ops::OpClass::Elementwise)
+    }
+
+    /// `x * f(x)` written out: x feeds a chain of elementwise nodes with constant operands (f)
+    /// and, directly or scaled by a constant, the Mul that closes the gate, optionally followed
+    /// by one more constant scale. Mish (`x * tanh(softplus(x))`), SiLU (`x * sigmoid(x)`),
+    /// HardSwish and the erf form of GELU (`x * 0.5 * (1 + erf(x / sqrt 2))`) are of this form;
+    /// backends compute each as one activation. The nodes found, none assigned yet.
+    fn gated_activation(&self, x: &str, assigned: &[bool]) -> Option<Vec<usize>> {
+        let Some([a, b]) = self.consumers.get(x).map(Vec::as_slice) else { return None };
+        let ok = |i: usize| !assigned[i] && self.elementwise(i);
+        for (head, gate) in [(*a, *b), (*b, *a)] {
+            if !ok(head) || !ok(gate) || !self.reads_once_with_consts(head, x) {
+                continue;
+            }
+            // the gate side: x itself, or x scaled by a constant (read only by the closing Mul)
+            let gate_in = if self.reads_once_with_consts(gate, x) && matches!(self.nodes[gate].op_type(), "Mul" | "Div")
+            {
+                self.single_output(gate)
+            } else if self.nodes[gate].op_type() == "Mul" {
+                None
+            } else {
+                continue;
+            };
+            let mut chain = vec![head];
+            let mut tail = head;
+            let closing = loop {
+                let out = self.single_output(tail)?;
+                let next = self.sole_consumer(out)?;
+                let n = &self.nodes[next];
+                let closes = |other: &str| {
+                    n.op_type() == "Mul"
+                        && n.input.len() == 2
+                        && (n.input[0] == out && n.input[1] == other || n.input[1] == out && n.input[0] == other)
+                };
+                match gate_in {
+                    None if next == gate && closes(x) => break vec![gate],
+                    Some(g) if closes(g) && self.sole_consumer(g) == Some(next) && ok(next) => break vec![gate, next],
+                    _ => {}
+                }
+                if next == gate || !ok(next) || !self.reads_once_with_consts(next, out) || chain.len() >= MAX_GATE_CHAIN
+                {
+                    return None;
+                }
+                chain.push(next);
+                tail = next;
+            };
+            chain.extend(closing);
+            // a trailing constant scale (GELU's 0.5 written after the Mul)
+            let last = *chain.last()?;
+            if let Some(out) = self.single_output(last)
+                && let Some(next) = self.sole_consumer(out)
+                && ok(next)
+                && matches!(self.nodes[next].op_type(), "Mul" | "Div")
+                && self.reads_once_with_consts(next, out)
+                && gate_in.is_none()
+            {
+                chain.push(next);
+            }
+            return Some(chain);
+        }
+        None
     }
 }

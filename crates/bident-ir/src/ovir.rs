@@ -492,6 +492,17 @@ impl Converter<'_> {
             "Identity" => simple("Identity"),
             _ => None,
         };
+        // integer Divide rounds down unless `m_pythondiv` is false; ONNX's Div truncates. Exactly:
+        // floor(a / b) = (a - a mod b) / b with the mod taking the divisor's sign (ONNX Mod, fmod 0)
+        let int_in = in_types.first().copied().flatten().is_some_and(|t| !t.is_float());
+        if ty == "Divide" && int_in && l.attr("m_pythondiv") != Some("false") {
+            need(2)?;
+            let outs = self.name_outputs(id);
+            let m = self.op("Mod", name, &i[..2], vec![]);
+            let d = self.op("Sub", name, &[i[0], &m], vec![]);
+            self.node("Div", name, &[&d, i[1]], &[&outs[0]], vec![]);
+            return Ok(());
+        }
         if let Some(op) = binary {
             need(2)?;
             if let Some(b) = l.attr("auto_broadcast").filter(|b| !matches!(*b, "numpy" | "none")) {

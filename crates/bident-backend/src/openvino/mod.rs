@@ -11,6 +11,7 @@
 //! - `d2h`: reading each output tensor's shape and copying its bytes back into host memory.
 
 pub mod install;
+mod rewrite;
 
 use std::collections::BTreeMap;
 use std::ffi::{CStr, CString, c_char, c_void};
@@ -264,6 +265,7 @@ impl Backend for OpenVino {
 impl OpenVino {
     fn compile_with(&self, onnx: &[u8], pu: &PuSpec, profiled: bool) -> Result<Box<dyn Executable>, BackendError> {
         let fail = |reason: String| BackendError::Compile { pu: pu.name.clone(), reason };
+        let onnx = rewrite::for_openvino(onnx).map_err(|e| fail(format!("cannot read model: {e}")))?;
         let mut model = ptr::null_mut();
         // SAFETY: the buffer outlives the call; OpenVINO copies what it keeps.
         check(unsafe {

@@ -65,16 +65,22 @@ fn infer_if(c: &Ctx) -> Result<Vec<Fact>, String> {
         .collect()
 }
 
-/// Output types of an If branch that does not declare them, inferred node by node (constants
-/// folded on the way, for shape arithmetic) from the types and values of the tensors it reads
-/// from the enclosing graph. Nested control flow must declare its types.
-pub(crate) fn infer_branch(
+/// Output types of a subgraph (an If branch, a Loop body) that does not declare them, inferred
+/// node by node (constants folded on the way, for shape arithmetic) from the types of its formal
+/// inputs (`inputs`, in order) and the types and values of the tensors it reads from the
+/// enclosing graph. Nested control flow must declare its types.
+pub(crate) fn infer_subgraph(
     g: &GraphProto,
+    inputs: &[Fact],
     opset: i64,
     outer_facts: &HashMap<String, Fact>,
     outer_consts: &HashMap<String, HostTensor>,
 ) -> Result<Vec<Fact>, String> {
-    let mut facts: HashMap<String, Fact> = HashMap::new();
+    if g.input.len() != inputs.len() {
+        return Err(format!("the subgraph takes {} inputs, the node gives it {}", g.input.len(), inputs.len()));
+    }
+    let mut facts: HashMap<String, Fact> =
+        g.input.iter().zip(inputs).map(|(v, f)| (v.name().to_string(), f.clone())).collect();
     let mut consts: HashMap<String, HostTensor> = HashMap::new();
     for t in &g.initializer {
         let v = crate::consts::from_proto(t).map_err(|e| format!("initializer `{}`: {e}", t.name()))?;
@@ -99,8 +105,13 @@ pub(crate) fn infer_branch(
         };
         let out = (def.infer)(&ctx).map_err(|e| format!("{}: {e}", what()))?;
         // Shape and Size depend only on the (static) input shape
-        let shape_only = matches!(n.op_type(), "Shape" | "Size");
-        let foldable = (shape_only || ctx.consts.iter().zip(&present).all(|(c, t)| c.is_some() || t.is_none()))
+        let type_only = super::type_only_inputs(n.op_type());
+        let foldable = ctx
+            .consts
+            .iter()
+            .zip(&present)
+            .enumerate()
+            .all(|(k, (c, t))| c.is_some() || t.is_none() || type_only.contains(&k))
             && out.iter().all(|f| bident_tensor::numel(&f.shape) <= 1 << 16);
         let values = match def.eval {
             Some(eval) if foldable => eval(&ctx).ok().filter(|v| v.len() == out.len()),
@@ -127,8 +138,19 @@ pub(crate) fn infer_branch(
 
 /// Loop(M, cond, v_initial...) -> (v_final..., scan_outputs...). Carried values keep their
 /// initial type; a scan output stacks one body output per iteration, which needs the trip count
-/// M as a constant (a loop that may exit early on `cond` has a data-dependent length).
+/// M as a constant, and a condition that cannot end the loop early: either no `cond` input, or
+/// a body that passes its `cond` through unchanged (then the loop runs M times or, if `cond`
+/// starts false, not at all). A loop that may exit early has a data-dependent length.
 fn infer_loop(c: &Ctx) -> Result<Vec<Fact>, String> {
+    let body = graph_attr(c, "body")?;
+    infer_loop_with(c, &|k| static_output(body, k))
+}
+
+/// [`infer_loop`] with the types of the body's outputs (cond, carried..., scan...) given.
+pub(crate) fn infer_loop_with(
+    c: &Ctx,
+    body_output: &dyn Fn(usize) -> Result<Fact, String>,
+) -> Result<Vec<Fact>, String> {
     let body = graph_attr(c, "body")?;
     let carried = c.inputs.len().saturating_sub(2);
     let mut out = Vec::with_capacity(c.n_outputs());
@@ -137,17 +159,35 @@ fn infer_loop(c: &Ctx) -> Result<Vec<Fact>, String> {
             out.push(c.input(2 + k)?.clone());
         } else {
             let trip = c.const_ints(0, "trip count M")?.first().copied().ok_or("empty trip count")?;
-            if c.has_input(1) && c.const_at(1).is_none_or(|t| t.get_f64(0) == 0.0 || trip < 0) {
-                return Err("scan outputs of a Loop with a run-time condition have a data-dependent length".into());
-            }
-            // body outputs: cond, carried..., scan...
-            let per_iter = static_output(body, 1 + k)?;
-            let mut shape = vec![u64::try_from(trip).map_err(|_| "negative trip count")?];
+            let trip = u64::try_from(trip).unwrap_or(0);
+            let runs = if !c.has_input(1) {
+                trip
+            } else if passes_cond_through(body) {
+                let cond = c.const_f64(1, "the loop condition")?;
+                if cond.first().is_some_and(|&v| v != 0.0) { trip } else { 0 }
+            } else {
+                return Err(
+                    "scan outputs of a Loop whose body computes its condition have a data-dependent length".into()
+                );
+            };
+            let per_iter = body_output(1 + k)?;
+            let mut shape = vec![runs];
             shape.extend(per_iter.shape);
             out.push(Fact::new(per_iter.dtype, shape));
         }
     }
     Ok(out)
+}
+
+/// Whether a Loop body's condition output is its condition input, directly or through Identity.
+fn passes_cond_through(body: &GraphProto) -> bool {
+    let (Some(cond_in), Some(cond_out)) = (body.input.get(1), body.output.first()) else { return false };
+    cond_out.name() == cond_in.name()
+        || body.node.iter().any(|n| {
+            n.op_type() == "Identity"
+                && n.output.first().map(String::as_str) == Some(cond_out.name())
+                && n.input.first().map(String::as_str) == Some(cond_in.name())
+        })
 }
 
 /// Scan (opset 9+): inputs are N states then M scanned sequences; outputs are N final states

@@ -90,7 +90,7 @@ pub(super) fn register(r: &mut Registry) {
         &["CastLike"],
         (Role::Plain, OpClass::Elementwise),
         |c| Ok(vec![Fact::new(c.dtype(1)?, c.shape(0)?.to_vec())]),
-        None,
+        Some(|c| Ok(vec![cast(c.const_at(0).ok_or("not constant")?, c.dtype(1)?)])),
     );
     r.add(&["Dropout"], (Role::Plain, OpClass::Elementwise), infer_dropout, None);
 }
@@ -261,15 +261,17 @@ fn eval_where(c: &Ctx) -> Result<Vec<HostTensor>, String> {
 }
 
 fn eval_cast(c: &Ctx) -> Result<Vec<HostTensor>, String> {
-    let x = all_consts(c)?[0];
-    let to = cast_target(c)?;
+    Ok(vec![cast(all_consts(c)?[0], cast_target(c)?)])
+}
+
+fn cast(x: &HostTensor, to: DType) -> HostTensor {
     if !x.dtype.is_float() && !to.is_float() && to != DType::Bool {
         // integer to integer keeps the low bits, as the ONNX spec says
-        return Ok(vec![crate::consts::from_i64_wrapping(to, x.shape.clone(), &crate::consts::to_i64(x))]);
+        return crate::consts::from_i64_wrapping(to, x.shape.clone(), &crate::consts::to_i64(x));
     }
     let mut v = to_f64(x);
     if !to.is_float() && x.dtype.is_float() {
         v.iter_mut().for_each(|e| *e = e.trunc());
     }
-    Ok(vec![from_f64(to, x.shape.clone(), &v)])
+    from_f64(to, x.shape.clone(), &v)
 }

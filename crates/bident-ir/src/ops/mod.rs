@@ -164,6 +164,15 @@ impl<'a> Ctx<'a> {
     }
 }
 
+/// Inputs an op reads only for their type: it folds once its other inputs are constant.
+pub(crate) fn type_only_inputs(op_type: &str) -> &'static [usize] {
+    match op_type {
+        "Shape" | "Size" => &[0],
+        "CastLike" => &[1],
+        _ => &[],
+    }
+}
+
 /// Normalise a possibly negative axis against a rank.
 pub(crate) fn axis(a: i64, rank: usize) -> Result<usize, String> {
     let r = rank as i64;
