@@ -100,3 +100,108 @@ fn openvino_ir_integer_divide_rounds_down() {
     let got = bident_runtime::run_op_by_op(&g, be.as_ref(), &pu, inputs).expect("runs");
     assert_eq!(got[0], i32s("q", &[3, -4, -4, 3, 2, -2]));
 }
+
+/// OpenVINO's FakeQuantize, both ways the IR import writes it: a 256-level grid as
+/// QuantizeLinear + DequantizeLinear, any other grid as the formula.
+#[test]
+fn openvino_ir_fake_quantize() {
+    let f32s = |name: &str, v: &[f32]| {
+        let data = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        bident_tensor::HostTensor::new(name, bident_tensor::DType::F32, vec![v.len() as u64], data).expect("tensor")
+    };
+    let port = |id: u32, names: &str, dims: &str| format!(r#"<port id="{id}" precision="FP32"{names}>{dims}</port>"#);
+    let six = "<dim>6</dim>";
+    let be = backend();
+    let pu = SocSpec::preset("local", be.as_ref()).expect("local SoC").pus[0].clone();
+    // (levels, [input_low, input_high, output_low, output_high], x, expected)
+    type Case = (u32, [f32; 4], [f32; 6], [f32; 6]);
+    let cases: [Case; 2] = [
+        // not a uint8 grid: the formula (x <= 0.5 -> -1, x > 2 -> 1, else 4 levels between)
+        (4, [0.5, 2.0, -1.0, 1.0], [0.0, 0.5, 0.9, 1.3, 1.8, 2.5], [-1.0, -1.0, -1.0 / 3.0, 1.0 / 3.0, 1.0, 1.0]),
+        // scale 0.01, zero point 128: QuantizeLinear + DequantizeLinear
+        (
+            256,
+            [-1.28, 1.27, -1.28, 1.27],
+            [0.004, -0.006, 0.5, 2.0, -2.0, 0.0149],
+            [0.0, -0.01, 0.5, 1.27, -1.28, 0.01],
+        ),
+    ];
+    for (levels, range, x, want) in cases {
+        let consts: String = (0..4)
+            .map(|k| {
+                format!(
+                    r#"<layer id="{}" name="c{k}" type="Const" version="opset1"><data element_type="f32" shape="" offset="{}" size="4" /><output>{}</output></layer>"#,
+                    k + 1,
+                    4 * k,
+                    port(0, "", "")
+                )
+            })
+            .collect();
+        let edges: String =
+            (1..5).map(|k| format!(r#"<edge from-layer="{k}" from-port="0" to-layer="5" to-port="{k}" />"#)).collect();
+        let xml = format!(
+            r#"<?xml version="1.0"?><net name="fq" version="11"><layers>
+            <layer id="0" name="x" type="Parameter" version="opset1"><data shape="6" element_type="f32" /><output>{}</output></layer>{consts}
+            <layer id="5" name="y" type="FakeQuantize" version="opset1"><data levels="{levels}" auto_broadcast="numpy" /><input>{}{}{}{}{}</input><output>{}</output></layer>
+            <layer id="6" name="y/sink_port_0" type="Result" version="opset1" output_names="y"><input>{}</input></layer>
+            </layers><edges><edge from-layer="0" from-port="0" to-layer="5" to-port="0" />{edges}<edge from-layer="5" from-port="5" to-layer="6" to-port="0" /></edges></net>"#,
+            port(0, r#" names="x""#, six),
+            port(0, "", six),
+            port(1, "", ""),
+            port(2, "", ""),
+            port(3, "", ""),
+            port(4, "", ""),
+            port(5, r#" names="y""#, six),
+            port(0, "", six),
+        );
+        let bin: Vec<u8> = range.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let g = bident_ir::import_openvino_ir_bytes(&xml, bin.into(), "fq.xml", &Default::default()).expect("imports");
+        let kinds: Vec<&str> = g.ops.iter().map(|o| o.kind.as_str()).collect();
+        let form = if levels == 256 { "QuantizeLinear" } else { "Round" };
+        assert!(kinds.iter().any(|k| k.contains(form)), "levels {levels}: {kinds:?}");
+        let got = bident_runtime::run_op_by_op(&g, be.as_ref(), &pu, vec![f32s("x", &x)]).expect("runs");
+        let err = got[0].max_abs_diff(&f32s("y", &want)).expect("comparable");
+        let got: Vec<f64> = (0..got[0].numel()).map(|k| got[0].get_f64(k)).collect();
+        assert!(err < 1e-6, "levels {levels}: {got:?} vs {want:?}");
+    }
+}
+
+/// A causal ScaledDotProductAttention imported from OpenVINO IR gives what OpenVINO computes
+/// from the same IR (which it reads directly: the IR has no weights).
+#[test]
+fn openvino_ir_causal_attention() {
+    let port = |id: u32, names: &str, len: u32| {
+        format!(r#"<port id="{id}" precision="FP32"{names}><dim>1</dim><dim>{len}</dim><dim>4</dim></port>"#)
+    };
+    let param = |id: u32, name: &str, len: u32| {
+        format!(
+            r#"<layer id="{id}" name="{name}" type="Parameter" version="opset1"><data shape="1,{len},4" element_type="f32" /><output>{}</output></layer>"#,
+            port(0, &format!(r#" names="{name}""#), len)
+        )
+    };
+    let xml = format!(
+        r#"<?xml version="1.0"?><net name="sdpa" version="11"><layers>{}{}{}
+        <layer id="3" name="y" type="ScaledDotProductAttention" version="opset13"><data causal="true" /><input>{}{}{}</input><output>{}</output></layer>
+        <layer id="4" name="y/sink_port_0" type="Result" version="opset1" output_names="y"><input>{}</input></layer>
+        </layers><edges><edge from-layer="0" from-port="0" to-layer="3" to-port="0" /><edge from-layer="1" from-port="0" to-layer="3" to-port="1" />
+        <edge from-layer="2" from-port="0" to-layer="3" to-port="2" /><edge from-layer="3" from-port="3" to-layer="4" to-port="0" /></edges></net>"#,
+        param(0, "q", 3),
+        param(1, "k", 5),
+        param(2, "v", 5),
+        port(0, "", 3),
+        port(1, "", 5),
+        port(2, "", 5),
+        port(3, r#" names="y""#, 3),
+        port(0, "", 3)
+    );
+    let g = bident_ir::import_openvino_ir_bytes(&xml, Default::default(), "sdpa.xml", &Default::default())
+        .expect("imports");
+    let be = backend();
+    let pu = SocSpec::preset("local", be.as_ref()).expect("local SoC").pus[0].clone();
+    let inputs = g.example_inputs(3);
+    let mut whole = be.compile(xml.as_bytes(), &pu).expect("OpenVINO reads the IR");
+    let want = whole.run(&inputs.iter().collect::<Vec<_>>()).expect("runs whole");
+    let got = bident_runtime::run_op_by_op(&g, be.as_ref(), &pu, inputs).expect("runs");
+    let err = got[0].max_abs_diff(&want[0]).expect("comparable");
+    assert!(err < 1e-5, "max abs err {err}");
+}

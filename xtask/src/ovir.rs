@@ -20,6 +20,10 @@ struct Case {
     model: String,
     #[serde(default)]
     input_shape: BTreeMap<String, Vec<u64>>,
+    /// Largest absolute difference accepted between the IR run op by op and the ONNX model run
+    /// whole (default 1e-4).
+    #[serde(default)]
+    tolerance: Option<f64>,
 }
 
 /// numpy for the openvino wheel's Python API (ovc); the wheel itself comes from the install.
@@ -99,6 +103,7 @@ pub fn ovir(json: bool) -> Result<()> {
             "onnx_backend_ops": onnx_backend,
             "ir_backend_ops": ir_backend,
             "max_abs_err": err,
+            "tolerance": c.tolerance.unwrap_or(1e-4),
         }));
     }
     println!(

@@ -6,9 +6,12 @@
 //! `Conv` with `group = G` and weights `[O, I/G, k..]`; `MatMul`'s transpose flags become a
 //! transposed constant or a `Transpose`; `Slice` takes `step` before `axes`; an empty `axes` on a
 //! reduction is the identity; `MVN` over the trailing axes is `LayerNormalization`;
-//! `ScaledDotProductAttention` is MatMul, scale, mask, Softmax, MatMul; `LSTMSequence` (gates
-//! f,i,c,o, one summed bias, batch first) is an ONNX `LSTM` (gates i,o,f,c, two biases,
-//! sequence first) between Transposes. A layer type without a conversion is an error naming the layer.
+//! `ScaledDotProductAttention` is MatMul, scale, mask (a causal one built from the static
+//! lengths), Softmax, MatMul; `LSTMSequence` (gates f,i,c,o, one summed bias, batch first) is an
+//! ONNX `LSTM` (gates i,o,f,c, two biases, sequence first) between Transposes; an integer
+//! `Divide` rounds down (`(a - a mod b) / b`), ONNX's `Div` truncates; `FakeQuantize` on a
+//! 256-level grid is `QuantizeLinear` + `DequantizeLinear`, any other is written out. A layer
+//! type without a conversion is an error naming the layer.
 //!
 //! Tensor names: an output port's `names` (the ONNX tensor names ovc kept) when present, else
 //! `<layer name>:<port>`.
@@ -802,6 +805,7 @@ impl Converter<'_> {
                 }
             }
             "ScaledDotProductAttention" => self.sdpa(id, name, &i, in_dims, dtype0)?,
+            "FakeQuantize" => self.fake_quantize(id, name, &i, in_dims, dtype0)?,
             "LSTMSequence" => self.lstm(id, name, &i)?,
             other => return Err(format!("no conversion for OpenVINO op `{other}`")),
         }
@@ -819,6 +823,107 @@ impl Converter<'_> {
             return Err(format!("{what} is empty"));
         }
         Ok(v.get_f64(0) as f32)
+    }
+
+    /// Values and dims of a constant float tensor.
+    fn floats_of(&self, t: &str) -> Option<(Vec<f64>, Vec<u64>)> {
+        let (dtype, shape, data) = self.consts.get(t)?;
+        let v = bident_tensor::HostTensor::new(t, *dtype, shape.clone(), data.to_vec()).ok()?;
+        dtype.is_float().then(|| ((0..v.numel()).map(|k| v.get_f64(k)).collect(), shape.clone()))
+    }
+
+    /// FakeQuantize: x clamped to [input_low, input_high], rounded onto `levels` steps and mapped
+    /// onto [output_low, output_high]. A 256-level grid whose input and output ranges agree and
+    /// hold an integer zero point (what NNCF and ovc's reading of ONNX Q/DQ pairs give), per
+    /// tensor or along one axis, is exactly QuantizeLinear + DequantizeLinear (uint8); any other
+    /// is written out as the formula.
+    fn fake_quantize(
+        &mut self,
+        id: u32,
+        name: &str,
+        i: &[&str],
+        dims: &[Vec<i64>],
+        dtype: DType,
+    ) -> Result<(), String> {
+        if i.len() < 5 {
+            return Err("needs the data and four range inputs".into());
+        }
+        let levels = self.layers[&id].ints("levels")?.first().copied().ok_or("missing attribute `levels`")?;
+        if levels < 2 {
+            return Err(format!("levels = {levels}"));
+        }
+        if let Some((scale, zero, axis)) = self.uniform_grid(i, dims, levels, dtype) {
+            let shape = if axis.is_some() { vec![scale.len() as u64] } else { vec![] };
+            let s = bident_tensor::HostTensor::from_f64("scale", DType::F32, shape.clone(), &scale)
+                .map_err(|e| e.to_string())?;
+            let s = self.constant(&format!("{name}/scale"), DType::F32, shape.clone(), s.data.into());
+            let z = self.constant(&format!("{name}/zero_point"), DType::U8, shape, zero.into());
+            let attrs = || axis.map(|a| vec![("axis", A::I(a))]).unwrap_or_default();
+            let q = self.op("QuantizeLinear", name, &[i[0], &s, &z], attrs());
+            let outs = self.name_outputs(id);
+            self.node("DequantizeLinear", name, &[&q, &s, &z], &[&outs[0]], attrs());
+            return Ok(());
+        }
+        let (x, il, ih, ol, oh) = (i[0], i[1], i[2], i[3], i[4]);
+        let steps = self.scalar(&format!("{name}/steps"), dtype, (levels - 1) as f64)?;
+        let lo = self.op("Min", name, &[il, ih], vec![]);
+        let hi = self.op("Max", name, &[il, ih], vec![]);
+        let t = self.op("Sub", name, &[x, il], vec![]);
+        let range = self.op("Sub", name, &[ih, il], vec![]);
+        let t = self.op("Div", name, &[&t, &range], vec![]);
+        let t = self.op("Mul", name, &[&t, &steps], vec![]);
+        let t = self.op("Round", name, &[&t], vec![]);
+        let t = self.op("Div", name, &[&t, &steps], vec![]);
+        let out_range = self.op("Sub", name, &[oh, ol], vec![]);
+        let t = self.op("Mul", name, &[&t, &out_range], vec![]);
+        let mid = self.op("Add", name, &[&t, ol], vec![]);
+        let above = self.op("Greater", name, &[x, &hi], vec![]);
+        let upper = self.op("Where", name, &[&above, oh, &mid], vec![]);
+        let below = self.op("LessOrEqual", name, &[x, &lo], vec![]);
+        let outs = self.name_outputs(id);
+        self.node("Where", name, &[&below, ol, &upper], &[&outs[0]], vec![]);
+        Ok(())
+    }
+
+    /// Scale, uint8 zero point and axis of a FakeQuantize that is a plain 256-level grid.
+    fn uniform_grid(
+        &self,
+        i: &[&str],
+        dims: &[Vec<i64>],
+        levels: i64,
+        dtype: DType,
+    ) -> Option<(Vec<f64>, Vec<u8>, Option<i64>)> {
+        if levels != 256 || dtype != DType::F32 {
+            return None;
+        }
+        let (il, shape) = self.floats_of(i[1])?;
+        let (ih, shape_h) = self.floats_of(i[2])?;
+        let (ol, shape_ol) = self.floats_of(i[3])?;
+        let (oh, shape_oh) = self.floats_of(i[4])?;
+        if shape != shape_h || shape != shape_ol || shape != shape_oh || il != ol || ih != oh {
+            return None;
+        }
+        // per tensor, or one axis of the data (the range's dims aligned to the data's from the right)
+        let rank = dims.first()?.len();
+        let wide: Vec<usize> = (0..shape.len()).filter(|&k| shape[k] != 1).collect();
+        let axis = match wide[..] {
+            [] => None,
+            [k] if shape.len() <= rank => Some((k + rank - shape.len()) as i64),
+            _ => return None,
+        };
+        let mut scale = Vec::with_capacity(il.len());
+        let mut zero = Vec::with_capacity(il.len());
+        for (&lo, &hi) in il.iter().zip(&ih) {
+            let s = (hi - lo) / (levels - 1) as f64;
+            let z = -lo / s;
+            let on_grid = s.is_finite() && s > 0.0 && (z - z.round()).abs() <= 1e-3;
+            if !on_grid || !(0.0..=255.0).contains(&z.round()) {
+                return None;
+            }
+            scale.push(s);
+            zero.push(z.round() as u8);
+        }
+        Some((scale, zero, axis))
     }
 
     /// `t` with new dims: a constant reshaped for free (same bytes), else a Reshape node.
@@ -959,12 +1064,9 @@ impl Converter<'_> {
         if i.len() < 3 {
             return Err("needs Q, K and V".into());
         }
-        if self.layers[&id].flag("causal") {
-            return Err("causal attention is not supported".into());
-        }
         let rank = dims[1].len();
-        if rank < 2 {
-            return Err("K must have rank 2 or more".into());
+        if rank < 2 || dims[0].len() < 2 {
+            return Err("Q and K must have rank 2 or more".into());
         }
         let kt = self.transposed_if(true, i[1], rank, name)?;
         let mut s = self.op("MatMul", name, &[i[0], &kt], vec![]);
@@ -979,7 +1081,19 @@ impl Converter<'_> {
             }
         };
         s = self.op("Mul", name, &[&s, &scale], vec![]);
-        if let Some(mask) = i.get(3).filter(|m| !m.is_empty()) {
+        if self.layers[&id].flag("causal") {
+            // query i sees keys 0..=i (OpenVINO: ones(L, S).tril(0)); the mask input is ignored
+            let (l, k) = (dims[0][dims[0].len() - 2], dims[1][rank - 2]);
+            if l <= 0 || k <= 0 {
+                return Err("causal attention needs static query and key lengths".into());
+            }
+            let (l, k) = (l as u64, k as u64);
+            let bias: Vec<f64> = (0..l * k).map(|e| if e % k <= e / k { 0.0 } else { f64::NEG_INFINITY }).collect();
+            let t =
+                bident_tensor::HostTensor::from_f64("causal", dtype, vec![l, k], &bias).map_err(|e| e.to_string())?;
+            let bias = self.constant(&format!("{name}/causal"), dtype, vec![l, k], t.data.into());
+            s = self.op("Add", name, &[&s, &bias], vec![]);
+        } else if let Some(mask) = i.get(3).filter(|m| !m.is_empty()) {
             let boolean = self.layers[&id].inputs.get(3).and_then(|p| p.dtype) == Some(DType::Bool);
             let add = if boolean {
                 let zero = self.scalar(&format!("{name}/zero"), dtype, 0.0)?;

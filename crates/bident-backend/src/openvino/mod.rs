@@ -265,7 +265,7 @@ impl Backend for OpenVino {
 impl OpenVino {
     fn compile_with(&self, onnx: &[u8], pu: &PuSpec, profiled: bool) -> Result<Box<dyn Executable>, BackendError> {
         let fail = |reason: String| BackendError::Compile { pu: pu.name.clone(), reason };
-        let onnx = rewrite::for_openvino(onnx).map_err(|e| fail(format!("cannot read model: {e}")))?;
+        let onnx = rewrite::for_openvino(onnx);
         let mut model = ptr::null_mut();
         // SAFETY: the buffer outlives the call; OpenVINO copies what it keeps.
         check(unsafe {
