@@ -10,7 +10,9 @@
 //! lengths), Softmax, MatMul; `LSTMSequence` (gates f,i,c,o, one summed bias, batch first) is an
 //! ONNX `LSTM` (gates i,o,f,c, two biases, sequence first) between Transposes; an integer
 //! `Divide` rounds down (`(a - a mod b) / b`), ONNX's `Div` truncates; `FakeQuantize` on a
-//! 256-level grid is `QuantizeLinear` + `DequantizeLinear`, any other is written out. A layer
+//! 256-level grid is `QuantizeLinear` + `DequantizeLinear`, any other is written out;
+//! `Interpolate` is `Resize` (its sizes or scales for the given axes); the `*BackpropData`
+//! convolutions are `ConvTranspose` (grouped weights merged as for `GroupConvolution`). A layer
 //! type without a conversion is an error naming the layer.
 //!
 //! Tensor names: an output port's `names` (the ONNX tensor names ovc kept) when present, else
@@ -43,6 +45,8 @@ struct Layer {
     id: u32,
     name: String,
     ty: String,
+    /// The op's opset (`opset4`), where an op changed its inputs between versions.
+    version: String,
     data: HashMap<String, String>,
     inputs: Vec<Port>,
     outputs: Vec<Port>,
@@ -147,6 +151,7 @@ pub(crate) fn to_onnx(xml: &str, bin: &Bytes, name: &str) -> Result<ModelProto, 
             id,
             name: label.clone(),
             ty: l.attribute("type").ok_or_else(|| ctx("no type".into()))?.to_string(),
+            version: l.attribute("version").unwrap_or("").to_string(),
             data: child(l, "data")
                 .map(|d| d.attributes().map(|a| (a.name().to_string(), a.value().to_string())).collect())
                 .unwrap_or_default(),
@@ -640,6 +645,34 @@ impl Converter<'_> {
                 let outs = self.name_outputs(id);
                 self.node("Conv", name, &[i[0], &w], &[&outs[0]], attrs);
             }
+            "ConvolutionBackpropData" | "GroupConvolutionBackpropData" => {
+                // weights [C_in, C_out, k..] (grouped: [G, C_in/G, C_out/G, k..]) are ONNX
+                // ConvTranspose's [C_in, C_out/G, k..]; an explicit output shape is not carried
+                need(2)?;
+                if i.len() > 2 {
+                    return Err("an output_shape input is not supported".into());
+                }
+                let mut attrs = conv_attrs(l)?;
+                if let Ok(p) = l.ints("output_padding")
+                    && !p.is_empty()
+                {
+                    attrs.push(("output_padding", A::Is(p)));
+                }
+                let w = if ty == "GroupConvolutionBackpropData" {
+                    let wd = in_dims.get(1).ok_or("no weight dims")?.clone();
+                    if wd.len() < 4 || wd.iter().any(|&d| d < 0) {
+                        return Err(format!("grouped weights must have static dims, got {wd:?}"));
+                    }
+                    attrs.push(("group", A::I(wd[0])));
+                    let mut flat = vec![wd[0].checked_mul(wd[1]).ok_or("weight dims overflow")?];
+                    flat.extend_from_slice(&wd[2..]);
+                    self.reshaped(i[1], &flat, name)?
+                } else {
+                    i[1].to_string()
+                };
+                let outs = self.name_outputs(id);
+                self.node("ConvTranspose", name, &[i[0], &w], &[&outs[0]], attrs);
+            }
             "MatMul" => {
                 need(2)?;
                 let a = self.transposed_if(l.flag("transpose_a"), i[0], in_dims[0].len(), name)?;
@@ -806,6 +839,7 @@ impl Converter<'_> {
             }
             "ScaledDotProductAttention" => self.sdpa(id, name, &i, in_dims, dtype0)?,
             "FakeQuantize" => self.fake_quantize(id, name, &i, in_dims, dtype0)?,
+            "Interpolate" => self.interpolate(id, name, &i)?,
             "LSTMSequence" => self.lstm(id, name, &i)?,
             other => return Err(format!("no conversion for OpenVINO op `{other}`")),
         }
@@ -823,6 +857,67 @@ impl Converter<'_> {
             return Err(format!("{what} is empty"));
         }
         Ok(v.get_f64(0) as f32)
+    }
+
+    /// Interpolate-4 (data, sizes, scales[, axes]) and -11 (data, scales or sizes[, axes]) as
+    /// ONNX Resize (its sizes or scales for the given axes). Modes without an ONNX equivalent
+    /// (the Pillow filters, `simple` or `tf_half_pixel_for_nn` rounding, padding) are errors.
+    fn interpolate(&mut self, id: u32, name: &str, i: &[&str]) -> Result<(), String> {
+        let l = self.layers[&id].clone();
+        let v4 = l.version == "opset4";
+        let by_sizes = match l.attr("shape_calculation_mode").unwrap_or("sizes") {
+            "sizes" => true,
+            "scales" => false,
+            m => return Err(format!("shape_calculation_mode `{m}`")),
+        };
+        let (target, axes) = match (v4, by_sizes) {
+            (true, true) => (i.get(1), i.get(3)),
+            (true, false) => (i.get(2), i.get(3)),
+            (false, _) => (i.get(1), i.get(2)),
+        };
+        let target = target.ok_or("needs its sizes or scales")?;
+        let mode = match l.attr("mode").unwrap_or("nearest") {
+            "nearest" => "nearest",
+            "linear" | "linear_onnx" => "linear",
+            "cubic" => "cubic",
+            m => return Err(format!("mode `{m}` has no ONNX equivalent")),
+        };
+        let coords = l.attr("coordinate_transformation_mode").unwrap_or("half_pixel");
+        let coords = ["half_pixel", "pytorch_half_pixel", "asymmetric", "align_corners"]
+            .into_iter()
+            .find(|&c| c == coords)
+            .ok_or_else(|| format!("coordinate_transformation_mode `{coords}` has no ONNX equivalent"))?;
+        let nearest = l.attr("nearest_mode").unwrap_or("round_prefer_floor");
+        let nearest = ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]
+            .into_iter()
+            .find(|&n| n == nearest)
+            .ok_or_else(|| format!("nearest_mode `{nearest}` has no ONNX equivalent"))?;
+        for k in ["pads_begin", "pads_end"] {
+            if l.ints(k).unwrap_or_default().iter().any(|&p| p != 0) {
+                return Err(format!("{k} other than 0 is not supported"));
+            }
+        }
+        let mut attrs = vec![
+            ("mode", A::S(mode)),
+            ("coordinate_transformation_mode", A::S(coords)),
+            ("nearest_mode", A::S(nearest)),
+            ("antialias", A::I(i64::from(l.flag("antialias")))),
+            ("cubic_coeff_a", A::F(l.float("cube_coeff").unwrap_or(-0.75))),
+        ];
+        if let Some(a) = axes {
+            attrs.push(("axes", A::Is(self.const_ints(a, "axes")?)));
+        }
+        let target = if by_sizes {
+            // sizes: int64 in ONNX (OpenVINO allows i32)
+            let v = self.const_ints(target, "sizes")?;
+            self.const_i64(&format!("{name}/sizes"), &v, vec![v.len() as u64])
+        } else {
+            target.to_string()
+        };
+        let ins: Vec<&str> = if by_sizes { vec![i[0], "", "", &target] } else { vec![i[0], "", &target] };
+        let outs = self.name_outputs(id);
+        self.node("Resize", name, &ins, &[&outs[0]], attrs);
+        Ok(())
     }
 
     /// Values and dims of a constant float tensor.
