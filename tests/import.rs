@@ -205,3 +205,90 @@ fn openvino_ir_causal_attention() {
     let err = got[0].max_abs_diff(&want[0]).expect("comparable");
     assert!(err < 1e-5, "max abs err {err}");
 }
+
+/// StridedSlice's masks from OpenVINO IR (`x[..., newaxis, -1]` and `x[1, ::2, newaxis]` on a
+/// [2, 3, 4] tensor of 0..23).
+#[test]
+fn openvino_ir_strided_slice_masks() {
+    let dims = |d: &[usize]| d.iter().map(|d| format!("<dim>{d}</dim>")).collect::<String>();
+    let be = backend();
+    let pu = SocSpec::preset("local", be.as_ref()).expect("local SoC").pus[0].clone();
+    // (begin, end, strides, masks (begin, end, new_axis, shrink, ellipsis), output dims, output values)
+    type Case<'a> = ([i64; 3], [i64; 3], [i64; 3], [&'a str; 5], &'a [usize], Vec<f32>);
+    let cases: [Case; 2] = [
+        (
+            [0, 0, -1],
+            [0, 0, 0],
+            [1, 1, 1],
+            ["0,0,0", "0,0,0", "0,1,0", "0,0,1", "1,0,0"],
+            &[2, 3, 1],
+            vec![3.0, 7.0, 11.0, 15.0, 19.0, 23.0],
+        ),
+        (
+            [1, 0, 0],
+            [0, 3, 0],
+            [1, 2, 1],
+            ["0,1,0", "0,0,0", "0,0,1", "1,0,0", "0,0,0"],
+            &[2, 1, 4],
+            vec![12.0, 13.0, 14.0, 15.0, 20.0, 21.0, 22.0, 23.0],
+        ),
+    ];
+    for (begin, end, strides, masks, out_dims, want) in cases {
+        let consts: String = (0..3)
+            .map(|k| {
+                format!(
+                    r#"<layer id="{}" name="c{k}" type="Const" version="opset1"><data element_type="i64" shape="3" offset="{}" size="24" /><output><port id="0" precision="I64"><dim>3</dim></port></output></layer>"#,
+                    k + 1,
+                    24 * k
+                )
+            })
+            .collect();
+        let [bm, em, nm, sm, elm] = masks;
+        let xml = format!(
+            r#"<?xml version="1.0"?><net name="ss" version="11"><layers>
+            <layer id="0" name="x" type="Parameter" version="opset1"><data shape="2,3,4" element_type="f32" /><output><port id="0" precision="FP32" names="x">{x}</port></output></layer>{consts}
+            <layer id="4" name="y" type="StridedSlice" version="opset1"><data begin_mask="{bm}" end_mask="{em}" new_axis_mask="{nm}" shrink_axis_mask="{sm}" ellipsis_mask="{elm}" />
+            <input><port id="0" precision="FP32">{x}</port><port id="1" precision="I64"><dim>3</dim></port><port id="2" precision="I64"><dim>3</dim></port><port id="3" precision="I64"><dim>3</dim></port></input>
+            <output><port id="4" precision="FP32" names="y">{y}</port></output></layer>
+            <layer id="5" name="y/sink_port_0" type="Result" version="opset1" output_names="y"><input><port id="0" precision="FP32">{y}</port></input></layer>
+            </layers><edges><edge from-layer="0" from-port="0" to-layer="4" to-port="0" /><edge from-layer="1" from-port="0" to-layer="4" to-port="1" />
+            <edge from-layer="2" from-port="0" to-layer="4" to-port="2" /><edge from-layer="3" from-port="0" to-layer="4" to-port="3" />
+            <edge from-layer="4" from-port="4" to-layer="5" to-port="0" /></edges></net>"#,
+            x = dims(&[2, 3, 4]),
+            y = dims(out_dims),
+        );
+        let bin: Vec<u8> = begin.iter().chain(&end).chain(&strides).flat_map(|v| v.to_le_bytes()).collect();
+        let g = bident_ir::import_openvino_ir_bytes(&xml, bin.into(), "ss.xml", &Default::default()).expect("imports");
+        let x: Vec<u8> = (0..24).flat_map(|v| (v as f32).to_le_bytes()).collect();
+        let x = bident_tensor::HostTensor::new("x", bident_tensor::DType::F32, vec![2, 3, 4], x).expect("x");
+        let got = bident_runtime::run_op_by_op(&g, be.as_ref(), &pu, vec![x]).expect("runs");
+        let shape: Vec<u64> = out_dims.iter().map(|&d| d as u64).collect();
+        let values: Vec<f32> = (0..got[0].numel()).map(|k| got[0].get_f64(k) as f32).collect();
+        assert_eq!((&got[0].shape, &values), (&shape, &want), "masks {masks:?}");
+    }
+}
+
+/// Broadcast in `explicit` mode from OpenVINO IR: data [3] placed on axis 1 of [2, 3, 4].
+#[test]
+fn openvino_ir_explicit_broadcast() {
+    let xml = r#"<?xml version="1.0"?><net name="bc" version="11"><layers>
+        <layer id="0" name="x" type="Parameter" version="opset1"><data shape="3" element_type="f32" /><output><port id="0" precision="FP32" names="x"><dim>3</dim></port></output></layer>
+        <layer id="1" name="shape" type="Const" version="opset1"><data element_type="i64" shape="3" offset="0" size="24" /><output><port id="0" precision="I64"><dim>3</dim></port></output></layer>
+        <layer id="2" name="mapping" type="Const" version="opset1"><data element_type="i64" shape="1" offset="24" size="8" /><output><port id="0" precision="I64"><dim>1</dim></port></output></layer>
+        <layer id="3" name="y" type="Broadcast" version="opset3"><data mode="explicit" />
+        <input><port id="0" precision="FP32"><dim>3</dim></port><port id="1" precision="I64"><dim>3</dim></port><port id="2" precision="I64"><dim>1</dim></port></input>
+        <output><port id="3" precision="FP32" names="y"><dim>2</dim><dim>3</dim><dim>4</dim></port></output></layer>
+        <layer id="4" name="y/sink_port_0" type="Result" version="opset1" output_names="y"><input><port id="0" precision="FP32"><dim>2</dim><dim>3</dim><dim>4</dim></port></input></layer>
+        </layers><edges><edge from-layer="0" from-port="0" to-layer="3" to-port="0" /><edge from-layer="1" from-port="0" to-layer="3" to-port="1" />
+        <edge from-layer="2" from-port="0" to-layer="3" to-port="2" /><edge from-layer="3" from-port="3" to-layer="4" to-port="0" /></edges></net>"#;
+    let bin: Vec<u8> = [2i64, 3, 4, 1].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let g = bident_ir::import_openvino_ir_bytes(xml, bin.into(), "bc.xml", &Default::default()).expect("imports");
+    let be = backend();
+    let pu = SocSpec::preset("local", be.as_ref()).expect("local SoC").pus[0].clone();
+    let x: Vec<u8> = [10f32, 20.0, 30.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let x = bident_tensor::HostTensor::new("x", bident_tensor::DType::F32, vec![3], x).expect("x");
+    let got = bident_runtime::run_op_by_op(&g, be.as_ref(), &pu, vec![x]).expect("runs");
+    let values: Vec<f64> = (0..got[0].numel()).map(|k| got[0].get_f64(k)).collect();
+    let want: Vec<f64> = (0..24).map(|k| [10.0, 20.0, 30.0][(k / 4) % 3]).collect();
+    assert_eq!((got[0].shape.as_slice(), values), (&[2u64, 3, 4][..], want));
+}

@@ -8,7 +8,9 @@
 //! reduction is the identity; `MVN` over the trailing axes is `LayerNormalization`;
 //! `ScaledDotProductAttention` is MatMul, scale, mask (a causal one built from the static
 //! lengths), Softmax, MatMul; `LSTMSequence` (gates f,i,c,o, one summed bias, batch first) is an
-//! ONNX `LSTM` (gates i,o,f,c, two biases, sequence first) between Transposes; an integer
+//! ONNX `LSTM` (gates i,o,f,c, two biases, sequence first) between Transposes, and
+//! `GRUSequence` and `RNNSequence` likewise; `StridedSlice`'s new-axis, shrink and ellipsis
+//! masks are Slice, Squeeze and Unsqueeze; `Broadcast` in explicit mode is Unsqueeze + Expand; an integer
 //! `Divide` rounds down (`(a - a mod b) / b`), ONNX's `Div` truncates; `FakeQuantize` on a
 //! 256-level grid is `QuantizeLinear` + `DequantizeLinear`, any other is written out;
 //! `Interpolate` is `Resize` (its sizes or scales for the given axes); the `*BackpropData`
@@ -452,6 +454,7 @@ impl Converter<'_> {
         let need = |n: usize| if ins.len() < n { Err(format!("needs {n} inputs, has {}", ins.len())) } else { Ok(()) };
         let outputs = match ty {
             "LSTMSequence" => 3,
+            "GRUSequence" | "RNNSequence" => 2,
             _ => 1,
         };
         if l.outputs.len() < outputs {
@@ -780,11 +783,32 @@ impl Converter<'_> {
             }
             "Broadcast" => {
                 need(2)?;
-                if l.attr("mode").is_some_and(|m| m == "explicit") {
-                    return Err("Broadcast mode `explicit` is not supported".into());
-                }
+                let data = if l.attr("mode").is_some_and(|m| m == "explicit") {
+                    // data dim k goes to output axis axes_mapping[k]; the others are new 1s
+                    let mapping =
+                        self.const_ints(i.get(2).ok_or("explicit mode needs axes_mapping")?, "axes_mapping")?;
+                    let rank = l.outputs[0].dims.len() as i64;
+                    let data_rank = in_dims.first().ok_or("no data dims")?.len();
+                    let fits = mapping.len() == data_rank
+                        && mapping.windows(2).all(|w| w[0] < w[1])
+                        && mapping.iter().all(|a| (0..rank).contains(a));
+                    if !fits {
+                        return Err(format!(
+                            "axes_mapping {mapping:?} does not place rank {data_rank} into rank {rank}"
+                        ));
+                    }
+                    let new: Vec<i64> = (0..rank).filter(|a| !mapping.contains(a)).collect();
+                    if new.is_empty() {
+                        i[0].to_string()
+                    } else {
+                        let axes = self.const_i64(&format!("{name}/new_axes"), &new, vec![new.len() as u64]);
+                        self.op("Unsqueeze", name, &[i[0], &axes], vec![])
+                    }
+                } else {
+                    i[0].to_string()
+                };
                 let outs = self.name_outputs(id);
-                self.node("Expand", name, &i[..2], &[&outs[0]], vec![]);
+                self.node("Expand", name, &[&data, i[1]], &[&outs[0]], vec![]);
             }
             "Tile" => {
                 need(2)?;
@@ -840,7 +864,7 @@ impl Converter<'_> {
             "ScaledDotProductAttention" => self.sdpa(id, name, &i, in_dims, dtype0)?,
             "FakeQuantize" => self.fake_quantize(id, name, &i, in_dims, dtype0)?,
             "Interpolate" => self.interpolate(id, name, &i)?,
-            "LSTMSequence" => self.lstm(id, name, &i)?,
+            "LSTMSequence" | "GRUSequence" | "RNNSequence" => self.rnn_sequence(id, name, &i)?,
             other => return Err(format!("no conversion for OpenVINO op `{other}`")),
         }
         Ok(())
@@ -1057,49 +1081,92 @@ impl Converter<'_> {
         Ok(self.op("Transpose", name, &[t], vec![("perm", A::Is(perm))]))
     }
 
+    /// StridedSlice: each entry of begin/end/strides slices one input dim, unless its
+    /// `new_axis_mask` bit inserts a dim of 1, its `shrink_axis_mask` bit takes the single index
+    /// `begin` and drops the dim, or its `ellipsis_mask` bit stands for every dim the other
+    /// entries leave over. As ONNX: Slice on the dims sliced, Squeeze of the shrunk ones,
+    /// Unsqueeze of the new ones.
     fn strided_slice(&mut self, id: u32, name: &str, i: &[&str]) -> Result<(), String> {
         if i.len() < 3 {
             return Err("needs begin and end".into());
         }
         let l = self.layers[&id].clone();
-        let mask = |k: &str| l.ints(k).unwrap_or_default();
-        for k in ["new_axis_mask", "shrink_axis_mask", "ellipsis_mask"] {
-            if mask(k).iter().any(|&m| m != 0) {
-                return Err(format!("{k} is not supported"));
-            }
-        }
-        let (bm, em) = (mask("begin_mask"), mask("end_mask"));
+        let rank = l.inputs.first().map_or(0, |p| p.dims.len());
+        let bit = |k: &str, e: usize| l.ints(k).unwrap_or_default().get(e).is_some_and(|&m| m != 0);
         let begin = self.const_ints(i[1], "begin")?;
         let end = self.const_ints(i[2], "end")?;
         let strides = match i.get(3) {
             Some(s) => self.const_ints(s, "strides")?,
             None => vec![1; begin.len()],
         };
+        if end.len() != begin.len() || strides.len() != begin.len() {
+            return Err("begin, end and strides differ in length".into());
+        }
         let n = begin.len();
-        let (mut s, mut e) = (begin.clone(), end.clone());
-        for k in 0..n {
-            let neg = strides.get(k).copied().unwrap_or(1) < 0;
-            if bm.get(k).copied().unwrap_or(0) != 0 {
-                s[k] = if neg { i64::MAX } else { 0 };
-            }
-            if em.get(k).copied().unwrap_or(0) != 0 {
-                e[k] = if neg { i64::MIN } else { i64::MAX };
+        let ellipses = (0..n).filter(|&e| bit("ellipsis_mask", e)).count();
+        if ellipses > 1 {
+            return Err("more than one ellipsis".into());
+        }
+        // input dims the entries other than the ellipsis and new axes consume
+        let consuming = (0..n).filter(|&e| !bit("ellipsis_mask", e) && !bit("new_axis_mask", e)).count();
+        let spread = rank.checked_sub(consuming).ok_or("more slice entries than the input has dims")?;
+        let (mut starts, mut ends, mut axes, mut steps) = (vec![], vec![], vec![], vec![]);
+        let (mut shrunk, mut added) = (vec![], vec![]);
+        let (mut d, mut o) = (0i64, 0i64);
+        for e in 0..n {
+            if bit("ellipsis_mask", e) {
+                d += spread as i64;
+                o += spread as i64;
+            } else if bit("new_axis_mask", e) {
+                added.push(o);
+                o += 1;
+            } else if bit("shrink_axis_mask", e) {
+                let b = begin[e];
+                starts.push(b);
+                ends.push(if b == -1 { i64::MAX } else { b + 1 });
+                axes.push(d);
+                steps.push(1);
+                shrunk.push(d);
+                d += 1;
+            } else {
+                let neg = strides[e] < 0;
+                starts.push(if bit("begin_mask", e) { if neg { i64::MAX } else { 0 } } else { begin[e] });
+                ends.push(if bit("end_mask", e) { if neg { i64::MIN } else { i64::MAX } } else { end[e] });
+                axes.push(d);
+                steps.push(strides[e]);
+                d += 1;
+                o += 1;
             }
         }
-        let len = vec![n as u64];
-        let (sc, ec) = (
-            self.const_i64(&format!("{name}/starts"), &s, len.clone()),
-            self.const_i64(&format!("{name}/ends"), &e, len.clone()),
-        );
-        let axes: Vec<i64> = (0..n as i64).collect();
-        let ac = self.const_i64(&format!("{name}/axes"), &axes, len.clone());
-        let stc = self.const_i64(
-            &format!("{name}/steps"),
-            &strides[..n.min(strides.len())],
-            vec![n.min(strides.len()) as u64],
-        );
         let outs = self.name_outputs(id);
-        self.node("Slice", name, &[i[0], &sc, &ec, &ac, &stc], &[&outs[0]], vec![]);
+        let ints =
+            |c: &mut Self, what: &str, v: &[i64]| c.const_i64(&format!("{name}/{what}"), v, vec![v.len() as u64]);
+        let mut t = i[0].to_string();
+        let sliced = !axes.is_empty();
+        if sliced {
+            let (sc, ec) = (ints(self, "starts", &starts), ints(self, "ends", &ends));
+            let (ac, stc) = (ints(self, "axes", &axes), ints(self, "steps", &steps));
+            let inputs = [i[0], &sc, &ec, &ac, &stc];
+            if shrunk.is_empty() && added.is_empty() {
+                self.node("Slice", name, &inputs, &[&outs[0]], vec![]);
+            } else {
+                t = self.op("Slice", name, &inputs, vec![]);
+            }
+        }
+        if !shrunk.is_empty() {
+            let ax = ints(self, "shrink_axes", &shrunk);
+            if added.is_empty() {
+                self.node("Squeeze", name, &[&t, &ax], &[&outs[0]], vec![]);
+            } else {
+                t = self.op("Squeeze", name, &[&t, &ax], vec![]);
+            }
+        }
+        if !added.is_empty() {
+            let ax = ints(self, "new_axes", &added);
+            self.node("Unsqueeze", name, &[&t, &ax], &[&outs[0]], vec![]);
+        } else if !sliced && shrunk.is_empty() {
+            self.node("Identity", name, &[&t], &[&outs[0]], vec![]);
+        }
         Ok(())
     }
 
@@ -1205,80 +1272,110 @@ impl Converter<'_> {
         Ok(())
     }
 
-    /// LSTMSequence-5 (X [B,T,I], H0/C0 [B,D,H], lengths [B], W [D,4H,I], R [D,4H,H], B [D,4H];
-    /// gates f,i,c,o) as ONNX LSTM (sequence first; gates i,o,f,c; bias Wb‖Rb).
-    fn lstm(&mut self, id: u32, name: &str, i: &[&str]) -> Result<(), String> {
-        if i.len() < 7 {
-            return Err("needs 7 inputs".into());
-        }
+    /// LSTMSequence-5, GRUSequence-5 and RNNSequence-5 (X [B,T,I], initial states [B,D,H],
+    /// lengths [B], W [D,G*H,I], R [D,G*H,H], B [D,G*H]) as ONNX LSTM, GRU and RNN (sequence
+    /// first, between Transposes). LSTM gates go from f,i,c,o to i,o,f,c; GRU's z,r,h and the
+    /// RNN's single gate keep their order. OpenVINO's bias is the sum of ONNX's Wb and Rb, so Rb
+    /// is zero, except for a GRU with `linear_before_reset`, whose bias [D,4H] carries the
+    /// hidden gate's Rb last.
+    fn rnn_sequence(&mut self, id: u32, name: &str, i: &[&str]) -> Result<(), String> {
         let l = self.layers[&id].clone();
+        let (op, gates, default_acts, states) = match l.ty.as_str() {
+            "LSTMSequence" => ("LSTM", 4u64, "sigmoid, tanh, tanh", 2),
+            "GRUSequence" => ("GRU", 3, "sigmoid, tanh", 1),
+            _ => ("RNN", 1, "tanh", 1),
+        };
+        // inputs: X, initial states, lengths, W, R, B
+        let [x, lens, w, r, b] = [0, 1 + states, 2 + states, 3 + states, 4 + states].map(|k| i.get(k).copied());
+        let (Some(x), Some(lens), Some(w), Some(r), Some(b)) = (x, lens, w, r, b) else {
+            return Err(format!("needs {} inputs", 5 + states));
+        };
         let hidden = l.ints("hidden_size")?.first().copied().ok_or("no hidden_size")?;
-        let direction = l.attr("direction").unwrap_or("forward").to_string();
         let acts: Vec<String> =
-            l.attr("activations").unwrap_or("sigmoid, tanh, tanh").split(',').map(|s| s.trim().to_string()).collect();
-        if acts != ["sigmoid", "tanh", "tanh"] {
+            l.attr("activations").unwrap_or(default_acts).split(',').map(|s| s.trim().to_string()).collect();
+        if acts.join(", ") != default_acts {
             return Err(format!("activations {acts:?} are not supported"));
         }
-        if l.ints("clip").ok().and_then(|v| v.first().copied()).unwrap_or(0) != 0 {
+        if l.float("clip").unwrap_or(0.0) != 0.0 {
             return Err("clip is not supported".into());
         }
-        let reorder = |c: &Converter, t: &str, what: &str| -> Result<(DType, Vec<u64>, Vec<u8>), String> {
+        let before_reset = op == "GRU" && l.flag("linear_before_reset");
+        let weight = |c: &Converter, t: &str, what: &str, blocks: u64| -> Result<(DType, Vec<u64>, Vec<u8>), String> {
             let (dtype, shape, data) = c.consts.get(t).cloned().ok_or_else(|| format!("{what} must be a constant"))?;
-            if shape.len() < 2 || shape[0] == 0 || shape[1] % 4 != 0 {
-                return Err(format!("{what} has shape {shape:?}, not [directions, 4 x hidden, ..]"));
+            if shape.len() < 2 || shape[0] == 0 || shape[1] != blocks * hidden as u64 {
+                return Err(format!("{what} has shape {shape:?}, not [directions, {blocks} x {hidden}, ..]"));
             }
-            // blocks along axis 1: f,i,c,o -> i,o,f,c
+            // LSTM: blocks along axis 1 from f,i,c,o to i,o,f,c
+            let order: &[usize] = if op == "LSTM" && blocks == 4 { &[1, 3, 0, 2] } else { &[] };
+            if order.is_empty() {
+                return Ok((dtype, shape, data.to_vec()));
+            }
             let d = shape[0] as usize;
-            let per_dir = data.len() / d.max(1);
+            let per_dir = data.len() / d;
             let block = per_dir / 4;
             let mut out = Vec::with_capacity(data.len());
             for k in 0..d {
                 let dir = &data[k * per_dir..(k + 1) * per_dir];
-                for g in [1usize, 3, 0, 2] {
+                for &g in order {
                     out.extend_from_slice(&dir[g * block..(g + 1) * block]);
                 }
             }
             Ok((dtype, shape, out))
         };
-        let (wt, ws, w) = reorder(self, i[4], "W")?;
-        let (rt, rs, r) = reorder(self, i[5], "R")?;
-        let (bt, bs, b) = reorder(self, i[6], "B")?;
-        let w = self.constant(&format!("{name}/W"), wt, ws, w.into());
-        let r = self.constant(&format!("{name}/R"), rt, rs, r.into());
-        // ONNX bias: Wb ‖ Rb; OpenVINO's is their sum, so Rb = 0
-        let d = bs[0] as usize;
-        let per = b.len() / d.max(1);
-        let mut b2 = Vec::with_capacity(b.len() * 2);
+        let (wt, ws, wd) = weight(self, w, "W", gates)?;
+        let (rt, rs, rd) = weight(self, r, "R", gates)?;
+        let (bt, bs, bd) = weight(self, b, "B", gates + u64::from(before_reset))?;
+        let w = self.constant(&format!("{name}/W"), wt, ws, wd.into());
+        let r = self.constant(&format!("{name}/R"), rt, rs, rd.into());
+        // ONNX bias per direction: Wb (G*H) then Rb (G*H)
+        let (d, size) = (bs[0] as usize, bt.size());
+        let (gh, per) = (gates as usize * hidden as usize * size, bd.len() / d);
+        let mut b2 = Vec::with_capacity(2 * gh * d);
         for k in 0..d {
-            b2.extend_from_slice(&b[k * per..(k + 1) * per]);
-            b2.extend(std::iter::repeat_n(0u8, per));
+            let dir = &bd[k * per..(k + 1) * per];
+            b2.extend_from_slice(&dir[..gh]);
+            b2.extend(std::iter::repeat_n(0u8, gh));
+            if before_reset {
+                // the hidden gate's Rb is the fourth block; it goes last in Rb
+                let rb_h = &dir[gh..];
+                let at = b2.len() - rb_h.len();
+                b2[at..].copy_from_slice(rb_h);
+            }
         }
-        let b = self.constant(&format!("{name}/B"), bt, vec![bs[0], bs[1] * 2], b2.into());
-        let lens = self.op("Cast", name, &[i[3]], vec![("to", A::I(DType::I32.onnx_code() as i64))]);
+        let b = self.constant(&format!("{name}/B"), bt, vec![bs[0], 2 * gates * hidden as u64], b2.into());
+        let lens = self.op("Cast", name, &[lens], vec![("to", A::I(DType::I32.onnx_code() as i64))]);
         // ONNX's default layout is sequence first (X [T,B,I], states [D,B,H], Y [T,D,B,H]);
         // OpenVINO's CPU plugin mis-reads `layout = 1`, so transpose around the op instead
         let swap01 = || vec![("perm", A::Is(vec![1, 0, 2]))];
-        let x = self.op("Transpose", name, &[i[0]], swap01());
-        let h0 = self.op("Transpose", name, &[i[1]], swap01());
-        let c0 = self.op("Transpose", name, &[i[2]], swap01());
+        let x = self.op("Transpose", name, &[x], swap01());
+        let init: Vec<String> = (0..states).map(|k| self.op("Transpose", name, &[i[1 + k]], swap01())).collect();
         let outs = self.name_outputs(id);
-        let (y, ho, co) = (self.fresh(name), self.fresh(name), self.fresh(name));
-        let attrs = vec![
+        let y = self.fresh(name);
+        let finals: Vec<String> = (0..states).map(|_| self.fresh(name)).collect();
+        let mut attrs = vec![
             ("hidden_size", A::I(hidden)),
             (
                 "direction",
-                A::S(match direction.as_str() {
+                A::S(match l.attr("direction").unwrap_or("forward") {
                     "reverse" => "reverse",
                     "bidirectional" => "bidirectional",
                     _ => "forward",
                 }),
             ),
         ];
-        self.node("LSTM", name, &[&x, &w, &r, &b, &lens, &h0, &c0], &[&y, &ho, &co], attrs);
+        if before_reset {
+            attrs.push(("linear_before_reset", A::I(1)));
+        }
+        let mut inputs: Vec<&str> = vec![&x, &w, &r, &b, &lens];
+        inputs.extend(init.iter().map(String::as_str));
+        let mut outputs: Vec<&str> = vec![&y];
+        outputs.extend(finals.iter().map(String::as_str));
+        self.node(op, name, &inputs, &outputs, attrs);
         // Y [T,D,B,H] -> [B,D,T,H]; states [D,B,H] -> [B,D,H]
         self.node("Transpose", name, &[&y], &[&outs[0]], vec![("perm", A::Is(vec![2, 1, 0, 3]))]);
-        self.node("Transpose", name, &[&ho], &[&outs[1]], swap01());
-        self.node("Transpose", name, &[&co], &[&outs[2]], swap01());
+        for (k, f) in finals.iter().enumerate() {
+            self.node("Transpose", name, &[f], &[&outs[1 + k]], swap01());
+        }
         Ok(())
     }
 }

@@ -14,6 +14,7 @@ pub enum Attr {
     Int(i64),
     Ints(Vec<i64>),
     Float(f32),
+    Str(&'static str),
     Graph(Box<GraphProto>),
 }
 
@@ -277,6 +278,10 @@ impl Builder {
                     Attr::Float(f) => {
                         a.f = Some(*f);
                         a.r#type = Some(AttributeType::Float as i32);
+                    }
+                    Attr::Str(v) => {
+                        a.s = Some(v.as_bytes().to_vec());
+                        a.r#type = Some(AttributeType::String as i32);
                     }
                     Attr::Graph(g) => {
                         a.g = Some(g.as_ref().clone());

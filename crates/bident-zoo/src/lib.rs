@@ -34,6 +34,7 @@ pub const MODELS: &[(&str, &str)] = &[
          Shape/Gather/Concat, GELU (Erf), LayerNorm",
     ),
     ("dynamic-batch", "the mlp with a symbolic batch dim `N`"),
+    ("recurrent", "a bidirectional GRU (linear before reset) feeding an RNN, sequence first"),
     ("control-if", "an If whose branches read a tensor of the enclosing graph (outer scope), between two ops"),
     (
         "control-if-untyped",
@@ -146,6 +147,7 @@ pub fn build(name: &str, seed: u64) -> Option<ModelProto> {
             let mut b = mlp_builder(seed, None);
             b.finish("dynamic_batch")
         }
+        "recurrent" => recurrent(seed),
         "control-if" => control_if(seed, true),
         "control-if-untyped" => control_if(seed, false),
         "bad-dangling-input" => {
@@ -475,6 +477,31 @@ fn mlp_builder(seed: u64, batch: Option<u64>) -> Builder {
 
 fn mlp(seed: u64, batch: u64) -> ModelProto {
     mlp_builder(seed, Some(batch)).finish("mlp")
+}
+
+fn recurrent(seed: u64) -> ModelProto {
+    use builder::Attr;
+    let (t, batch, i, h) = (6u64, 2u64, 8u64, 8u64);
+    let mut b = Builder::new(seed);
+    let x = b.input("x", &[t, batch, i]);
+    let (w, r, bias) =
+        (b.weight("gru.w", &[2, 3 * h, i]), b.weight("gru.r", &[2, 3 * h, h]), b.weight("gru.b", &[2, 6 * h]));
+    let attrs = [
+        ("hidden_size", Attr::Int(h as i64)),
+        ("direction", Attr::Str("bidirectional")),
+        ("linear_before_reset", Attr::Int(1)),
+    ];
+    b.node_named("gru", "GRU", &[&x, &w, &r, &bias], &["gru_y", "gru_h"], &attrs);
+    // [T, 2, B, H] -> [T, B, 2H]
+    let y = b.node("Transpose", &["gru_y"], &[("perm", vec![0i64, 2, 1, 3].into())]);
+    let shape = b.const_i64("seq_shape", &[3], &[t as i64, batch as i64, 2 * h as i64]);
+    let y = b.node("Reshape", &[&y, &shape], &[]);
+    let (w, r, bias) =
+        (b.weight("rnn.w", &[1, h, 2 * h]), b.weight("rnn.r", &[1, h, h]), b.weight("rnn.b", &[1, 2 * h]));
+    b.node_named("rnn", "RNN", &[&y, &w, &r, &bias], &["rnn_y", "rnn_h"], &[("hidden_size", Attr::Int(h as i64))]);
+    b.output("rnn_y");
+    b.output("gru_h");
+    b.finish("recurrent")
 }
 
 fn attention(seed: u64) -> ModelProto {
