@@ -10,7 +10,8 @@
 //! lengths), Softmax, MatMul; `LSTMSequence` (gates f,i,c,o, one summed bias, batch first) is an
 //! ONNX `LSTM` (gates i,o,f,c, two biases, sequence first) between Transposes, and
 //! `GRUSequence` and `RNNSequence` likewise; `StridedSlice`'s new-axis, shrink and ellipsis
-//! masks are Slice, Squeeze and Unsqueeze; `Broadcast` in explicit mode is Unsqueeze + Expand; an integer
+//! masks are Slice, Squeeze and Unsqueeze; `Broadcast` in explicit mode is Unsqueeze + Expand;
+//! `Gather` with `batch_dims` (along the first non-batch axis) is `GatherND`; an integer
 //! `Divide` rounds down (`(a - a mod b) / b`), ONNX's `Div` truncates; `FakeQuantize` on a
 //! 256-level grid is `QuantizeLinear` + `DequantizeLinear`, any other is written out;
 //! `Interpolate` is `Resize` (its sizes or scales for the given axes); the `*BackpropData`
@@ -727,12 +728,25 @@ impl Converter<'_> {
             }
             "Gather" => {
                 need(3)?;
-                if l.ints("batch_dims").ok().and_then(|v| v.first().copied()).unwrap_or(0) != 0 {
-                    return Err("batch_dims other than 0 has no ONNX Gather equivalent".into());
-                }
                 let axis = self.const_ints(i[2], "the axis input")?.first().copied().ok_or("empty axis")?;
+                let batch = l.ints("batch_dims").ok().and_then(|v| v.first().copied()).unwrap_or(0);
                 let outs = self.name_outputs(id);
-                self.node("Gather", name, &i[..2], &[&outs[0]], vec![("axis", A::I(axis))]);
+                if batch == 0 {
+                    self.node("Gather", name, &i[..2], &[&outs[0]], vec![("axis", A::I(axis))]);
+                } else {
+                    // gathering along the first non-batch axis is GatherND on single indices
+                    let norm = |v: i64, rank: usize| if v < 0 { v + rank as i64 } else { v };
+                    let (data_rank, idx_rank) = (in_dims[0].len(), in_dims[1].len());
+                    if norm(axis, data_rank) != norm(batch, idx_rank) {
+                        return Err(format!(
+                            "batch_dims {batch} with axis {axis}: only axis = batch_dims has an ONNX equivalent"
+                        ));
+                    }
+                    let last = self.const_i64(&format!("{name}/last"), &[-1], vec![1]);
+                    let idx = self.op("Unsqueeze", name, &[i[1], &last], vec![]);
+                    let attrs = vec![("batch_dims", A::I(norm(batch, idx_rank)))];
+                    self.node("GatherND", name, &[i[0], &idx], &[&outs[0]], attrs);
+                }
             }
             "Slice" => {
                 need(4)?;
