@@ -681,7 +681,7 @@ impl<'o> Lowering<'o> {
             let feeds_output = n.output.iter().any(|o| outputs.contains(o.as_str()));
             // Shape, Size and CastLike read some inputs only for their (static) type.
             let type_only = ops::type_only_inputs(n.op_type());
-            let shape_only = rule.is_some()
+            let types_suffice = rule.is_some()
                 && !type_only.is_empty()
                 && present
                     .iter()
@@ -738,7 +738,7 @@ impl<'o> Lowering<'o> {
                     tensor_bytes(f)
                 )));
             }
-            let foldable = (all_values || shape_only)
+            let foldable = (all_values || types_suffice)
                 && !feeds_output
                 && facts.iter().all(|f| bident_tensor::numel(&f.shape) as usize <= self.opts.fold_limit);
             let values = match rule.and_then(|d| d.eval) {

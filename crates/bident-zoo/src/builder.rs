@@ -15,6 +15,7 @@ pub enum Attr {
     Ints(Vec<i64>),
     Float(f32),
     Str(&'static str),
+    Tensor(HostTensor),
     Graph(Box<GraphProto>),
 }
 
@@ -159,13 +160,7 @@ impl Builder {
     }
 
     fn add_initializer(&mut self, name: &str, t: &HostTensor) -> String {
-        self.graph.initializer.push(TensorProto {
-            name: Some(name.into()),
-            dims: t.shape.iter().map(|&d| d as i64).collect(),
-            data_type: Some(t.dtype.onnx_code()),
-            raw_data: Some(t.data.clone().into()),
-            ..Default::default()
-        });
+        self.graph.initializer.push(tensor_proto(name, t));
         name.to_string()
     }
 
@@ -283,6 +278,10 @@ impl Builder {
                         a.s = Some(v.as_bytes().to_vec());
                         a.r#type = Some(AttributeType::String as i32);
                     }
+                    Attr::Tensor(t) => {
+                        a.t = Some(tensor_proto("", t));
+                        a.r#type = Some(AttributeType::Tensor as i32);
+                    }
                     Attr::Graph(g) => {
                         a.g = Some(g.as_ref().clone());
                         a.r#type = Some(AttributeType::Graph as i32);
@@ -365,5 +364,15 @@ impl Builder {
             graph: Some(graph),
             ..Default::default()
         }
+    }
+}
+
+fn tensor_proto(name: &str, t: &HostTensor) -> TensorProto {
+    TensorProto {
+        name: (!name.is_empty()).then(|| name.into()),
+        dims: t.shape.iter().map(|&d| d as i64).collect(),
+        data_type: Some(t.dtype.onnx_code()),
+        raw_data: Some(t.data.clone().into()),
+        ..Default::default()
     }
 }

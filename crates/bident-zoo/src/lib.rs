@@ -35,6 +35,11 @@ pub const MODELS: &[(&str, &str)] = &[
     ),
     ("dynamic-batch", "the mlp with a symbolic batch dim `N`"),
     ("recurrent", "a bidirectional GRU (linear before reset) feeding an RNN, sequence first"),
+    (
+        "control-loop",
+        "a `for` Loop as exporters write it: constant trip count, a body that sets its condition to a constant \
+         true, reads a weight of the enclosing graph and declares no types",
+    ),
     ("control-if", "an If whose branches read a tensor of the enclosing graph (outer scope), between two ops"),
     (
         "control-if-untyped",
@@ -148,6 +153,7 @@ pub fn build(name: &str, seed: u64) -> Option<ModelProto> {
             b.finish("dynamic_batch")
         }
         "recurrent" => recurrent(seed),
+        "control-loop" => control_loop(seed),
         "control-if" => control_if(seed, true),
         "control-if-untyped" => control_if(seed, false),
         "bad-dangling-input" => {
@@ -456,6 +462,34 @@ fn control_if(seed: u64, typed: bool) -> ModelProto {
     let z = b.node("Sigmoid", &[&y], &[]);
     b.output(&z);
     b.finish("control_if")
+}
+
+fn control_loop(seed: u64) -> ModelProto {
+    use builder::Attr;
+    let mut b = Builder::new(seed);
+    let x = b.input("x", &[1, 8]);
+    let w = b.weight("w", &[1, 8]);
+    let h = b.node("Relu", &[&x], &[]);
+    let trip = b.const_i64("trip", &[], &[3]);
+    let go = b.const_i64("go_i64", &[], &[1]);
+    let go = b.node("Cast", &[&go], &[("to", (DType::Bool.onnx_code() as i64).into())]);
+    let mut body = Builder::new(seed);
+    body.input_typed("i", DType::I64, &[], "");
+    body.input_typed("cond_in", DType::Bool, &[], "");
+    body.input_typed("y_in", DType::F32, &[Some(1), Some(8)], "");
+    let yes = bident_tensor::HostTensor { dtype: DType::Bool, shape: vec![], data: vec![1] };
+    body.node_named("keep_going", "Constant", &[], &["cond_out"], &[("value", Attr::Tensor(yes))]);
+    body.node_named("step", "Add", &["y_in", &w], &["y_out"], &[]);
+    body.node_named("record", "Identity", &["y_out"], &["y_scan"], &[]);
+    for o in ["cond_out", "y_out", "y_scan"] {
+        body.output_untyped(o);
+    }
+    let loop_body = ("body", Attr::Graph(Box::new(body.finish_graph("body"))));
+    b.node_named("loop", "Loop", &[&trip, &go, &h], &["y_final", "ys"], &[loop_body]);
+    let z = b.node("Sigmoid", &["ys"], &[]);
+    b.output("y_final");
+    b.output(&z);
+    b.finish("control_loop")
 }
 
 fn mlp_builder(seed: u64, batch: Option<u64>) -> Builder {

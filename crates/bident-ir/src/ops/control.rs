@@ -104,7 +104,7 @@ pub(crate) fn infer_subgraph(
             missing_const: std::cell::Cell::new(None),
         };
         let out = (def.infer)(&ctx).map_err(|e| format!("{}: {e}", what()))?;
-        // Shape and Size depend only on the (static) input shape
+        // Shape, Size and CastLike read some inputs only for their (static) type
         let type_only = super::type_only_inputs(n.op_type());
         let foldable = ctx
             .consts
@@ -139,8 +139,8 @@ pub(crate) fn infer_subgraph(
 /// Loop(M, cond, v_initial...) -> (v_final..., scan_outputs...). Carried values keep their
 /// initial type; a scan output stacks one body output per iteration, which needs the trip count
 /// M as a constant, and a condition that cannot end the loop early: either no `cond` input, or
-/// a body that passes its `cond` through unchanged (then the loop runs M times or, if `cond`
-/// starts false, not at all). A loop that may exit early has a data-dependent length.
+/// a body that passes its `cond` through unchanged or sets it to a constant true (then the loop
+/// runs M times or, if `cond` starts false, not at all). A loop that may exit early has a data-dependent length.
 fn infer_loop(c: &Ctx) -> Result<Vec<Fact>, String> {
     let body = graph_attr(c, "body")?;
     infer_loop_with(c, &|k| static_output(body, k))
@@ -179,14 +179,22 @@ pub(crate) fn infer_loop_with(
     Ok(out)
 }
 
-/// Whether a Loop body's condition output is its condition input, directly or through Identity.
+/// Whether a Loop body keeps its condition: its condition output is its condition input
+/// (directly or through Identity) or a constant true (as exporters write `for` loops).
 fn passes_cond_through(body: &GraphProto) -> bool {
     let (Some(cond_in), Some(cond_out)) = (body.input.get(1), body.output.first()) else { return false };
-    cond_out.name() == cond_in.name()
-        || body.node.iter().any(|n| {
-            n.op_type() == "Identity"
-                && n.output.first().map(String::as_str) == Some(cond_out.name())
-                && n.input.first().map(String::as_str) == Some(cond_in.name())
+    let out = cond_out.name();
+    let is_true = |t: &crate::proto::TensorProto| {
+        crate::consts::from_proto(t).is_ok_and(|v| v.numel() == 1 && v.get_f64(0) != 0.0)
+    };
+    out == cond_in.name()
+        || body.initializer.iter().any(|t| t.name() == out && is_true(t))
+        || body.node.iter().filter(|n| n.output.first().map(String::as_str) == Some(out)).any(|n| match n.op_type() {
+            "Identity" => n.input.first().map(String::as_str) == Some(cond_in.name()),
+            "Constant" => {
+                n.attribute.iter().find(|a| a.name() == "value").and_then(|a| a.t.as_ref()).is_some_and(is_true)
+            }
+            _ => false,
         })
 }
 
