@@ -162,6 +162,27 @@ fn python() -> Result<PathBuf> {
     Ok(python)
 }
 
+/// OpenVINO's own record of the ONNX nodes each executed layer of `onnx` holds
+/// (`originalLayersNames`, through its Python API: `xtask/ovc/fused_layers.py`), compiled as the
+/// reference PU compiles it.
+pub(crate) fn fused_layers(onnx: &Path) -> Result<Vec<Vec<String>>> {
+    let wheel = bident_backend::openvino::install::install_dir(&crate::pipeline::target_dir());
+    let o = Command::new(python()?)
+        .env("PYTHONPATH", &wheel)
+        .arg(crate::root().join("xtask/ovc/fused_layers.py"))
+        .arg(onnx)
+        .output()
+        .context("running fused_layers.py")?;
+    if !o.status.success() {
+        bail!(
+            "fused_layers.py failed on {}: {}",
+            onnx.display(),
+            String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("")
+        );
+    }
+    serde_json::from_slice(&o.stdout).context("fused_layers.py output")
+}
+
 /// ovc: ONNX -> IR (skipped when the IR is newer than the ONNX file).
 fn convert(python: &Path, onnx: &Path, xml: &Path, shapes: &BTreeMap<String, Vec<u64>>) -> Result<()> {
     let fresh = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();

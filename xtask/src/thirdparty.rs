@@ -103,6 +103,15 @@ pub fn thirdparty(soc: &str, fusion: &str, runs: u32, profile_runs: u32, json: b
         };
         let (g, plan, report) = crate::pipeline::run_stages(&args)?;
         let report = report.context("thirdparty checks outputs: it needs a measured SoC, not a virtual one")?;
+        // the derivation of backend fusion against OpenVINO's own record of what it fused
+        let record = match g.fusion.source.as_str() {
+            "backend" => {
+                let lowered = crate::root().join("target/thirdparty").join(format!("{}.lowered.onnx", name_of(path)));
+                std::fs::write(&lowered, g.lowered_model()?)?;
+                Some(bident_ir::check_against_record(&g, &crate::ovir::fused_layers(&lowered)?)?)
+            }
+            _ => None,
+        };
         rows.push(serde_json::json!({
             "case": name_of(path),
             "model": g.name,
@@ -112,6 +121,8 @@ pub fn thirdparty(soc: &str, fusion: &str, runs: u32, profile_runs: u32, json: b
             "rule_ops": g.fusion.rule_ops,
             "backend_ops": g.fusion.backend.as_ref().map(|b| b.ops),
             "fusion_agreement": g.fusion.backend.as_ref().map(|b| b.agreement),
+            "record_layers": record.as_ref().map(|r| r.layers),
+            "record_reproduced": record.as_ref().map(|r| r.reproduced),
             "predicted_us": plan.predicted_us,
             "measured_us": report.measured_us,
             "measured_best_single_pu_us": report.measured_best_single_pu_us,
@@ -121,17 +132,22 @@ pub fn thirdparty(soc: &str, fusion: &str, runs: u32, profile_runs: u32, json: b
         }));
     }
     println!(
-        "| case | ONNX nodes | fused ops: rules | backend | agreement | predicted µs | measured µs | whole model µs | max abs err |"
+        "| case | ONNX nodes | fused ops: rules | backend | agreement | OpenVINO's record reproduced | predicted µs | \
+         measured µs | whole model µs | max abs err |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for r in &rows {
         println!(
-            "| {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.2e} |",
+            "| {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.2e} |",
             r["case"].as_str().unwrap_or(""),
             r["onnx_nodes"],
             r["rule_ops"],
             r["backend_ops"].as_u64().map_or("-".into(), |n| n.to_string()),
             r["fusion_agreement"].as_f64().map_or("-".into(), |a| format!("{a:.2}")),
+            match (r["record_reproduced"].as_u64(), r["record_layers"].as_u64()) {
+                (Some(a), Some(b)) => format!("{a}/{b}"),
+                _ => "-".into(),
+            },
             r["predicted_us"].as_f64().unwrap_or(f64::NAN),
             r["measured_us"].as_f64().unwrap_or(f64::NAN),
             r["measured_best_single_pu_us"].as_f64().unwrap_or(f64::NAN),

@@ -183,6 +183,7 @@ fn thirdparty_models_run_end_to_end() {
     let rows = rows.as_sequence().expect("array");
     let cases = std::fs::read_dir(root().join("tests/data/thirdparty")).expect("cases").count();
     assert_eq!(rows.len(), cases, "{stdout}");
+    let (mut reproduced, mut recorded) = (0, 0);
     for r in rows {
         let case = r["case"].as_str().unwrap_or("?");
         let err = r["max_abs_err"].as_f64().expect("max_abs_err");
@@ -191,7 +192,14 @@ fn thirdparty_models_run_end_to_end() {
         let (rules, backend) = (r["rule_ops"].as_u64().expect("rule_ops"), r["backend_ops"].as_u64().expect("ops"));
         assert!(backend >= 10 && rules >= 10, "{case}: {backend} backend ops, {rules} by rules");
         assert_eq!(r["fused_ops"].as_u64(), Some(backend), "{case}");
+        // the derivation against OpenVINO's own record of what it fused
+        let (done, of) =
+            (r["record_reproduced"].as_u64().expect("record"), r["record_layers"].as_u64().expect("layers"));
+        assert!(2 * done >= of, "{case}: only {done} of {of} recorded layers reproduced");
+        reproduced += done;
+        recorded += of;
     }
+    assert!(reproduced * 10 >= recorded * 9, "{reproduced} of {recorded} recorded layers reproduced");
 }
 
 /// The fixed CI subset of the ONNX backend node tests: every test OpenVINO passes whole must also

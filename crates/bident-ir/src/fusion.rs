@@ -24,7 +24,8 @@
 //!    nodes, and the split is counted in the report.
 //!
 //! Checked against OpenVINO's own record of fused nodes (`originalLayersNames`, which only its
-//! C++/Python API exposes) on the example, a CRNN and a YOLOv8: see ARCHITECTURE.md.
+//! C++/Python API exposes) by [`check_against_record`], on every third-party model in CI: see
+//! ARCHITECTURE.md.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet, VecDeque};
@@ -86,6 +87,85 @@ pub struct BackendFusion {
 pub const ANCHOR_LAYER_TYPES: &[&str] =
     &["Convolution", "GroupConvolution", "Deconvolution", "FullyConnected", "MatMul", "Gemm"];
 
+/// Nodes by the names a backend reports for them: a node's own name or one of its outputs',
+/// or either with trailing `/suffix` segments dropped (`conv_1/WithoutBiases`).
+struct NameIndex<'a> {
+    by_name: HashMap<&'a str, usize>,
+    by_output: HashMap<&'a str, usize>,
+}
+
+impl<'a> NameIndex<'a> {
+    fn new(nodes: impl Iterator<Item = (usize, &'a str, &'a [String])>) -> Self {
+        let (mut by_name, mut by_output) = (HashMap::new(), HashMap::new());
+        for (i, name, outputs) in nodes {
+            if !name.is_empty() {
+                by_name.entry(name).or_insert(i);
+            }
+            for o in outputs.iter().filter(|o| !o.is_empty()) {
+                by_output.insert(o.as_str(), i);
+            }
+        }
+        Self { by_name, by_output }
+    }
+
+    fn resolve(&self, name: &str) -> Option<usize> {
+        let mut n = name;
+        loop {
+            if let Some(&i) = self.by_name.get(n).or_else(|| self.by_output.get(n)) {
+                return Some(i);
+            }
+            n = &n[..n.rfind('/').filter(|&k| k > 0)?];
+        }
+    }
+}
+
+/// A fused graph's grouping against a backend's own record of the nodes each executed layer
+/// holds (OpenVINO's `originalLayersNames`, which only its C++ and Python APIs expose).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordCheck {
+    /// Recorded layers whose names resolve to at least one compute node (distinct node sets).
+    pub layers: u32,
+    /// Of those, the layers whose nodes are exactly the nodes of one fused op, among the nodes
+    /// the record names at all.
+    pub reproduced: u32,
+}
+
+/// Compare `g`'s fused ops with `record` (per executed layer, the names of the ONNX nodes in
+/// it). Names resolve as in the backend-fusion derivation; nodes no layer names (constants
+/// folded away, nodes the backend renamed) are left out of the comparison.
+pub fn check_against_record(g: &crate::FusedGraph, record: &[Vec<String>]) -> Result<RecordCheck, crate::IrError> {
+    let model = g.decoded_model()?;
+    let nodes = model.graph.map(|gr| gr.node).unwrap_or_default();
+    // each node's fused op; nodes in several ops (copied constants) take no part
+    let mut op_of: HashMap<usize, Option<usize>> = HashMap::new();
+    for (k, op) in g.ops.iter().enumerate() {
+        for &n in &op.nodes {
+            op_of.entry(n as usize).and_modify(|o| *o = None).or_insert(Some(k));
+        }
+    }
+    let op_of: HashMap<usize, usize> = op_of.into_iter().filter_map(|(n, o)| Some((n, o?))).collect();
+    let index = NameIndex::new(
+        nodes.iter().enumerate().filter(|(i, _)| op_of.contains_key(i)).map(|(i, n)| (i, n.name(), &n.output[..])),
+    );
+    let mut layers: Vec<BTreeSet<usize>> = record
+        .iter()
+        .map(|names| names.iter().filter_map(|n| index.resolve(n)).collect::<BTreeSet<_>>())
+        .filter(|s| !s.is_empty())
+        .collect();
+    layers.sort();
+    layers.dedup();
+    let named: BTreeSet<usize> = layers.iter().flatten().copied().collect();
+    let reproduced = layers
+        .iter()
+        .filter(|layer| {
+            let ops: BTreeSet<usize> = layer.iter().map(|n| op_of[n]).collect();
+            let [op] = ops.into_iter().collect::<Vec<_>>()[..] else { return false };
+            named.iter().filter(|n| op_of[n] == op).eq(layer.iter())
+        })
+        .count();
+    Ok(RecordCheck { layers: layers.len() as u32, reproduced: reproduced as u32 })
+}
+
 /// What the derivation needs to know of one node of the lowered graph.
 pub(crate) struct NodeView<'a> {
     pub name: &'a str,
@@ -111,25 +191,8 @@ pub(crate) struct Derived {
 pub(crate) fn derive(nodes: &[NodeView], order: &[usize], layers: &[BackendLayer]) -> Derived {
     let pos: HashMap<usize, usize> = order.iter().enumerate().map(|(k, &i)| (i, k)).collect();
     let compute: Vec<usize> = order.iter().copied().filter(|&i| nodes[i].compute).collect();
-    let mut by_name: HashMap<&str, usize> = HashMap::new();
-    let mut by_output: HashMap<&str, usize> = HashMap::new();
-    for &i in &compute {
-        if !nodes[i].name.is_empty() {
-            by_name.entry(nodes[i].name).or_insert(i);
-        }
-        for o in nodes[i].outputs.iter().filter(|o| !o.is_empty()) {
-            by_output.insert(o, i);
-        }
-    }
-    let resolve = |name: &str| -> Option<usize> {
-        let mut n = name;
-        loop {
-            if let Some(&i) = by_name.get(n).or_else(|| by_output.get(n)) {
-                return Some(i);
-            }
-            n = &n[..n.rfind('/').filter(|&k| k > 0)?];
-        }
-    };
+    let names = NameIndex::new(compute.iter().map(|&i| (i, nodes[i].name, nodes[i].outputs)));
+    let resolve = |name: &str| names.resolve(name);
 
     // 1-2: names -> layers, merging layers that claim the same node (union-find over layers)
     let mut parent: Vec<usize> = (0..layers.len()).collect();

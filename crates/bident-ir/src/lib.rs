@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 pub use bident_tensor::DType;
 pub use error::IrError;
 pub use extract::Extractor;
-pub use fusion::{BackendFusion, BackendLayer, Fusion, FusionInfo};
+pub use fusion::{BackendFusion, BackendLayer, Fusion, FusionInfo, RecordCheck, check_against_record};
 pub use lower::{ImportOptions, import, import_bytes, import_openvino_ir_bytes, import_shared};
 pub use ops::{OpClass, Work};
 
