@@ -631,40 +631,21 @@ impl Converter<'_> {
                     self.node("Cast", name, &i[..1], &[&outs[0]], vec![("to", A::I(to.onnx_code() as i64))]);
                 }
             }
-            "Convolution" | "GroupConvolution" => {
+            "Convolution" | "GroupConvolution" | "ConvolutionBackpropData" | "GroupConvolutionBackpropData" => {
+                // grouped weights [G, O/G, I/G, k..] (backprop: [G, C_in/G, C_out/G, k..]) merge
+                // their first two dims and say `group = G`, as ONNX Conv and ConvTranspose want
                 need(2)?;
-                let mut attrs = conv_attrs(l)?;
-                let w = if ty == "GroupConvolution" {
-                    let wd = in_dims.get(1).ok_or("no weight dims")?.clone();
-                    if wd.len() < 3 || wd.iter().any(|&d| d < 0) {
-                        return Err(format!("GroupConvolution weights must have static dims, got {wd:?}"));
-                    }
-                    attrs.push(("group", A::I(wd[0])));
-                    let mut flat = vec![wd[0].checked_mul(wd[1]).ok_or("weight dims overflow")?];
-                    flat.extend_from_slice(&wd[2..]);
-                    self.reshaped(i[1], &flat, name)?
-                } else {
-                    i[1].to_string()
-                };
-                let outs = self.name_outputs(id);
-                self.node("Conv", name, &[i[0], &w], &[&outs[0]], attrs);
-            }
-            "ConvolutionBackpropData" | "GroupConvolutionBackpropData" => {
-                // weights [C_in, C_out, k..] (grouped: [G, C_in/G, C_out/G, k..]) are ONNX
-                // ConvTranspose's [C_in, C_out/G, k..]; an explicit output shape is not carried
-                need(2)?;
-                if i.len() > 2 {
+                let transposed = ty.ends_with("BackpropData");
+                if transposed && i.len() > 2 {
                     return Err("an output_shape input is not supported".into());
                 }
                 let mut attrs = conv_attrs(l)?;
-                if let Ok(p) = l.ints("output_padding")
-                    && !p.is_empty()
-                {
+                if let Some(p) = l.ints("output_padding").ok().filter(|p| transposed && !p.is_empty()) {
                     attrs.push(("output_padding", A::Is(p)));
                 }
-                let w = if ty == "GroupConvolutionBackpropData" {
+                let w = if ty.starts_with("Group") {
                     let wd = in_dims.get(1).ok_or("no weight dims")?.clone();
-                    if wd.len() < 4 || wd.iter().any(|&d| d < 0) {
+                    if wd.len() < 3 || wd.iter().any(|&d| d < 0) {
                         return Err(format!("grouped weights must have static dims, got {wd:?}"));
                     }
                     attrs.push(("group", A::I(wd[0])));
@@ -675,7 +656,8 @@ impl Converter<'_> {
                     i[1].to_string()
                 };
                 let outs = self.name_outputs(id);
-                self.node("ConvTranspose", name, &[i[0], &w], &[&outs[0]], attrs);
+                let op = if transposed { "ConvTranspose" } else { "Conv" };
+                self.node(op, name, &[i[0], &w], &[&outs[0]], attrs);
             }
             "MatMul" => {
                 need(2)?;
