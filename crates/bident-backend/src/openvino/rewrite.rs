@@ -6,7 +6,8 @@
 //!   constant, or both inputs, pad correctly). bident meets it whenever it extracts such a Pad: the
 //!   pads fix the output shape, so they are pinned constants. Rewritten as
 //!   `Where(Pad(ones, pads), Pad(x, pads), value)`, with `ones = ConstantOfShape(Shape(x), true)`:
-//!   the pad regions take `value`, everything else the data, bit for bit.
+//!   the pad regions take `value`, everything else the data, bit for bit. Only the main graph
+//!   is rewritten, not control-flow subgraphs.
 
 use std::borrow::Cow;
 use std::collections::HashSet;
