@@ -169,6 +169,8 @@ pub(crate) fn node_work(
             // the narrower operand decides (int8 weights against f32 activations run as int8)
             [operand_dtype(0), operand_dtype(weight_at)].into_iter().flatten().min_by_key(|d| d.size())
         }
+        // If and Loop read a condition or a trip count first: the data is what they output
+        OpClass::Control => None,
         _ => operand_dtype(0),
     }
     .or_else(|| outputs.first().copied().flatten().map(|f| f.dtype))
