@@ -14,7 +14,8 @@
 //! op ran, so a stream that changes PU pays H2D into an accelerator and D2H out of one. Energy is
 //! each op's time at its PU's power (two ops sharing a PU: the step's time at that PU's power).
 //! The plan's reported figures come from [`evaluate`], a simulation of how the runtime runs it
-//! (per-PU queues, streams otherwise independent, contention on the overlapped part of an op),
+//! (per-PU queues, streams otherwise independent, an op's execution slowed by SF for as long as
+//! the other stream runs an op on another PU),
 //! which is also what picks between the
 //! search's plan and the whole-stream candidates.
 //!
@@ -27,7 +28,7 @@
 use bident_artifact::{Artifact, ContentHash};
 use serde::{Deserialize, Serialize};
 
-use crate::{Chain, Objective, SearchError};
+use crate::{Chain, Objective, Problem, SearchError};
 
 /// What two ops cost when they share one PU: `(co_a, co_b)` µs for A's op `i` and B's op `j` on
 /// PU `pu`, each the op's time while the other runs.
@@ -325,10 +326,11 @@ pub struct Evaluation {
     pub energy_uj: f64,
 }
 
-/// The evaluator of a concurrent plan, the streams' final D2H included: a simulation of the
-/// runtime (each PU runs its ops in step order one at a time, each stream its ops in order, the
-/// streams otherwise independent, an op slowed by SF against the PU the other stream is busy
-/// on). Each op is priced after its stream's last op and its freshness (as the search does);
+/// The evaluator of a concurrent plan, the streams' final D2H included: an event-driven
+/// simulation of the runtime (each PU runs its ops in step order one at a time, each stream its
+/// ops in order, the streams otherwise independent; an op's execution progresses at rate
+/// 1 / SF(its PU, the other's) while the other stream has an op running on another PU, whether
+/// that op started before it or mid-way, and at rate 1 otherwise; transfers are not slowed). Each op is priced after its stream's last op and its freshness (as the search does);
 /// where a stream's run of ops compiled together was measured whole, its ops' execution is
 /// scaled to that measurement. None if an op cannot run where placed.
 pub fn evaluate(a: &Chain, b: &Chain, sf: &[Vec<f64>], co: &dyn CoCost, steps: &[PathStep]) -> Option<Evaluation> {
@@ -384,8 +386,10 @@ pub fn evaluate(a: &Chain, b: &Chain, sf: &[Vec<f64>], co: &dyn CoCost, steps: &
     };
     let scale = [scales(0, a)?, scales(1, b)?];
     // pass 3: as the runtime runs it: each PU runs its ops in step order (A's before B's within
-    // a step) one at a time, each stream its ops in order, the streams otherwise independent;
-    // an op is slowed by SF(its PU, the other's) while the other stream runs elsewhere
+    // a step) one at a time, each stream its ops in order, the streams otherwise independent.
+    // Event by event: an op first pays its transfers, then its execution progresses at rate
+    // 1 / SF(its PU, the other's) while the other stream has an op running on another PU and at
+    // rate 1 otherwise, so an op that starts mid-way through the other's slows it from then on
     struct Task {
         step: usize,
         stream: usize,
@@ -409,39 +413,68 @@ pub fn evaluate(a: &Chain, b: &Chain, sf: &[Vec<f64>], co: &dyn CoCost, steps: &
     }
     let chains = [a, b];
     let mut next = [0usize; 2];
+    // per stream, the op it runs: (task, start, transfer time left, execution work left)
+    let mut running: [Option<(usize, f64, f64, f64)>; 2] = [None, None];
     let mut stream_free = [0.0f64; 2];
-    // per stream: the PU and finish of its latest op
-    let mut running: [Option<(usize, f64)>; 2] = [None, None];
-    let mut pu_free = vec![0.0f64; k];
     let mut span = vec![(f64::INFINITY, 0.0f64); steps.len()];
     let mut energy = 0.0;
-    for _ in 0..tasks.len() {
-        let pick = queues
-            .iter()
-            .filter_map(|q| q.front().copied())
-            .filter(|&n| tasks[n].i == next[tasks[n].stream])
-            .map(|n| (n, stream_free[tasks[n].stream].max(pu_free[tasks[n].x])))
-            .min_by(|p, q| p.1.total_cmp(&q.1));
-        let (n, start) = pick?;
-        let task = &tasks[n];
-        // the part of the execution the other stream overlaps on another PU is slowed by SF
-        let other = 1 - task.stream;
-        let dur = match running[other] {
-            Some((y, until)) if y != task.x && until > start => {
-                let busy = (until - start).min(task.w);
-                task.t + task.w + busy * (sf[task.x][y] - 1.0)
+    let mut now = 0.0f64;
+    let mut done = 0;
+    while done < tasks.len() {
+        // start what can start now: the stream is idle and its next op heads its PU's queue
+        // (a PU's queue head runs alone there, so a head whose PU is busy cannot be this op)
+        for stream in 0..2 {
+            if running[stream].is_some() {
+                continue;
             }
-            _ => task.t + task.w,
+            let head = queues.iter().filter_map(|q| q.front().copied()).find(|&n| {
+                let task = &tasks[n];
+                task.stream == stream && task.i == next[stream] && running[1 - stream].is_none_or(|r| tasks[r.0].x != task.x)
+            });
+            if let Some(n) = head {
+                queues[tasks[n].x].pop_front();
+                running[stream] = Some((n, now, tasks[n].t, tasks[n].w));
+            }
+        }
+        // each running op's rate of execution until the next event
+        let rate = |stream: usize, running: &[Option<(usize, f64, f64, f64)>; 2]| {
+            let x = tasks[running[stream].map_or(0, |r| r.0)].x;
+            match running[1 - stream] {
+                Some((o, ..)) if tasks[o].x != x => 1.0 / sf[x][tasks[o].x],
+                _ => 1.0,
+            }
         };
-        let finish = start + dur;
-        energy += dur * chains[task.stream].power(task.i, task.x);
-        queues[task.x].pop_front();
-        next[task.stream] += 1;
-        stream_free[task.stream] = finish;
-        pu_free[task.x] = finish;
-        running[task.stream] = Some((task.x, finish));
-        let sp = &mut span[task.step];
-        *sp = (sp.0.min(start), sp.1.max(finish));
+        // the next event: an op's transfers end, or its execution does
+        let until = |stream: usize| {
+            running[stream].map(|(_, _, t, w)| if t > 0.0 { t } else { w / rate(stream, &running) })
+        };
+        let (first, dt) = (0..2)
+            .filter_map(|s| until(s).map(|d| (s, d)))
+            .min_by(|p, q| p.1.total_cmp(&q.1))?;
+        let rates = [0, 1].map(|s| if running[s].is_some() { rate(s, &running) } else { 1.0 });
+        now += dt;
+        for stream in 0..2 {
+            let Some((n, start, t, w)) = running[stream] else { continue };
+            let (t, w) = if t > 0.0 {
+                (if stream == first { 0.0 } else { (t - dt).max(0.0) }, w)
+            } else {
+                (0.0, if stream == first { 0.0 } else { (w - dt * rates[stream]).max(0.0) })
+            };
+            // float noise must not leave a sliver of work for a separate event
+            let finished = t == 0.0 && w <= 1e-12 * tasks[n].w.max(1.0);
+            if !finished {
+                running[stream] = Some((n, start, t, w));
+                continue;
+            }
+            let task = &tasks[n];
+            energy += (now - start) * chains[stream].power(task.i, task.x);
+            next[stream] += 1;
+            stream_free[stream] = now;
+            running[stream] = None;
+            done += 1;
+            let sp = &mut span[task.step];
+            *sp = (sp.0.min(start), sp.1.max(now));
+        }
     }
     let timing = span.iter().map(|&(s, f)| if s.is_finite() { (s, f - s) } else { (0.0, 0.0) }).collect();
     let tail_t = step.exit(a, a.len(), la) + step.exit(b, b.len(), lb);
@@ -492,31 +525,29 @@ pub fn best_steps(
     best.ok_or_else(|| SearchError::Check("the plan cannot run".into()))
 }
 
-/// The paper's baseline: A alone on its best single PU, then B alone on its own, each priced
-/// by the evaluator: (A's PU, B's PU, latency and energy of the two one after the other).
-pub fn serial_baseline(
-    a: &Chain,
-    b: &Chain,
-    sf: &[Vec<f64>],
-    co: &dyn CoCost,
-) -> Result<(usize, usize, Evaluation), SearchError> {
-    let (na, nb, k) = (a.len(), b.len(), a.pus());
-    let alone = |stream: usize| {
-        (0..k)
-            .filter_map(|x| {
-                let steps: Vec<PathStep> = if stream == 0 {
-                    (0..na).map(|i| (Some((i, x)), None)).collect()
-                } else {
-                    (0..nb).map(|j| (None, Some((j, x)))).collect()
-                };
-                evaluate(a, b, sf, co, &steps).map(|e| (x, e))
-            })
+/// The paper's baseline: A then B, each alone and whole on its own best single PU (latency).
+pub struct SerialBaseline {
+    /// A's PU and B's PU.
+    pub pus: [usize; 2],
+    pub latency_us: f64,
+    pub energy_uj: f64,
+}
+
+/// The serial baseline of two models, each priced by [`Problem::whole_on`]: the same figure as
+/// a plan's best single PU (`Plan::best_single_pu_us`), so a model has one single-PU cost.
+pub fn serial_baseline(a: &Problem, b: &Problem) -> Result<SerialBaseline, SearchError> {
+    let alone = |p: &Problem| {
+        (0..p.pus())
+            .filter_map(|x| p.whole_on(x).map(|t| (x, t)))
             .min_by(|p, q| p.1.latency_us.total_cmp(&q.1.latency_us))
             .ok_or(SearchError::Empty)
     };
-    let ((x, ea), (y, eb)) = (alone(0)?, alone(1)?);
-    let timing = ea.timing.into_iter().chain(eb.timing.into_iter().map(|(s, d)| (s + ea.latency_us, d))).collect();
-    Ok((x, y, Evaluation { timing, latency_us: ea.latency_us + eb.latency_us, energy_uj: ea.energy_uj + eb.energy_uj }))
+    let ((x, ta), (y, tb)) = (alone(a)?, alone(b)?);
+    Ok(SerialBaseline {
+        pus: [x, y],
+        latency_us: ta.latency_us + tb.latency_us,
+        energy_uj: ta.energy_uj + tb.energy_uj,
+    })
 }
 
 /// The concurrent plan of two models profiled on one SoC.
@@ -538,16 +569,16 @@ pub fn plan(
         crate::same_graph(phased, t)?;
     }
     let stream = |(phased, t): (&crate::PhasedGraph, &crate::CostTable)| {
-        let p = crate::Problem::new(phased, t);
+        let p = Problem::new(phased, t);
         let order: Vec<usize> = p.order().collect();
         (p.chain(&order), order, p)
     };
-    let ((ca, order_a, pa), (cb, order_b, _)) = (stream(a), stream(b));
-    let sf = pa.sf.clone();
+    let ((ca, order_a, pa), (cb, order_b, pb)) = (stream(a), stream(b));
     let (steps, Evaluation { timing, latency_us: latency, energy_uj: energy }) =
-        best_steps(&ca, &cb, &sf, co.0, mode, obj)?;
+        best_steps(&ca, &cb, &pa.sf, co.0, mode, obj)?;
     let pus: Vec<String> = ta.soc.pus.iter().map(|p| p.name.clone()).collect();
-    let (ja, jb, base) = serial_baseline(&ca, &cb, &sf, co.0)?;
+    let base = serial_baseline(&pa, &pb)?;
+    let [ja, jb] = base.pus;
     // verifier: every op of each stream once, in its phased order
     for (stream, order) in [&order_a, &order_b].into_iter().enumerate() {
         let ran: Vec<usize> =
@@ -616,5 +647,156 @@ impl CoCost for Measured<'_> {
             Some(f) => (f.predict(solo.0, solo.1), f.predict(solo.1, solo.0)),
             None => TimeSlicing.same_pu(i, j, pu, solo),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A chain on three host-memory PUs (no transfers), each op costing `w[i]` everywhere, at
+    /// `power` W.
+    fn chain(w: &[f64], power: f64) -> Chain {
+        let n = w.len();
+        Chain::new(
+            w.iter().map(|&w| vec![Some(w); 3]).collect(),
+            vec![vec![0.0; 3]; n],
+            vec![vec![0.0; 3]; n],
+            vec![vec![power; 3]; n],
+            vec![false; 3],
+        )
+    }
+
+    /// A's op (10 µs on PU 0) runs from 0; B runs 3 µs on PU 2 (which contends with nothing),
+    /// then an op of 4 µs on PU 1 that starts mid-way through A's. From 3 on, A progresses at
+    /// 1/1.5 and B at 1/2: B's op ends at 3 + 4 * 2 = 11, when A has 7 - 8/1.5 = 5/3 µs of work
+    /// left, which it finishes alone at 11 + 5/3 = 38/3. (Slowing an op only for an op already
+    /// running when it starts left A at 10 µs.)
+    #[test]
+    fn an_op_starting_mid_way_slows_the_other_from_then_on() {
+        let (a, b) = (chain(&[10.0], 1.0), chain(&[3.0, 4.0], 2.0));
+        let mut sf = vec![vec![1.0; 3]; 3];
+        sf[0][1] = 1.5;
+        sf[1][0] = 2.0;
+        let steps: Vec<PathStep> = vec![(Some((0, 0)), Some((0, 2))), (None, Some((1, 1)))];
+        let e = evaluate(&a, &b, &sf, &TimeSlicing, &steps).expect("runs");
+        let close = |x: f64, y: f64| (x - y).abs() < 1e-9;
+        assert!(close(e.latency_us, 38.0 / 3.0), "{}", e.latency_us);
+        assert!(close(e.timing[0].0, 0.0) && close(e.timing[0].1, 38.0 / 3.0), "{:?}", e.timing);
+        assert!(close(e.timing[1].0, 3.0) && close(e.timing[1].1, 8.0), "{:?}", e.timing);
+        // A's 38/3 µs at 1 W, B's 3 + 8 µs at 2 W
+        assert!(close(e.energy_uj, 38.0 / 3.0 + 22.0), "{}", e.energy_uj);
+    }
+
+    /// Ops on PUs that do not contend, or one after the other, keep their own times.
+    #[test]
+    fn ops_that_do_not_overlap_on_contending_pus_are_not_slowed() {
+        let (a, b) = (chain(&[10.0], 1.0), chain(&[4.0], 1.0));
+        let mut sf = vec![vec![1.0; 3]; 3];
+        sf[0][1] = 3.0;
+        sf[1][0] = 3.0;
+        // both on PU 0: the PU runs them one after the other
+        let e = evaluate(&a, &b, &sf, &TimeSlicing, &[(Some((0, 0)), Some((0, 0)))]).expect("runs");
+        assert_eq!(e.latency_us, 14.0);
+        // PU 0 and PU 2: no contention between them
+        let e = evaluate(&a, &b, &sf, &TimeSlicing, &[(Some((0, 0)), Some((0, 2)))]).expect("runs");
+        assert_eq!(e.latency_us, 10.0);
+        // PU 0 and PU 1 at once: B's 4 µs of work take 12; A does 4 µs of work meanwhile and
+        // its last 6 alone
+        let e = evaluate(&a, &b, &sf, &TimeSlicing, &[(Some((0, 0)), Some((0, 1)))]).expect("runs");
+        assert!((e.latency_us - 18.0).abs() < 1e-9, "{}", e.latency_us);
+    }
+
+    /// A fork whose two branches both write graph outputs, and whose second op also reads a graph
+    /// input: on the NPU (an accelerator) the model pays H2D on ops 0 and 1 and D2H on ops 1 and
+    /// 2, not only on the first and last op.
+    fn forked() -> (crate::PhasedGraph, crate::CostTable) {
+        use bident_artifact::ContentHash;
+        use bident_backend::{PuKind, PuSpec, SocSpec};
+        use bident_partition::{Branch, Phase, PhasedGraph};
+        use bident_profile::{Cost, CostTable, OpCosts, PowerSource};
+        let graph = ContentHash([7; 32]);
+        let branch = |ops: &[u32]| Branch { ops: ops.to_vec() };
+        let phased = PhasedGraph {
+            model: "forked".into(),
+            graph,
+            op_count: 3,
+            phases: vec![Phase { branches: vec![branch(&[0])] }, Phase { branches: vec![branch(&[1]), branch(&[2])] }],
+            edges: vec![(0, 1), (0, 2)],
+            reads_input: vec![0, 1],
+            writes_output: vec![1, 2],
+        };
+        let pu = |name: &str, kind| PuSpec {
+            name: name.into(),
+            kind,
+            device: name.to_uppercase(),
+            properties: Default::default(),
+            cores: vec![],
+            declared_power_w: 1.0,
+        };
+        let cost = |exec: f64, h2d: f64, d2h: f64, power: f64| Cost {
+            h2d_us: h2d,
+            dispatch_us: 0.0,
+            exec_us: exec,
+            d2h_us: d2h,
+            p10_us: [h2d, 0.0, exec, d2h],
+            p90_us: [h2d, 0.0, exec, d2h],
+            runs: 1,
+            power_w: power,
+            power: PowerSource::Declared,
+            stop_check: None,
+        };
+        let costs = CostTable {
+            model: "forked".into(),
+            graph,
+            soc: SocSpec {
+                name: "two".into(),
+                backend: "none".into(),
+                simulated: true,
+                pus: vec![pu("cpu", PuKind::Cpu), pu("npu", PuKind::Npu)],
+            },
+            simulated: true,
+            backend: "none".into(),
+            measured_on: "nowhere".into(),
+            warmup: 0,
+            components: vec![],
+            io_every_call: vec![false; 2],
+            segments: vec![],
+            contention: None,
+            ops: (0..3)
+                .map(|i| OpCosts {
+                    op: i,
+                    name: format!("op{i}"),
+                    kind: "Conv".into(),
+                    per_pu: vec![Some(cost(100.0, 0.0, 0.0, 10.0)), Some(cost(10.0, 2.0, 3.0, 4.0))],
+                    failures: vec![],
+                })
+                .collect(),
+        };
+        (phased, costs)
+    }
+
+    /// One rule for "a model whole on one PU": a plan's best single PU and the concurrent serial
+    /// baseline give the same figure, with the NPU paying its transfers at every graph input and
+    /// output (3 x 10 µs + 2 x 2 µs H2D + 2 x 3 µs D2H = 40 µs, at 4 W).
+    #[test]
+    fn one_single_pu_cost_per_model() {
+        let (phased, costs) = forked();
+        let plan = crate::search(&phased, &costs, &crate::SearchConfig::default()).expect("plan");
+        assert_eq!(plan.best_single_pu.as_deref(), Some("npu"));
+        assert_eq!(plan.best_single_pu_us, Some(40.0));
+        let npu = plan.baselines.iter().find(|b| b.pu == "npu").expect("npu baseline");
+        assert_eq!(npu.predicted_energy_uj, Some(160.0));
+        let both = super::plan(
+            (&phased, &costs),
+            (&phased, &costs),
+            (&TimeSlicing, "time slicing"),
+            ConcurrentMode::Joint,
+            Objective::Latency,
+        )
+        .expect("concurrent plan");
+        assert_eq!(both.baseline, ["npu".to_string(), "npu".to_string()]);
+        assert_eq!(both.baseline_us, 2.0 * 40.0);
+        assert_eq!(both.baseline_energy_uj, 2.0 * 160.0);
     }
 }

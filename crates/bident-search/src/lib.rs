@@ -561,7 +561,7 @@ fn build_plan(
     }
     let baselines: Vec<Baseline> = (0..pus.len())
         .map(|j| {
-            let single = p.evaluate(&vec![j; p.ops()], Schedule::Sequential);
+            let single = p.whole_on(j);
             Baseline {
                 pu: pus[j].clone(),
                 predicted_us: single.as_ref().map(|t| t.latency_us),

@@ -533,6 +533,14 @@ impl Problem {
         Some(tl)
     }
 
+    /// The model whole on PU `j`, one op after another: the one rule for "a model on a single
+    /// PU" (a plan's baselines and the concurrent serial baseline both read it). No data crosses
+    /// PUs, so an accelerator pays H2D only where an op reads a graph input and D2H only where
+    /// one writes a graph output. None if PU `j` cannot run some op.
+    pub fn whole_on(&self, j: usize) -> Option<Timeline> {
+        self.evaluate(&vec![j; self.ops()], Schedule::Sequential)
+    }
+
     /// The objective of one phase run alone (its span, or its energy).
     pub(crate) fn phase_objective(&self, assign: &[usize], pi: usize, schedule: Schedule, obj: Objective) -> f64 {
         let eff = if self.segment_cost.is_empty() { None } else { self.effective(assign, schedule) };
@@ -680,23 +688,85 @@ impl Problem {
         best.is_some()
     }
 
-    /// Phases of several branches with at most this many assignments are solved exactly (on a
-    /// chain the DP already is exact).
-    const EXACT_PHASE_LIMIT: usize = 4096;
+    /// Phases of several branches with at most this many assignments (of their ops to PUs that
+    /// can run them) are solved exactly (on a chain the DP already is exact): 3^10, so a phase
+    /// of ten ops on three PUs (ViT's Q/K/V branches) is. Each assignment costs one local
+    /// evaluation of the phase and its neighbours, about a microsecond.
+    pub const EXACT_PHASE_LIMIT: usize = 59_049;
+
+    /// The limit where measured runs make every local evaluation a full one (O(ops)).
+    const EXACT_PHASE_LIMIT_FULL: usize = 4096;
 
     /// Solve a phase of several branches exactly (every assignment of its ops, the rest fixed)
     /// when it is small enough; true if its ops moved.
     fn exact_phase(&self, assign: &mut [usize], pi: usize, schedule: Schedule, obj: Objective) -> bool {
         let phase = &self.phases[pi];
-        let ops: Vec<usize> = phase.iter().flatten().copied().collect();
-        let k = self.pus();
-        let count = (0..ops.len()).try_fold(1usize, |acc, _| acc.checked_mul(k)).unwrap_or(usize::MAX);
-        if phase.len() < 2 || count > Self::EXACT_PHASE_LIMIT {
+        if phase.len() < 2 {
             return false;
         }
-        let choices: Vec<Vec<usize>> =
-            (0..count).map(|code| (0..ops.len()).map(|i| code / k.pow(i as u32) % k).collect()).collect();
-        self.best_move(assign, &ops, &choices, schedule, obj)
+        let ops: Vec<usize> = phase.iter().flatten().copied().collect();
+        let options: Vec<Vec<usize>> =
+            ops.iter().map(|&c| (0..self.pus()).filter(|&j| self.w[c][j].is_some()).collect()).collect();
+        let limit =
+            if self.segment_cost.is_empty() { Self::EXACT_PHASE_LIMIT } else { Self::EXACT_PHASE_LIMIT_FULL };
+        let count = options.iter().try_fold(1usize, |acc, o| acc.checked_mul(o.len()));
+        if count.is_none_or(|c| c > limit) {
+            return false;
+        }
+        let current: Vec<usize> = ops.iter().map(|&c| assign[c]).collect();
+        let before = self.local_objective(assign, &ops, schedule, obj);
+        let tolerance = 1e-9 * before.abs().max(1.0);
+        let mut best: Option<(f64, Vec<usize>)> = None;
+        // an odometer over each op's options, without materialising the assignments
+        let mut digit = vec![0usize; ops.len()];
+        loop {
+            for ((&c, o), &d) in ops.iter().zip(&options).zip(&digit) {
+                assign[c] = o[d];
+            }
+            if ops.iter().zip(&current).any(|(&c, &j)| assign[c] != j) {
+                let delta = self.local_objective(assign, &ops, schedule, obj) - before;
+                if delta < best.as_ref().map_or(0.0, |b| b.0) - tolerance {
+                    best = Some((delta, ops.iter().map(|&c| assign[c]).collect()));
+                }
+            }
+            let Some(i) = (0..ops.len()).find(|&i| digit[i] + 1 < options[i].len()) else { break };
+            digit[i] += 1;
+            digit[..i].iter_mut().for_each(|d| *d = 0);
+        }
+        let chosen = best.as_ref().map_or(&current, |b| &b.1);
+        ops.iter().zip(chosen).for_each(|(&c, &j)| assign[c] = j);
+        best.is_some()
+    }
+
+    /// Longest run of neighbours in the execution order that [`Problem::block_moves`] moves.
+    pub const MAX_BLOCK: usize = 4;
+
+    /// One pass of block moves: every run of 2..=[`Problem::MAX_BLOCK`] neighbours in the
+    /// execution order goes, as a whole, to the PU that most lowers the objective. A single move
+    /// cannot leave a run compiled together, or a group that shares its transfers, without
+    /// losing the saving on both sides first; the run together can. Calls `moved` with every
+    /// run that moved; returns how many did.
+    fn block_moves(
+        &self,
+        assign: &mut [usize],
+        order: &[usize],
+        schedule: Schedule,
+        obj: Objective,
+        moved: &mut dyn FnMut(&[usize]),
+    ) -> usize {
+        let choices: Vec<Vec<Vec<usize>>> =
+            (0..=Self::MAX_BLOCK).map(|len| (0..self.pus()).map(|j| vec![j; len]).collect()).collect();
+        let mut count = 0;
+        for k in 0..order.len() {
+            for len in 2..=Self::MAX_BLOCK.min(order.len() - k) {
+                let run = &order[k..k + len];
+                if self.best_move(assign, run, &choices[len], schedule, obj) {
+                    count += 1;
+                    moved(run);
+                }
+            }
+        }
+        count
     }
 
     /// [`Problem::improve`] for a sequential schedule starting from the DP's optimum on the
@@ -759,23 +829,35 @@ impl Problem {
         }
         // every move strictly lowers the objective, so this ends; the cap guards against float noise
         let cap = 20 * n;
-        while let Some(c) = queue.pop_front() {
-            queued[c] = false;
-            if self.best_single_move(assign, c, Schedule::Sequential, obj) {
-                moves += 1;
-                if moves > cap {
-                    break;
+        loop {
+            while let Some(c) = queue.pop_front() {
+                queued[c] = false;
+                if self.best_single_move(assign, c, Schedule::Sequential, obj) {
+                    moves += 1;
+                    if moves > cap {
+                        return moves;
+                    }
+                    around(c, &mut queue, &mut queued);
                 }
-                around(c, &mut queue, &mut queued);
+            }
+            // no single move helps: try runs of neighbours, and single moves again around any
+            // that moved
+            let blocks = self.block_moves(assign, &order, Schedule::Sequential, obj, &mut |run| {
+                run.iter().for_each(|&c| around(c, &mut queue, &mut queued))
+            });
+            moves += blocks;
+            if blocks == 0 || moves > cap {
+                return moves;
             }
         }
-        moves
     }
 
     /// Hill climbing under the evaluator: each op in turn goes to the PU that most lowers the
-    /// objective; small phases of several branches are first solved exactly, and under a parallel
-    /// schedule each branch of a parallel phase may also move to one PU as a whole (single moves
-    /// cannot swap two branches' PUs). Until nothing moves. Returns the moves made.
+    /// objective, then each run of 2..=[`Problem::MAX_BLOCK`] neighbours in the execution order
+    /// as a whole; small phases of several branches are first solved exactly, and under a
+    /// parallel schedule each branch of a parallel phase may also move to one PU as a whole
+    /// (single moves cannot swap two branches' PUs). Until nothing moves. Every move strictly
+    /// lowers the objective, so the plan never gets worse. Returns the moves made.
     pub fn improve(&self, assign: &mut [usize], schedule: Schedule, obj: Objective) -> usize {
         if schedule == Schedule::Sequential {
             return self.climb_sequential(assign, obj, false);
@@ -784,22 +866,57 @@ impl Problem {
         let k = self.pus();
         let order: Vec<usize> = self.order().collect();
         let branches: Vec<&Vec<usize>> = self.phases.iter().filter(|ph| ph.len() > 1).flatten().collect();
+        // large exact phases are the costly part: between passes a phase is solved again only
+        // when an op near it (its own, or a producer, consumer or neighbour of one) moved; that
+        // misses farther dependencies (a producer's other consumers), so the climb ends only
+        // after a pass that solved every phase and moved nothing
+        let mut dirty = vec![true; self.phases.len()];
+        let mark = |c: usize, dirty: &mut [bool]| {
+            let near = std::iter::once(c)
+                .chain(self.preds[c].iter().copied())
+                .chain(self.succs[c].iter().copied())
+                .chain(self.prev[c])
+                .chain(self.next[c]);
+            near.for_each(|x| dirty[self.place[x].0] = true);
+        };
         let mut moves = 0;
         for _ in 0..MAX_PASSES {
             let mut moved = 0;
+            let mut skipped = false;
             for pi in 0..self.phases.len() {
-                moved += usize::from(self.exact_phase(assign, pi, schedule, obj));
+                if !std::mem::take(&mut dirty[pi]) {
+                    skipped = true;
+                    continue;
+                }
+                if self.exact_phase(assign, pi, schedule, obj) {
+                    moved += 1;
+                    self.phases[pi].iter().flatten().for_each(|&c| mark(c, &mut dirty));
+                    // optimal for the rest as it is now
+                    dirty[pi] = false;
+                }
             }
             for &c in &order {
-                moved += usize::from(self.best_single_move(assign, c, schedule, obj));
+                if self.best_single_move(assign, c, schedule, obj) {
+                    moved += 1;
+                    mark(c, &mut dirty);
+                }
             }
             for b in &branches {
                 let choices: Vec<Vec<usize>> = (0..k).map(|j| vec![j; b.len()]).collect();
-                moved += usize::from(self.best_move(assign, b, &choices, schedule, obj));
+                if self.best_move(assign, b, &choices, schedule, obj) {
+                    moved += 1;
+                    b.iter().for_each(|&c| mark(c, &mut dirty));
+                }
             }
+            moved += self.block_moves(assign, &order, schedule, obj, &mut |run| {
+                run.iter().for_each(|&c| mark(c, &mut dirty))
+            });
             moves += moved;
             if moved == 0 {
-                break;
+                if !skipped {
+                    break;
+                }
+                dirty.fill(true);
             }
         }
         moves
