@@ -128,6 +128,14 @@ fn searches(c: &mut Criterion) {
             });
         }
     }
+    // phases of three branches of 3 ops: 3^9 assignments each, solved exactly (as ViT's Q/K/V)
+    let p = pipeline(500, 3, 3);
+    for mode in [Mode::Sequential, Mode::Parallel] {
+        let cfg = SearchConfig { objective: Objective::Latency, mode, ..Default::default() };
+        g.bench_with_input(BenchmarkId::new(format!("{}_k3_exact_phases", mode.name()), 500), &p, |b, p| {
+            b.iter(|| best_mapping(p, &cfg))
+        });
+    }
     g.finish();
 }
 

@@ -429,7 +429,9 @@ pub fn evaluate(a: &Chain, b: &Chain, sf: &[Vec<f64>], co: &dyn CoCost, steps: &
             }
             let head = queues.iter().filter_map(|q| q.front().copied()).find(|&n| {
                 let task = &tasks[n];
-                task.stream == stream && task.i == next[stream] && running[1 - stream].is_none_or(|r| tasks[r.0].x != task.x)
+                task.stream == stream
+                    && task.i == next[stream]
+                    && running[1 - stream].is_none_or(|r| tasks[r.0].x != task.x)
             });
             if let Some(n) = head {
                 queues[tasks[n].x].pop_front();
@@ -445,12 +447,9 @@ pub fn evaluate(a: &Chain, b: &Chain, sf: &[Vec<f64>], co: &dyn CoCost, steps: &
             }
         };
         // the next event: an op's transfers end, or its execution does
-        let until = |stream: usize| {
-            running[stream].map(|(_, _, t, w)| if t > 0.0 { t } else { w / rate(stream, &running) })
-        };
-        let (first, dt) = (0..2)
-            .filter_map(|s| until(s).map(|d| (s, d)))
-            .min_by(|p, q| p.1.total_cmp(&q.1))?;
+        let until =
+            |stream: usize| running[stream].map(|(_, _, t, w)| if t > 0.0 { t } else { w / rate(stream, &running) });
+        let (first, dt) = (0..2).filter_map(|s| until(s).map(|d| (s, d))).min_by(|p, q| p.1.total_cmp(&q.1))?;
         let rates = [0, 1].map(|s| if running[s].is_some() { rate(s, &running) } else { 1.0 });
         now += dt;
         for stream in 0..2 {

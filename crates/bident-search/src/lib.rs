@@ -4,10 +4,13 @@
 //! - [`problem`]: the mapping problem on the DAG and the plan evaluator, a discrete-event
 //!   simulation whose figures are the ones every plan reports;
 //! - `search`: sequential mode = the DP on the phased order, then hill climbing under the
-//!   evaluator (the DP is exact on chains; on a DAG transfers follow edges, not the order);
+//!   evaluator (the DP is exact on chains; on a DAG transfers follow edges, not the order) with
+//!   single-op moves and block moves (runs of neighbours in the order moved to one PU together,
+//!   which escape where moving one op alone loses a saving or a transfer on both sides);
 //!   parallel mode = the paper's per-branch DP, then hill climbing under the parallel evaluator
-//!   (which charges two branches on one PU as serial and applies contention), never returning a
-//!   plan worse than the best sequential one;
+//!   (which charges two branches on one PU as serial and applies contention; phases of up to
+//!   [`Problem::EXACT_PHASE_LIMIT`] assignments solved exactly), never returning a plan worse
+//!   than the best sequential one;
 //! - instances of at most [`Problem::EXHAUSTIVE_LIMIT`] assignments are also solved by exhaustive
 //!   search, so their plans are optimal under the evaluator.
 //!

@@ -688,14 +688,16 @@ impl Problem {
         best.is_some()
     }
 
-    /// Phases of several branches with at most this many assignments (of their ops to PUs that
-    /// can run them) are solved exactly (on a chain the DP already is exact): 3^10, so a phase
-    /// of ten ops on three PUs (ViT's Q/K/V branches) is. Each assignment costs one local
-    /// evaluation of the phase and its neighbours, about a microsecond.
+    /// Under a parallel schedule, phases of several branches with at most this many assignments
+    /// (of their ops to PUs that can run them) are solved exactly: 3^10, so a phase of ten ops
+    /// on three PUs (ViT's Q/K/V branches) is. Each assignment costs one local evaluation of the
+    /// phase and its neighbours, a few microseconds.
     pub const EXACT_PHASE_LIMIT: usize = 59_049;
 
-    /// The limit where measured runs make every local evaluation a full one (O(ops)).
-    const EXACT_PHASE_LIMIT_FULL: usize = 4096;
+    /// The limit under a sequential schedule (there a phase's ops add up, and the DP and block
+    /// moves see most of it), and where measured runs make every local evaluation a full one
+    /// (O(ops)).
+    const EXACT_PHASE_LIMIT_SMALL: usize = 4096;
 
     /// Solve a phase of several branches exactly (every assignment of its ops, the rest fixed)
     /// when it is small enough; true if its ops moved.
@@ -707,8 +709,11 @@ impl Problem {
         let ops: Vec<usize> = phase.iter().flatten().copied().collect();
         let options: Vec<Vec<usize>> =
             ops.iter().map(|&c| (0..self.pus()).filter(|&j| self.w[c][j].is_some()).collect()).collect();
-        let limit =
-            if self.segment_cost.is_empty() { Self::EXACT_PHASE_LIMIT } else { Self::EXACT_PHASE_LIMIT_FULL };
+        let limit = if schedule == Schedule::Parallel && self.segment_cost.is_empty() {
+            Self::EXACT_PHASE_LIMIT
+        } else {
+            Self::EXACT_PHASE_LIMIT_SMALL
+        };
         let count = options.iter().try_fold(1usize, |acc, o| acc.checked_mul(o.len()));
         if count.is_none_or(|c| c > limit) {
             return false;
@@ -742,14 +747,15 @@ impl Problem {
     pub const MAX_BLOCK: usize = 4;
 
     /// One pass of block moves: every run of 2..=[`Problem::MAX_BLOCK`] neighbours in the
-    /// execution order goes, as a whole, to the PU that most lowers the objective. A single move
-    /// cannot leave a run compiled together, or a group that shares its transfers, without
-    /// losing the saving on both sides first; the run together can. Calls `moved` with every
-    /// run that moved; returns how many did.
+    /// execution order that holds a `hot` op goes, as a whole, to the PU that most lowers the
+    /// objective. A single move cannot leave a run compiled together, or a group that shares its
+    /// transfers, without losing the saving on both sides first; the run together can. Calls
+    /// `moved` with every run that moved; returns how many did.
     fn block_moves(
         &self,
         assign: &mut [usize],
         order: &[usize],
+        hot: &[bool],
         schedule: Schedule,
         obj: Objective,
         moved: &mut dyn FnMut(&[usize]),
@@ -760,7 +766,7 @@ impl Problem {
         for k in 0..order.len() {
             for len in 2..=Self::MAX_BLOCK.min(order.len() - k) {
                 let run = &order[k..k + len];
-                if self.best_move(assign, run, &choices[len], schedule, obj) {
+                if run.iter().any(|&c| hot[c]) && self.best_move(assign, run, &choices[len], schedule, obj) {
                     count += 1;
                     moved(run);
                 }
@@ -798,32 +804,38 @@ impl Problem {
                 && self.to_host[c] == (k + 1 == n)
         };
         let mut queued = vec![false; n];
+        // ops queued since the last pass of block moves: only runs holding one are tried (from
+        // the DP's optimum, a run whose ops and neighbours all follow the order cannot improve
+        // on it: there the evaluator is eq. 1, which the DP minimised)
+        let mut hot = vec![false; n];
         let mut queue = std::collections::VecDeque::new();
         // queue `c`, its producers and consumers, and its neighbours in the order
-        let around = |c: usize, queue: &mut std::collections::VecDeque<usize>, queued: &mut [bool]| {
-            let k = pos[c];
-            let order_nbrs = [(k > 0).then(|| order[k - 1]), (k + 1 < n).then(|| order[k + 1])];
-            let all = std::iter::once(c)
-                .chain(self.preds[c].iter().copied())
-                .chain(self.succs[c].iter().copied())
-                .chain(order_nbrs.into_iter().flatten());
-            for x in all {
-                if !queued[x] {
-                    queued[x] = true;
-                    queue.push_back(x);
+        let around =
+            |c: usize, queue: &mut std::collections::VecDeque<usize>, queued: &mut [bool], hot: &mut [bool]| {
+                let k = pos[c];
+                let order_nbrs = [(k > 0).then(|| order[k - 1]), (k + 1 < n).then(|| order[k + 1])];
+                let all = std::iter::once(c)
+                    .chain(self.preds[c].iter().copied())
+                    .chain(self.succs[c].iter().copied())
+                    .chain(order_nbrs.into_iter().flatten());
+                for x in all {
+                    hot[x] = true;
+                    if !queued[x] {
+                        queued[x] = true;
+                        queue.push_back(x);
+                    }
                 }
-            }
-        };
+            };
         let exact_dp = from_dp && self.segment_cost.is_empty();
         for &c in order.iter().filter(|&&c| !exact_dp || !regular(c)) {
-            around(c, &mut queue, &mut queued);
+            around(c, &mut queue, &mut queued, &mut hot);
         }
         let mut moves = 0;
         for pi in 0..self.phases.len() {
             if self.exact_phase(assign, pi, Schedule::Sequential, obj) {
                 moves += 1;
                 for &c in self.phases[pi].iter().flatten() {
-                    around(c, &mut queue, &mut queued);
+                    around(c, &mut queue, &mut queued, &mut hot);
                 }
             }
         }
@@ -837,13 +849,14 @@ impl Problem {
                     if moves > cap {
                         return moves;
                     }
-                    around(c, &mut queue, &mut queued);
+                    around(c, &mut queue, &mut queued, &mut hot);
                 }
             }
             // no single move helps: try runs of neighbours, and single moves again around any
             // that moved
-            let blocks = self.block_moves(assign, &order, Schedule::Sequential, obj, &mut |run| {
-                run.iter().for_each(|&c| around(c, &mut queue, &mut queued))
+            let was_hot = std::mem::replace(&mut hot, vec![false; n]);
+            let blocks = self.block_moves(assign, &order, &was_hot, Schedule::Sequential, obj, &mut |run| {
+                run.iter().for_each(|&c| around(c, &mut queue, &mut queued, &mut hot))
             });
             moves += blocks;
             if blocks == 0 || moves > cap {
@@ -866,31 +879,45 @@ impl Problem {
         let k = self.pus();
         let order: Vec<usize> = self.order().collect();
         let branches: Vec<&Vec<usize>> = self.phases.iter().filter(|ph| ph.len() > 1).flatten().collect();
-        // large exact phases are the costly part: between passes a phase is solved again only
-        // when an op near it (its own, or a producer, consumer or neighbour of one) moved; that
-        // misses farther dependencies (a producer's other consumers), so the climb ends only
-        // after a pass that solved every phase and moved nothing
-        let mut dirty = vec![true; self.phases.len()];
-        let mark = |c: usize, dirty: &mut [bool]| {
+        // large exact phases are the costly part: a phase is solved again only when an op it
+        // depends on moved. Its local objective reads its ops, their producers, consumers and
+        // order neighbours, theirs in turn (their transfers and savings), and whole parallel
+        // phases among them: all within two links (dataflow or order) between phases
+        let np = self.phases.len();
+        let mut linked: Vec<Vec<usize>> = vec![vec![]; np];
+        for c in 0..self.ops() {
+            let near = self.preds[c].iter().chain(&self.succs[c]).chain(&self.prev[c]).chain(&self.next[c]);
+            for &x in near {
+                let (a, b) = (self.place[c].0, self.place[x].0);
+                if a != b && !linked[a].contains(&b) {
+                    linked[a].push(b);
+                }
+            }
+        }
+        let mut dirty = vec![true; np];
+        // ops moved (or next to a move) since the last pass of block moves: runs holding one
+        let mut hot = vec![true; self.ops()];
+        let mark = |c: usize, dirty: &mut [bool], hot: &mut [bool]| {
+            let q = self.place[c].0;
+            dirty[q] = true;
+            for &q1 in &linked[q] {
+                dirty[q1] = true;
+                linked[q1].iter().for_each(|&q2| dirty[q2] = true);
+            }
             let near = std::iter::once(c)
                 .chain(self.preds[c].iter().copied())
                 .chain(self.succs[c].iter().copied())
                 .chain(self.prev[c])
                 .chain(self.next[c]);
-            near.for_each(|x| dirty[self.place[x].0] = true);
+            near.for_each(|x| hot[x] = true);
         };
         let mut moves = 0;
         for _ in 0..MAX_PASSES {
             let mut moved = 0;
-            let mut skipped = false;
-            for pi in 0..self.phases.len() {
-                if !std::mem::take(&mut dirty[pi]) {
-                    skipped = true;
-                    continue;
-                }
-                if self.exact_phase(assign, pi, schedule, obj) {
+            for pi in 0..np {
+                if std::mem::take(&mut dirty[pi]) && self.exact_phase(assign, pi, schedule, obj) {
                     moved += 1;
-                    self.phases[pi].iter().flatten().for_each(|&c| mark(c, &mut dirty));
+                    self.phases[pi].iter().flatten().for_each(|&c| mark(c, &mut dirty, &mut hot));
                     // optimal for the rest as it is now
                     dirty[pi] = false;
                 }
@@ -898,25 +925,23 @@ impl Problem {
             for &c in &order {
                 if self.best_single_move(assign, c, schedule, obj) {
                     moved += 1;
-                    mark(c, &mut dirty);
+                    mark(c, &mut dirty, &mut hot);
                 }
             }
             for b in &branches {
                 let choices: Vec<Vec<usize>> = (0..k).map(|j| vec![j; b.len()]).collect();
                 if self.best_move(assign, b, &choices, schedule, obj) {
                     moved += 1;
-                    b.iter().for_each(|&c| mark(c, &mut dirty));
+                    b.iter().for_each(|&c| mark(c, &mut dirty, &mut hot));
                 }
             }
-            moved += self.block_moves(assign, &order, schedule, obj, &mut |run| {
-                run.iter().for_each(|&c| mark(c, &mut dirty))
+            let was_hot = std::mem::replace(&mut hot, vec![false; self.ops()]);
+            moved += self.block_moves(assign, &order, &was_hot, schedule, obj, &mut |run| {
+                run.iter().for_each(|&c| mark(c, &mut dirty, &mut hot))
             });
             moves += moved;
             if moved == 0 {
-                if !skipped {
-                    break;
-                }
-                dirty.fill(true);
+                break;
             }
         }
         moves
