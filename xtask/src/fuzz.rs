@@ -1,13 +1,18 @@
-//! `cargo xtask fuzz [--target import|ovir]`: the importers' libFuzzer targets (`fuzz/`), with
-//! their corpus seeded from the project's own models (ONNX; for `ovir`, the OpenVINO IRs that
-//! `cargo xtask ovir` converted, as XML, a zero byte, then the weights). Needs a nightly
-//! toolchain (cargo fuzz builds with sanitizers); installs cargo-fuzz when it is missing. Crashes
-//! land in `fuzz/artifacts/<target>/`.
+//! `cargo xtask fuzz [--target NAME]`: bident's libFuzzer targets (`fuzz/`), each with its corpus
+//! seeded from the project's own files. The importers: `import` (ONNX; seeded with the zoo's
+//! models) and `ovir` (the OpenVINO IRs that `cargo xtask ovir` converted, as XML, a zero byte,
+//! then the weights). The artifact readers: `plan`, `cost-table` and `phased-graph` (seeded with
+//! the artifacts of zoo models on the virtual `lunar-lake` SoC; the targets check what decodes
+//! against the `example`'s). The SoC file: `soc` (the spec files of `tests/data/soc` and
+//! `tests/data/bad-soc`). Needs a nightly toolchain (cargo fuzz builds with sanitizers);
+//! installs cargo-fuzz when it is missing. Crashes land in `fuzz/artifacts/<target>/`.
 
 use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+use bident_artifact::{Artifact, ContentHash};
+use bident_search::{Mode, Objective, SearchConfig};
 use clap::Args;
 
 const CARGO_FUZZ: &str = "0.13.2";
@@ -20,8 +25,9 @@ pub struct FuzzArgs {
     /// Parallel fuzzing jobs.
     #[arg(long, default_value_t = 1)]
     pub jobs: u32,
-    /// Which importer: `import` (ONNX) or `ovir` (OpenVINO IR).
-    #[arg(long, default_value = "import", value_parser = ["import", "ovir"])]
+    /// Which target: an importer, `import` (ONNX) or `ovir` (OpenVINO IR); an artifact reader,
+    /// `plan`, `cost-table` or `phased-graph`; or `soc` (SoC spec files).
+    #[arg(long, default_value = "import", value_parser = ["import", "ovir", "plan", "cost-table", "phased-graph", "soc"])]
     pub target: String,
 }
 
@@ -38,8 +44,13 @@ pub fn fuzz(a: FuzzArgs) -> Result<()> {
         anyhow::ensure!(st.success(), "installing cargo-fuzz failed");
     }
     let corpus = root.join("target/fuzz/corpus").join(&a.target);
-    let seeds = if a.target == "ovir" { seed_ir(&corpus)? } else { seed(&corpus)? };
-    eprintln!("fuzz: {seeds} seed models in {}; fuzzing for {} s", corpus.display(), a.seconds);
+    let seeds = match a.target.as_str() {
+        "ovir" => seed_ir(&corpus)?,
+        "soc" => seed_soc(&corpus)?,
+        "plan" | "cost-table" | "phased-graph" => seed_artifacts(&corpus, &a.target)?,
+        _ => seed(&corpus)?,
+    };
+    eprintln!("fuzz: {seeds} seeds in {}; fuzzing for {} s", corpus.display(), a.seconds);
     let mut cmd = Command::new("cargo");
     cmd.current_dir(&root)
         .args(["+nightly", "fuzz", "run", "--fuzz-dir", "fuzz", &a.target])
@@ -105,6 +116,61 @@ fn seed_ir(corpus: &Path) -> Result<usize> {
     }
     if n == 0 {
         bail!("no OpenVINO IR to seed from: run `cargo xtask ovir` first");
+    }
+    Ok(n)
+}
+
+/// The `target` artifact of zoo models on the virtual `lunar-lake` SoC: the `example`'s are what
+/// the target checks against (so they reach the verifiers), the others only decode. Plans in both
+/// modes and for both objectives.
+fn seed_artifacts(corpus: &Path, target: &str) -> Result<usize> {
+    std::fs::create_dir_all(corpus)?;
+    let soc = bident_profile::simulate::VirtualSoc::preset("lunar-lake").context("virtual SoC `lunar-lake`")?;
+    let mut n = 0;
+    let mut put = |name: String, bytes: Vec<u8>| -> Result<()> {
+        std::fs::write(corpus.join(name), bytes)?;
+        n += 1;
+        Ok(())
+    };
+    fn encode<A: Artifact>(value: &A) -> Result<Vec<u8>> {
+        Ok(bident_artifact::encode(value, ContentHash::of(b"fuzz"))?)
+    }
+    for model in ["example", "mlp", "attention"] {
+        let onnx = bident_zoo::build_bytes(model, 0).with_context(|| format!("zoo model `{model}`"))?;
+        let g = bident_ir::import_bytes(&onnx, &format!("{model}.onnx"), None, &Default::default())?;
+        let phased = bident_partition::partition(&g)?;
+        let costs = bident_profile::simulate::simulate(&g, &soc)?;
+        match target {
+            "phased-graph" => put(format!("{model}.phased-graph"), encode(&phased)?)?,
+            "cost-table" => put(format!("{model}.cost-table"), encode(&costs)?)?,
+            _ => {
+                for mode in [Mode::Sequential, Mode::Parallel] {
+                    for objective in [Objective::Latency, Objective::Energy] {
+                        let cfg = SearchConfig { mode, objective, ..Default::default() };
+                        let plan = bident_search::search(&phased, &costs, &cfg)?;
+                        put(format!("{model}-{}-{}.plan", mode.name(), objective.name()), encode(&plan)?)?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(n)
+}
+
+/// The SoC spec files of the tests, good and bad.
+fn seed_soc(corpus: &Path) -> Result<usize> {
+    std::fs::create_dir_all(corpus)?;
+    let mut n = 0;
+    for dir in ["tests/data/soc", "tests/data/bad-soc"] {
+        let dir = crate::root().join(dir);
+        for e in std::fs::read_dir(&dir).with_context(|| dir.display().to_string())? {
+            let path = e?.path();
+            if path.extension().is_some_and(|x| x == "toml") {
+                let stem = path.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+                std::fs::copy(&path, corpus.join(stem))?;
+                n += 1;
+            }
+        }
     }
     Ok(n)
 }

@@ -262,9 +262,15 @@ impl SocSpec {
     /// Read and check a SoC spec file (format: [`SocFile`]) against the devices this backend
     /// sees and the CPUs this process may run on.
     pub fn from_file(path: &std::path::Path, backend: &dyn Backend) -> Result<SocSpec, SocError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| SocError::File { path: path.to_path_buf(), reason: e.to_string() })?;
+        Self::from_toml(&text, path, backend)
+    }
+
+    /// [`SocSpec::from_file`] on text already read; `path` is only used in messages.
+    pub fn from_toml(text: &str, path: &std::path::Path, backend: &dyn Backend) -> Result<SocSpec, SocError> {
         let bad = |reason: String| SocError::File { path: path.to_path_buf(), reason };
-        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
-        let file: SocFile = toml::from_str(&text).map_err(|e| {
+        let file: SocFile = toml::from_str(text).map_err(|e| {
             let line = e.span().map(|r| text[..r.start.min(text.len())].matches('\n').count() + 1);
             bad(match line {
                 Some(l) => format!("line {l}: {}", e.message()),
