@@ -94,7 +94,8 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Fuzz the importer (cargo fuzz, nightly), the corpus seeded with the project's models.
+    /// Fuzz a reader (cargo fuzz, nightly): the importers, the artifact readers or the SoC file,
+    /// the corpus seeded with the project's models and artifacts.
     Fuzz(fuzz::FuzzArgs),
     /// The pipeline on the third-party models of tests/data/thirdparty (fetched from PyPI).
     Thirdparty {
@@ -119,7 +120,16 @@ enum Cmd {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            // clap's usage errors as one line, like every other error
+            let text = e.to_string();
+            eprintln!("{}", text.lines().find(|l| !l.trim().is_empty()).unwrap_or("error: bad arguments"));
+            std::process::exit(2);
+        }
+    };
     let result = match cli.cmd {
         Cmd::Pipeline(a) => pipeline::pipeline(*a),
         Cmd::Import(a) => pipeline::import_cmd(a).map(|_| ()),

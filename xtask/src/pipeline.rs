@@ -71,7 +71,7 @@ pub struct ProfileArgs {
     #[command(flatten)]
     pub soc: SocArgs,
     /// Timed runs per (op, PU): the cap (the paper's 200) unless --fixed-runs.
-    #[arg(long, default_value_t = ProfileConfig::default().runs)]
+    #[arg(long, default_value_t = ProfileConfig::default().runs, value_parser = at_least_one())]
     pub profile_runs: u32,
     /// Time every (op, PU) exactly --profile-runs times instead of stopping once its median is
     /// known within 3% (95% confidence).
@@ -148,7 +148,7 @@ pub struct RunArgs {
 #[derive(Args, Clone)]
 pub struct RunOpts {
     /// Measured inferences (after warm-up).
-    #[arg(long, default_value_t = RunConfig::default().runs)]
+    #[arg(long, default_value_t = RunConfig::default().runs, value_parser = at_least_one())]
     pub runs: u32,
     /// When a PU fails to compile or run an op, plan again without that PU and run that plan.
     #[arg(long)]
@@ -157,7 +157,7 @@ pub struct RunOpts {
     #[arg(long, value_name = "PU:FAULT")]
     pub inject_fault: Option<FaultSpec>,
     /// Seconds an inference may go without any op finishing before it is abandoned.
-    #[arg(long, default_value_t = RunConfig::default().op_timeout.as_secs())]
+    #[arg(long, default_value_t = RunConfig::default().op_timeout.as_secs(), value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub timeout: u64,
     /// Compile and run every op alone. By default each run of branch neighbours the plan puts
     /// on one PU is compiled as one sub-model (the backend fuses across them; the profile
@@ -170,10 +170,22 @@ impl RunOpts {
     fn config(&self) -> RunConfig {
         RunConfig {
             runs: self.runs,
-            op_timeout: std::time::Duration::from_secs(self.timeout.max(1)),
+            op_timeout: std::time::Duration::from_secs(self.timeout),
             grouping: if self.op_by_op { Grouping::PerOp } else { Grouping::Merged },
             ..Default::default()
         }
+    }
+
+    /// Options that name a PU must name one of the SoC's: an injected fault on a PU the SoC
+    /// does not have would inject nothing.
+    fn check(&self, soc: &SocSpec) -> Result<()> {
+        if let Some(f) = &self.inject_fault
+            && soc.pu(&f.pu).is_none()
+        {
+            let known: Vec<&str> = soc.pus.iter().map(|p| p.name.as_str()).collect();
+            bail!("--inject-fault: SoC `{}` has no PU `{}` (it has {})", soc.name, f.pu, known.join(", "));
+        }
+        Ok(())
     }
 
     /// The backend the run uses: `be`, with the injected fault if any.
@@ -197,7 +209,7 @@ pub struct PipelineArgs {
     #[command(flatten)]
     pub plan: PlanArgs,
     /// Timed runs per (op, PU): the cap (the paper's 200) unless --fixed-runs.
-    #[arg(long, default_value_t = ProfileConfig::default().runs)]
+    #[arg(long, default_value_t = ProfileConfig::default().runs, value_parser = at_least_one())]
     pub profile_runs: u32,
     /// Time every (op, PU) exactly --profile-runs times (no adaptive stop).
     #[arg(long)]
@@ -211,13 +223,26 @@ pub struct PipelineArgs {
     #[arg(long)]
     pub json: bool,
     /// A second model to run at the same time (concurrent search over both streams; the plan
-    /// goes to target/bident/pairs/<A>+<B>/).
+    /// goes to --out, default target/bident/pairs/<A>+<B>/, each model's stages to
+    /// <out>/<model>/, default target/bident/<model>/).
     #[arg(long, value_name = "MODEL2")]
     pub with: Option<String>,
+    /// With --with: pin an input's shape of the second model, NAME=D,D,... (repeatable;
+    /// --input-shape is the first model's).
+    #[arg(long = "with-input-shape", value_name = "NAME=D,D,...", requires = "with")]
+    pub with_input_shape: Vec<String>,
+    /// With --with: pin an input's value of the second model, NAME=V,V,... (repeatable).
+    #[arg(long = "with-input-value", value_name = "NAME=V,V,...", requires = "with")]
+    pub with_input_value: Vec<String>,
     /// With --with: advance both models in lockstep (the paper's aligned mode, for the same
     /// model twice) instead of the joint (i, j) search.
     #[arg(long, requires = "with")]
     pub aligned: bool,
+}
+
+/// Counts that mean "how many times": zero would silently do something else.
+pub fn at_least_one() -> clap::builder::RangedI64ValueParser<u32> {
+    clap::value_parser!(u32).range(1..)
 }
 
 /// Cargo's target folder (where the OpenVINO runtime is installed).
@@ -239,6 +264,14 @@ pub enum Soc {
 }
 
 impl Soc {
+    pub fn pu_names(&self) -> Vec<&str> {
+        let spec = match self {
+            Soc::Measured(s, _) => s,
+            Soc::Virtual(v) => &v.spec,
+        };
+        spec.pus.iter().map(|p| p.name.as_str()).collect()
+    }
+
     /// `--soc`: a virtual preset, a measured preset or a spec file.
     pub fn load(spec: &str) -> Result<Soc> {
         if let Some(v) = VirtualSoc::preset(spec) {
@@ -276,14 +309,47 @@ fn model_path(import: &ImportArgs) -> Result<(PathBuf, String)> {
         let bytes = bident_zoo::build_bytes(name, 0)
             .with_context(|| format!("no zoo model `{name}` (try `cargo xtask zoo`)"))?;
         let dir = crate::root().join("target/bident/zoo");
-        std::fs::create_dir_all(&dir)?;
         let path = dir.join(format!("{name}.onnx"));
-        std::fs::write(&path, bytes)?;
+        write_replacing(&path, &bytes)?;
         return Ok((path, name.to_string()));
     }
     let path = PathBuf::from(&spec);
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
     Ok((path, stem))
+}
+
+/// Write a file by renaming a complete temporary one over it: a reader running at the same
+/// time (two pipelines on one zoo model) sees the old file or the new one, never half of one.
+fn write_replacing(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
+    let name = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, bytes).with_context(|| tmp.display().to_string())?;
+    std::fs::rename(&tmp, path).with_context(|| path.display().to_string())
+}
+
+/// An exclusive lock on an output folder, held while a command writes there: two runs on one
+/// folder would leave one model's fused graph beside another's plan.
+pub struct OutLock(#[allow(dead_code)] std::fs::File);
+
+pub fn lock_out(dir: &Path) -> Result<OutLock> {
+    std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
+    let path = dir.join(".lock");
+    let f = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| path.display().to_string())?;
+    match f.try_lock() {
+        Ok(()) => Ok(OutLock(f)),
+        Err(std::fs::TryLockError::WouldBlock) => bail!(
+            "{}: another bident command is writing this folder; wait for it to finish or give another --out",
+            dir.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => Err(anyhow::Error::new(e).context(path.display().to_string())),
+    }
 }
 
 fn parse_shapes(items: &[String]) -> Result<BTreeMap<String, Vec<u64>>> {
@@ -314,7 +380,9 @@ fn parse_named_lists<T>(
             .map(|x| item(x.trim()))
             .collect::<Option<Vec<_>>>()
             .with_context(|| format!("{flag} `{it}`: {rule}"))?;
-        out.insert(name.to_string(), list);
+        if out.insert(name.to_string(), list).is_some() {
+            bail!("{flag} `{name}` is given twice; give each input once");
+        }
     }
     Ok(out)
 }
@@ -330,24 +398,41 @@ fn clear(dir: &Path, files: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// Stage 1.
-pub fn import_cmd(a: ImportArgs) -> Result<(PathBuf, FusedGraph, ContentHash)> {
-    let (path, name) = model_path(&a)?;
-    let dir = out_dir(&a, &name);
-    clear(&dir, &[FUSED, PHASED, COSTS, PLAN, REPORT])?;
-    let mut opts = bident_ir::ImportOptions {
+/// The import options the flags say (checked before anything is written).
+fn import_options(a: &ImportArgs) -> Result<bident_ir::ImportOptions> {
+    Ok(bident_ir::ImportOptions {
         input_shapes: parse_shapes(&a.input_shape)?,
         input_literals: parse_values(&a.input_value)?,
         ..Default::default()
-    };
+    })
+}
+
+/// Stage 1, as a command: lock the output folder, import.
+pub fn import_cmd(a: ImportArgs) -> Result<(PathBuf, FusedGraph, ContentHash)> {
+    let (path, name) = model_path(&a)?;
+    let dir = out_dir(&a, &name);
+    let opts = import_options(&a)?;
+    let _lock = lock_out(&dir)?;
+    let (g, h) = import_stage(&a, &path, &dir, opts)?;
+    Ok((dir, g, h))
+}
+
+/// Stage 1.
+fn import_stage(
+    a: &ImportArgs,
+    path: &Path,
+    dir: &Path,
+    mut opts: bident_ir::ImportOptions,
+) -> Result<(FusedGraph, ContentHash)> {
+    clear(dir, &[FUSED, PHASED, COSTS, PLAN, REPORT])?;
     let g = if a.fusion == "backend" {
-        import_backend_fused(&path, &mut opts, backend()?.as_ref())?
+        import_backend_fused(path, &mut opts, backend()?.as_ref())?
     } else {
-        bident_ir::import(&path, &opts)?
+        bident_ir::import(path, &opts)?
     };
     bident_ir::verify(&g)?;
     let inputs = ContentHash::of_parts(&[&g.source.hash.0, &opts.hash_bytes()]);
-    let h = write(&dir, FUSED, &g, inputs)?;
+    let h = write(dir, FUSED, &g, inputs)?;
     eprintln!(
         "import: {} -> {} fused ops by {} ({} ONNX nodes, {} folded) -> {}",
         path.display(),
@@ -368,7 +453,7 @@ pub fn import_cmd(a: ImportArgs) -> Result<(PathBuf, FusedGraph, ContentHash)> {
             if b.split > 0 { format!("; {} non-convex groups split", b.split) } else { String::new() }
         );
     }
-    Ok((dir, g, h))
+    Ok((g, h))
 }
 
 /// Import with backend-true fusion: import, profile the lowered model whole on the first PU of
@@ -397,6 +482,7 @@ fn partition_stage(dir: &Path, g: &FusedGraph, gh: ContentHash) -> Result<(Phase
 }
 
 pub fn partition_cmd(a: DirArgs) -> Result<()> {
+    let _lock = lock_out(&a.dir)?;
     let (g, gh) = read_fused(&a.dir)?;
     partition_stage(&a.dir, &g, gh).map(|_| ())
 }
@@ -630,10 +716,12 @@ fn truncate(s: &str, n: usize) -> String {
 }
 
 pub fn profile_cmd(a: ProfileArgs) -> Result<()> {
-    let (g, gh) = read_fused(&a.dir)?;
     let soc = Soc::load(&a.soc.soc)?;
+    let _lock = lock_out(&a.dir)?;
+    let (g, gh) = read_fused(&a.dir)?;
     let m = Measuring { runs: a.profile_runs, fixed_runs: a.fixed_runs, no_cache: a.no_cache };
     let phased = read::<PhasedGraph>(&a.dir, PHASED)?;
+    bident_partition::verify(&g, &phased.value).with_context(|| a.dir.join(PHASED).display().to_string())?;
     profile_stage(&a.dir, &g, gh, &soc, m, phased.value.neighbours()).map(|_| ())
 }
 
@@ -702,18 +790,15 @@ fn plan_inputs(phased: ContentHash, costs: ContentHash, cfg: &SearchConfig) -> C
 }
 
 pub fn search_cmd(a: SearchArgs) -> Result<()> {
+    let cfg = a.plan.config()?;
+    let _lock = lock_out(&a.dir)?;
     let p = read::<PhasedGraph>(&a.dir, PHASED)?;
     let c = read::<CostTable>(&a.dir, COSTS)?;
     let (g, _) = read_fused(&a.dir)?;
+    bident_partition::verify(&g, &p.value).with_context(|| a.dir.join(PHASED).display().to_string())?;
     c.value.check(&g).with_context(|| a.dir.join(COSTS).display().to_string())?;
-    search_stage(
-        &a.dir,
-        (&p.value, p.header.payload_hash),
-        (&c.value, c.header.payload_hash),
-        &a.plan.config()?,
-        a.plan.pareto(),
-    )
-    .map(|_| ())
+    search_stage(&a.dir, (&p.value, p.header.payload_hash), (&c.value, c.header.payload_hash), &cfg, a.plan.pareto())
+        .map(|_| ())
 }
 
 /// Between search and run, on real PUs: measure the plan's segments of three or more ops whole
@@ -854,10 +939,13 @@ fn write_pictures(dir: &Path, r: &RunReport) -> Result<()> {
 }
 
 pub fn run_cmd(a: RunArgs) -> Result<()> {
+    let _lock = lock_out(&a.dir)?;
     let (g, _) = read_fused(&a.dir)?;
     let plan = read::<Plan>(&a.dir, PLAN)?;
     let costs = read::<CostTable>(&a.dir, COSTS)?;
     let phased = read::<PhasedGraph>(&a.dir, PHASED)?;
+    bident_partition::verify(&g, &phased.value).with_context(|| a.dir.join(PHASED).display().to_string())?;
+    costs.value.check(&g).with_context(|| a.dir.join(COSTS).display().to_string())?;
     // the plan must come from exactly these phases and costs
     let cfg = SearchConfig {
         objective: plan.value.objective,
@@ -866,6 +954,9 @@ pub fn run_cmd(a: RunArgs) -> Result<()> {
     };
     let expected = plan_inputs(phased.header.payload_hash, costs.header.payload_hash, &cfg);
     artifact::expect_inputs(&a.dir.join(PLAN), &plan.header, expected)?;
+    bident_search::check_plan(&plan.value, &phased.value, &costs.value)
+        .with_context(|| a.dir.join(PLAN).display().to_string())?;
+    a.run.check(&costs.value.soc)?;
     if costs.value.simulated {
         bail!(
             "{}: the plan is for virtual SoC `{}` (simulated costs): there are no such PUs to run it on",
@@ -892,12 +983,25 @@ pub fn run_cmd(a: RunArgs) -> Result<()> {
 
 /// All stages in order. On a virtual SoC the run stage is skipped (there is nothing to run on).
 pub fn run_stages(a: &PipelineArgs) -> Result<(FusedGraph, Plan, Option<RunReport>)> {
-    let (dir, g, gh) = import_cmd(a.import.clone())?;
-    let (phased, ph) = partition_stage(&dir, &g, gh)?;
+    // every option is checked before the output folder is touched
+    let (path, name) = model_path(&a.import)?;
+    let dir = out_dir(&a.import, &name);
+    let opts = import_options(&a.import)?;
     let soc = Soc::load(&a.soc.soc)?;
+    let cfg = a.plan.config()?;
+    cfg.constraints.check_names(&soc.pu_names())?;
+    match &soc {
+        Soc::Measured(spec, _) => a.run.check(spec)?,
+        Soc::Virtual(v) if a.run.inject_fault.is_some() => {
+            bail!("--inject-fault: `{}` is a virtual SoC; nothing runs on it", v.spec.name)
+        }
+        Soc::Virtual(_) => {}
+    }
+    let _lock = lock_out(&dir)?;
+    let (g, gh) = import_stage(&a.import, &path, &dir, opts)?;
+    let (phased, ph) = partition_stage(&dir, &g, gh)?;
     let m = Measuring { runs: a.profile_runs, fixed_runs: a.fixed_runs, no_cache: a.no_cache };
     let (costs, ch) = profile_stage(&dir, &g, gh, &soc, m, phased.neighbours())?;
-    let cfg = a.plan.config()?;
     let (mut plan, mut plan_h) = search_stage(&dir, (&phased, ph), (&costs, ch), &cfg, a.plan.pareto())?;
     let (mut costs, mut ch) = (costs, ch);
     match soc {
@@ -931,10 +1035,36 @@ fn concurrent_pipeline(a: &PipelineArgs, model_b: &str) -> Result<()> {
          and --exclude-pu"
     );
     let soc = Soc::load(&a.soc.soc)?;
+    if let Soc::Measured(spec, _) = &soc {
+        a.run.check(spec)?;
+    }
     let m = Measuring { runs: a.profile_runs, fixed_runs: a.fixed_runs, no_cache: a.no_cache };
+    // each model's stages in <out>/<model>/ (default target/bident/<model>/), each with its own
+    // input flags
+    let second = ImportArgs {
+        model: Some(model_b.to_string()),
+        input_shape: a.with_input_shape.clone(),
+        input_value: a.with_input_value.clone(),
+        ..a.import.clone()
+    };
+    let mut models = vec![];
+    for import in [a.import.clone(), second] {
+        let (path, name) = model_path(&import)?;
+        let dir = match &a.import.out {
+            Some(out) => out.join(&name),
+            None => out_dir(&ImportArgs { out: None, ..import.clone() }, &name),
+        };
+        let opts = import_options(&import)?;
+        models.push((import, path, dir, opts));
+    }
+    let pair_dir = |na: &str, nb: &str| match &a.import.out {
+        Some(out) => out.clone(),
+        None => target_dir().join("bident/pairs").join(format!("{na}+{nb}")),
+    };
     let mut stages = vec![];
-    for model in [a.import.model.clone(), Some(model_b.to_string())] {
-        let (dir, g, gh) = import_cmd(ImportArgs { model, out: None, ..a.import.clone() })?;
+    for (import, path, dir, opts) in models {
+        let _lock = lock_out(&dir)?;
+        let (g, gh) = import_stage(&import, &path, &dir, opts)?;
         let (phased, _) = partition_stage(&dir, &g, gh)?;
         let (mut costs, _) = profile_stage(&dir, &g, gh, &soc, m, phased.neighbours())?;
         if let Soc::Measured(spec, be) = &soc {
@@ -951,7 +1081,8 @@ fn concurrent_pipeline(a: &PipelineArgs, model_b: &str) -> Result<()> {
         stages.push((g, phased, costs));
     }
     let [(ga, pa, ca), (gb, pb, cb)] = <[_; 2]>::try_from(stages).map_err(|_| anyhow::anyhow!("two models"))?;
-    let dir = target_dir().join("bident/pairs").join(format!("{}+{}", ga.name, gb.name));
+    let dir = pair_dir(&ga.name, &gb.name);
+    let _lock = lock_out(&dir)?;
     let file = "concurrent-plan.bin";
     clear(&dir, &[file, REPORT])?;
     let mode = if a.aligned { ConcurrentMode::Aligned } else { ConcurrentMode::Joint };
@@ -1376,7 +1507,9 @@ pub fn soc(spec: &str) -> Result<()> {
 pub fn plan_diff(a: &Path, b: &Path) -> Result<()> {
     let read_plan = |f: &Path| -> Result<Plan> {
         let bytes = std::fs::read(f).with_context(|| f.display().to_string())?;
-        Ok(artifact::decode::<Plan>(f, &bytes)?.value)
+        let plan = artifact::decode::<Plan>(f, &bytes)?.value;
+        bident_search::check_figures(&plan).with_context(|| f.display().to_string())?;
+        Ok(plan)
     };
     let (pa, pb) = (read_plan(a)?, read_plan(b)?);
     let d = bident_search::diff(&pa, &pb)?;

@@ -99,6 +99,8 @@ pub fn thirdparty(soc: &str, fusion: &str, runs: u32, profile_runs: u32, json: b
             run: crate::pipeline::RunOpts { runs, fallback: false, inject_fault: None, timeout: 60, op_by_op: false },
             json: false,
             with: None,
+            with_input_shape: vec![],
+            with_input_value: vec![],
             aligned: false,
         };
         let (g, plan, report) = crate::pipeline::run_stages(&args)?;

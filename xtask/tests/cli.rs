@@ -162,7 +162,7 @@ fn external_data_inside_the_model_folder_is_read() {
     std::fs::write(tmp.path().join("mlp.weights"), [0u8; 16]).expect("write");
     let o = xtask(&["import", &model, "--out", &out]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("initializer `fc0.w`: external data:"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("tensor `fc0.w`: external data:"), "{}", stderr(&o));
 }
 
 #[test]

@@ -262,8 +262,18 @@ impl SocSpec {
     /// Read and check a SoC spec file (format: [`SocFile`]) against the devices this backend
     /// sees and the CPUs this process may run on.
     pub fn from_file(path: &std::path::Path, backend: &dyn Backend) -> Result<SocSpec, SocError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| SocError::File { path: path.to_path_buf(), reason: e.to_string() })?;
+        let bad = |reason: String| SocError::File { path: path.to_path_buf(), reason };
+        // a FIFO or device would block the read: only a regular file is a spec
+        let mut f = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)
+        }
+        .map_err(|e| bad(e.to_string()))?;
+        if !f.metadata().is_ok_and(|m| m.is_file()) {
+            return Err(bad("not a regular file".into()));
+        }
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut f, &mut text).map_err(|e| bad(e.to_string()))?;
         Self::from_toml(&text, path, backend)
     }
 

@@ -14,9 +14,11 @@ pub enum IrError {
     NotOnnx { path: PathBuf, reason: String },
     #[error("{path}: the ONNX model has no graph")]
     NoGraph { path: PathBuf },
-    #[error("initializer `{tensor}`: external data location `{location}` escapes the model's folder {dir}")]
+    #[error("{path}: not a regular file (a FIFO, device or folder is not a model)")]
+    NotAFile { path: PathBuf },
+    #[error("tensor `{tensor}`: external data location `{location}` escapes the model's folder {dir}")]
     ExternalDataEscapes { tensor: String, location: String, dir: PathBuf },
-    #[error("initializer `{tensor}`: external data: {reason}")]
+    #[error("tensor `{tensor}`: external data: {reason}")]
     ExternalData { tensor: String, reason: String },
     #[error("node `{node}` ({op}) reads tensor `{tensor}`, which no node, input or initializer produces")]
     DanglingInput { node: String, op: String, tensor: String },
@@ -50,6 +52,8 @@ pub enum IrError {
     Unsupported { node: String, op: String, reason: String },
     #[error("tensor `{tensor}`: {reason}")]
     BadTensor { tensor: String, reason: String },
+    #[error("the model is malformed: {0}")]
+    Malformed(String),
     #[error("fused graph is invalid: {0}")]
     Verify(String),
     #[error("fused op {op} does not exist (graph has {count})")]

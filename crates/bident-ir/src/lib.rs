@@ -11,6 +11,7 @@
 mod consts;
 mod error;
 mod extract;
+mod files;
 mod fusion;
 mod inline;
 mod lower;

@@ -1,7 +1,7 @@
 //! Import: ONNX bytes -> typed, constant-folded node list -> fused groups -> [`FusedGraph`].
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use bident_artifact::{Blob, ContentHash};
 use bident_tensor::{DType, HostTensor};
@@ -11,11 +11,11 @@ use prost::Message;
 use crate::fusion::{self, Fusion, FusionInfo, NodeView};
 use crate::ops::{self, Ctx, Fact, Role};
 use crate::proto::{
-    GraphProto, ModelProto, NodeProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
-    tensor_proto::DataLocation, tensor_shape_proto, type_proto,
+    GraphProto, ModelProto, NodeProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto, tensor_shape_proto,
+    type_proto,
 };
 use crate::{FusedGraph, FusedOp, IrError, Source, TensorId, TensorInfo};
-use crate::{consts, weights};
+use crate::{consts, files, weights};
 
 /// Options of [`import`].
 #[derive(Clone, Debug)]
@@ -69,8 +69,8 @@ pub fn import(path: &Path, opts: &ImportOptions) -> Result<FusedGraph, IrError> 
     if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("xml")) {
         return import_openvino_ir(path, opts);
     }
-    let bytes = std::fs::read(path).map_err(|source| IrError::Io { path: path.to_path_buf(), source })?;
-    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let bytes = files::read_regular(path)?;
+    let dir = files::model_dir(path);
     let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
     import_shared(Bytes::from(bytes), &file, Some(&dir), opts).map_err(|e| match e {
         IrError::NotOnnx { reason, .. } => IrError::NotOnnx { path: path.to_path_buf(), reason },
@@ -82,13 +82,18 @@ pub fn import(path: &Path, opts: &ImportOptions) -> Result<FusedGraph, IrError> 
 /// Import an OpenVINO IR (`model.xml` with its weights in `model.bin` beside it): converted to
 /// the equivalent ONNX model first (see `ovir`), then lowered like any ONNX model.
 fn import_openvino_ir(path: &Path, opts: &ImportOptions) -> Result<FusedGraph, IrError> {
-    let io = |p: &Path| {
-        let p = p.to_path_buf();
-        move |source| IrError::Io { path: p, source }
-    };
-    let xml = std::fs::read_to_string(path).map_err(io(path))?;
-    let bin_path = path.with_extension("bin");
-    let bin = Bytes::from(std::fs::read(&bin_path).map_err(io(&bin_path))?);
+    let xml = String::from_utf8(files::read_regular(path)?)
+        .map_err(|_| IrError::OpenVinoIr { path: path.to_path_buf(), reason: "the XML is not UTF-8".into() })?;
+    // the weights: `<stem>.bin` in the model's folder, read like external data (inside only)
+    let bin_name = path.with_extension("bin").file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    let bin = files::read_inside(&files::model_dir(path), &bin_name).map_err(|r| IrError::OpenVinoIr {
+        path: path.to_path_buf(),
+        reason: match r {
+            files::Refused::Escapes => format!("its weights `{bin_name}` resolve outside the model's folder"),
+            files::Refused::Other(reason) => format!("its weights: {reason}"),
+        },
+    })?;
+    let bin = Bytes::from(bin);
     let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
     import_openvino_ir_bytes(&xml, bin, &file, opts).map_err(|e| match e {
         IrError::OpenVinoIr { reason, .. } => IrError::OpenVinoIr { path: path.to_path_buf(), reason },
@@ -131,8 +136,9 @@ pub fn import_shared(
     if model.graph.is_none() || model.ir_version.is_none() {
         return Err(IrError::NoGraph { path });
     }
+    well_formed(&model)?;
     let mut ext_bytes = vec![];
-    let external = resolve_external_data(&mut model, dir, &mut ext_bytes)?;
+    let external = files::resolve_external_data(&mut model, dir, &mut ext_bytes)?;
     let hash = ContentHash::of_parts(&[&bytes, &ext_bytes]);
     drop(ext_bytes);
     // the reference is the source itself, or (with external data) the source with it embedded
@@ -148,53 +154,52 @@ pub fn import_shared(
     Lowering::new(model, reference, opts)?.run(name, file.to_string(), hash)
 }
 
-/// Read every external-data initializer into `raw_data`, refusing locations outside `dir`.
-/// True when there was any.
-fn resolve_external_data(model: &mut ModelProto, dir: Option<&Path>, all: &mut Vec<u8>) -> Result<bool, IrError> {
-    let Some(graph) = model.graph.as_mut() else { return Ok(false) };
-    let mut any = false;
-    for t in &mut graph.initializer {
-        if t.data_location != Some(DataLocation::External as i32) {
-            continue;
+/// What the ONNX checker and OpenVINO's reader refuse, refused here before anything picks one of
+/// two values: an IR version from the future, opsets missing or below 1, names defined twice.
+fn well_formed(model: &ModelProto) -> Result<(), IrError> {
+    let bad = |reason: String| Err(IrError::Malformed(reason));
+    let newest = crate::proto::Version::IrVersion as i64;
+    match model.ir_version {
+        Some(v) if v < 1 => return bad(format!("ir_version {v} (versions start at 1)")),
+        Some(v) if v > newest => {
+            return bad(format!("ir_version {v} is newer than this build reads (at most {newest})"));
         }
-        let name = t.name().to_string();
-        let ext = |reason: String| IrError::ExternalData { tensor: name.clone(), reason };
-        let kv: HashMap<&str, &str> = t.external_data.iter().map(|e| (e.key(), e.value())).collect();
-        let location = *kv.get("location").ok_or_else(|| ext("no location".into()))?;
-        let dir = dir.ok_or_else(|| ext("external data needs the model's folder (import from a file)".into()))?;
-        let rel = Path::new(location);
-        let escapes =
-            rel.is_absolute() || rel.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir));
-        let full = dir.join(rel);
-        let inside = !escapes
-            && match (full.canonicalize(), dir.canonicalize()) {
-                (Ok(f), Ok(d)) => f.starts_with(d),
-                _ => true, // missing file: reported below with its own message
-            };
-        if !inside {
-            return Err(IrError::ExternalDataEscapes {
-                tensor: name,
-                location: location.to_string(),
-                dir: dir.to_path_buf(),
-            });
-        }
-        let data = std::fs::read(&full).map_err(|e| ext(format!("{}: {e}", full.display())))?;
-        let num =
-            |k: &str| kv.get(k).map(|v| v.parse::<usize>().map_err(|_| ext(format!("bad {k} `{v}`")))).transpose();
-        let offset = num("offset")?.unwrap_or(0);
-        let length = num("length")?.unwrap_or(data.len().saturating_sub(offset));
-        let end =
-            offset.checked_add(length).ok_or_else(|| ext(format!("offset {offset} + length {length} overflows")))?;
-        let slice = data
-            .get(offset..end)
-            .ok_or_else(|| ext(format!("{}: bytes {offset}..{end} beyond file size {}", full.display(), data.len())))?;
-        all.extend_from_slice(slice);
-        t.raw_data = Some(Bytes::copy_from_slice(slice));
-        any = true;
-        t.external_data.clear();
-        t.data_location = Some(DataLocation::Default as i32);
+        _ => {}
     }
-    Ok(any)
+    if !model.opset_import.iter().any(|o| matches!(o.domain(), "" | "ai.onnx")) {
+        return bad("opset_import names no version of the default ONNX domain".into());
+    }
+    let mut domains = HashSet::new();
+    for o in &model.opset_import {
+        let domain = if o.domain() == "ai.onnx" { "" } else { o.domain() };
+        if !domains.insert(domain) {
+            return bad(format!("opset_import lists domain `{}` twice", o.domain()));
+        }
+        match o.version {
+            Some(v) if v >= 1 => {}
+            v => {
+                return bad(format!(
+                    "opset_import: domain `{}` has version {} (opsets start at 1)",
+                    o.domain(),
+                    v.unwrap_or(0)
+                ));
+            }
+        }
+    }
+    let Some(g) = model.graph.as_ref() else { return Ok(()) };
+    let once = |what: &str, names: &mut dyn Iterator<Item = &str>| -> Result<(), IrError> {
+        let mut seen = HashSet::new();
+        for n in names {
+            if !seen.insert(n) {
+                return Err(IrError::Malformed(format!("{what} `{n}` appears twice")));
+            }
+        }
+        Ok(())
+    };
+    once("initializer", &mut g.initializer.iter().map(|t| t.name()))?;
+    once("graph input", &mut g.input.iter().map(|v| v.name()))?;
+    once("graph output", &mut g.output.iter().map(|v| v.name()))?;
+    Ok(())
 }
 
 /// Every tensor a node reads: its explicit inputs, then the outer-scope tensors its subgraphs
@@ -286,7 +291,12 @@ fn static_type(vi: &ValueInfoProto) -> Option<(i32, Vec<Option<u64>>, Vec<String
                 dims.push(None);
                 syms.push(p.clone());
             }
-            _ => {
+            // a negative size is no size: said as such where the dim is reported
+            Some(tensor_shape_proto::dimension::Value::DimValue(v)) => {
+                dims.push(None);
+                syms.push(v.to_string());
+            }
+            None => {
                 dims.push(None);
                 syms.push("?".into());
             }
@@ -466,9 +476,23 @@ impl<'o> Lowering<'o> {
                         let example = dims
                             .iter()
                             .zip(&syms)
-                            .map(|(d, s)| d.map_or_else(|| s.clone(), |v| v.to_string()))
+                            .map(|(d, s)| match d {
+                                Some(v) => v.to_string(),
+                                None if s.starts_with('-') => "D".into(),
+                                None => s.clone(),
+                            })
                             .collect::<Vec<_>>()
                             .join(",");
+                        if syms[i].starts_with('-') {
+                            return Err(IrError::BadInput {
+                                input: name.clone(),
+                                reason: format!(
+                                    "dim {i} is {} in the model, which is not a size; pin it with --input-shape \
+                                     {name}={example}",
+                                    syms[i]
+                                ),
+                            });
+                        }
                         return Err(IrError::DynamicInput { input: name, dim: i, symbol: syms[i].clone(), example });
                     }
                     None => dims.iter().map(|d| d.unwrap_or(0)).collect(),

@@ -80,6 +80,34 @@ impl Layer {
     }
 }
 
+/// The newest OpenVINO opset a layer may name (the pinned 2026.4.1 has opset1 to opset16).
+const NEWEST_OPSET: u32 = 16;
+
+/// `opset1` to the newest: a layer from an opset version this build does not know may mean
+/// other inputs or attributes than the conversion reads, so it is refused, not guessed.
+fn known_opset(v: &str) -> bool {
+    v.strip_prefix("opset").and_then(|n| n.parse::<u32>().ok()).is_some_and(|n| (1..=NEWEST_OPSET).contains(&n))
+}
+
+/// A Parameter's `shape` attribute: each dim a size, `-1` or `?` (dynamic) or an interval
+/// `a..b` (dynamic here); anything else is an error.
+fn parameter_shape(s: &str) -> Result<Vec<i64>, String> {
+    if s.trim().is_empty() {
+        return Ok(vec![]);
+    }
+    s.split(',')
+        .map(|d| {
+            let d = d.trim();
+            let bound = |b: &str| b.is_empty() || b.parse::<u64>().is_ok();
+            match d {
+                "?" | "-1" => Ok(-1),
+                _ if d.split_once("..").is_some_and(|(a, b)| bound(a) && bound(b)) => Ok(-1),
+                _ => d.parse::<u32>().map(i64::from).map_err(|_| format!("shape `{s}`: `{d}` is not a dim")),
+            }
+        })
+        .collect()
+}
+
 fn element_type(s: &str) -> Option<DType> {
     Some(match s.trim().to_ascii_lowercase().as_str() {
         "f32" | "fp32" => DType::F32,
@@ -108,7 +136,13 @@ fn parse_ports(node: Option<roxmltree::Node>) -> Result<Vec<Port>, String> {
             let dims = p
                 .children()
                 .filter(|c| c.has_tag_name("dim"))
-                .map(|d| d.text().unwrap_or("").trim().parse::<i64>().map_err(|_| format!("port {id}: bad dim")))
+                .map(|d| {
+                    let t = d.text().unwrap_or("").trim();
+                    t.parse::<i64>()
+                        .ok()
+                        .filter(|&v| v >= -1)
+                        .ok_or_else(|| format!("port {id}: dim `{t}` is not a size or -1"))
+                })
                 .collect::<Result<_, _>>()?;
             let names = p
                 .attribute("names")
@@ -150,11 +184,15 @@ pub(crate) fn to_onnx(xml: &str, bin: &Bytes, name: &str) -> Result<ModelProto, 
         let id: u32 = l.attribute("id").and_then(|v| v.parse().ok()).ok_or("a layer without a numeric id")?;
         let label = l.attribute("name").unwrap_or("").to_string();
         let ctx = |e: String| format!("layer {id} `{label}`: {e}");
+        let version = l.attribute("version").unwrap_or("").to_string();
+        if !known_opset(&version) {
+            return Err(ctx(format!("opset `{version}` is not one this build knows (opset1 to opset{NEWEST_OPSET})")));
+        }
         layers.push(Layer {
             id,
             name: label.clone(),
             ty: l.attribute("type").ok_or_else(|| ctx("no type".into()))?.to_string(),
-            version: l.attribute("version").unwrap_or("").to_string(),
+            version,
             data: child(l, "data")
                 .map(|d| d.attributes().map(|a| (a.name().to_string(), a.value().to_string())).collect())
                 .unwrap_or_default(),
@@ -396,10 +434,19 @@ impl Converter<'_> {
         let in_types: Vec<Option<DType>> = l.inputs.iter().map(|p| p.dtype).collect();
         match ty.as_str() {
             "Parameter" => {
-                let dtype = element_type(l.attr("element_type").unwrap_or(""))
-                    .or(l.outputs.first().and_then(|p| p.dtype))
-                    .ok_or("unknown element type")?;
+                let dtype = match l.attr("element_type") {
+                    Some(t) => element_type(t).ok_or_else(|| format!("element type `{t}` is not supported"))?,
+                    None => l.outputs.first().and_then(|p| p.dtype).ok_or("unknown element type")?,
+                };
                 let dims = l.outputs.first().map(|p| p.dims.clone()).unwrap_or_default();
+                if let Some(shape) = l.attr("shape") {
+                    let declared = parameter_shape(shape)?;
+                    let agree = declared.len() == dims.len()
+                        && declared.iter().zip(&dims).all(|(&a, &b)| a < 0 || b < 0 || a == b);
+                    if !agree {
+                        return Err(format!("shape `{shape}` and its output port's dims {dims:?} differ"));
+                    }
+                }
                 let outs = self.name_outputs(id);
                 let input = outs.first().ok_or("a Parameter without an output port")?;
                 self.inputs.push(typed(input, dtype, &dims));
@@ -408,7 +455,11 @@ impl Converter<'_> {
                 let dtype = element_type(l.attr("element_type").unwrap_or("")).ok_or_else(|| {
                     format!("element type `{}` is not supported", l.attr("element_type").unwrap_or(""))
                 })?;
-                let shape: Vec<u64> = l.ints("shape")?.into_iter().map(|d| d.max(0) as u64).collect();
+                let shape: Vec<u64> = l
+                    .ints("shape")?
+                    .into_iter()
+                    .map(|d| u64::try_from(d).map_err(|_| format!("shape has a negative dim {d}")))
+                    .collect::<Result<_, _>>()?;
                 let (offset, size) = (l.ints("offset")?, l.ints("size")?);
                 let (offset, size) = (*offset.first().unwrap_or(&0) as usize, *size.first().unwrap_or(&0) as usize);
                 if bident_tensor::numel(&shape).checked_mul(dtype.size() as u64) != Some(size as u64) {

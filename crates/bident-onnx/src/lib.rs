@@ -2,7 +2,7 @@
 //! `proto/onnx.proto`. Regenerate with `cargo xtask codegen`; CI checks it with
 //! `cargo xtask codegen --check`.
 //!
-//! Owns: the generated bindings only. bident-ir reads and writes models with them (re-exported
+//! Owns: the generated bindings, and one walk over every tensor of a model (`visit`). bident-ir reads and writes models with them (re-exported
 //! as `bident_ir::proto`); bident-backend rewrites the few constructs its backend gets wrong.
 
 #[allow(clippy::all, clippy::pedantic, missing_docs, rustdoc::all)]
@@ -10,3 +10,5 @@
 mod onnx;
 
 pub use onnx::*;
+
+pub mod visit;

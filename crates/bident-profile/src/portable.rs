@@ -161,6 +161,9 @@ pub fn import(text: &str, format: Format, origin: &str) -> Result<CostTable, Pro
             let mut t: CostTable =
                 serde_json::from_value(serde_json::Value::Object(meta)).map_err(|e| bad(format!("metadata: {e}")))?;
             let n = t.soc.pus.len();
+            // every (op, PU) has exactly one row: a repeated one would silently override, a
+            // missing one would read as "cannot run there"
+            let mut seen: Vec<Vec<bool>> = vec![];
             let mut r = csv::Reader::from_reader(text.get(body_at..).unwrap_or("").as_bytes());
             for (k, row) in r.deserialize::<Row>().enumerate() {
                 let row = row.map_err(|e| bad(format!("row {}: {e}", k + 1)))?;
@@ -171,6 +174,7 @@ pub fn import(text: &str, format: Format, origin: &str) -> Result<CostTable, Pro
                     .position(|p| p.name == row.pu)
                     .ok_or_else(|| bad(format!("row {}: PU `{}` is not in the SoC", k + 1, row.pu)))?;
                 if row.op as usize == t.ops.len() {
+                    seen.push(vec![false; n]);
                     t.ops.push(OpCosts {
                         op: row.op,
                         name: row.name.clone(),
@@ -184,6 +188,15 @@ pub fn import(text: &str, format: Format, origin: &str) -> Result<CostTable, Pro
                     .get_mut(row.op as usize)
                     .filter(|o| o.name == row.name && o.kind == row.kind)
                     .ok_or_else(|| bad(format!("row {}: op {} `{}` is out of order", k + 1, row.op, row.name)))?;
+                if std::mem::replace(&mut seen[row.op as usize][j], true) {
+                    return Err(bad(format!(
+                        "row {}: op {} `{}` on PU `{}` has a row already",
+                        k + 1,
+                        row.op,
+                        row.name,
+                        row.pu
+                    )));
+                }
                 let cost =
                     match (row.h2d_us, row.dispatch_us, row.exec_us, row.d2h_us, row.runs, row.power_w, row.power) {
                         (Some(h2d), Some(dispatch), Some(exec), Some(d2h), Some(runs), Some(power_w), Some(power)) => {
@@ -224,8 +237,32 @@ pub fn import(text: &str, format: Format, origin: &str) -> Result<CostTable, Pro
                     o.failures.push((row.pu, reason));
                 }
             }
+            for (op, row) in seen.iter().enumerate() {
+                if let Some(j) = row.iter().position(|&s| !s) {
+                    return Err(bad(format!("op {op} has no row for PU `{}`", t.soc.pus[j].name)));
+                }
+            }
             Ok(t)
         }
+    }
+}
+
+/// Largest time a cost may hold, in µs (an hour), and largest power, in W: anything above is a
+/// corrupt or hostile table, whose sums would overflow to infinity.
+const MAX_US: f64 = 3.6e9;
+const MAX_POWER_W: f64 = 1e4;
+
+impl Cost {
+    /// Every figure finite, non-negative and in range.
+    fn in_range(&self) -> bool {
+        let time = |v: f64| v.is_finite() && (0.0..=MAX_US).contains(&v);
+        [self.h2d_us, self.dispatch_us, self.exec_us, self.d2h_us]
+            .into_iter()
+            .chain(self.p10_us)
+            .chain(self.p90_us)
+            .all(time)
+            && self.power_w.is_finite()
+            && (0.0..=MAX_POWER_W).contains(&self.power_w)
     }
 }
 
@@ -262,6 +299,12 @@ impl CostTable {
                     s.ops
                 )));
             }
+            if s.per_pu.iter().flatten().any(|c| !c.in_range()) {
+                return Err(bad(format!(
+                    "segment {:?} has a figure that is negative, not finite or over an hour",
+                    s.ops
+                )));
+            }
         }
         for (i, (o, op)) in self.ops.iter().zip(&g.ops).enumerate() {
             if o.op as usize != i || o.name != op.name || o.kind != op.kind {
@@ -276,20 +319,20 @@ impl CostTable {
             if o.per_pu.iter().all(Option::is_none) {
                 return Err(bad(format!("op {i} `{}` has no cost on any PU", o.name)));
             }
-            for c in o.per_pu.iter().flatten() {
-                let all = [c.h2d_us, c.dispatch_us, c.exec_us, c.d2h_us, c.power_w]
-                    .into_iter()
-                    .chain(c.p10_us)
-                    .chain(c.p90_us);
-                if all.into_iter().any(|v| !(v.is_finite() && v >= 0.0)) {
-                    return Err(bad(format!("op {i} `{}` has a negative or non-finite figure", o.name)));
-                }
+            if o.per_pu.iter().flatten().any(|c| !c.in_range()) {
+                return Err(bad(format!(
+                    "op {i} `{}` has a figure that is negative, not finite or over an hour (or a power over 10 kW)",
+                    o.name
+                )));
             }
         }
         if let Some(c) = &self.contention
-            && (c.sf.len() != n || c.sf.iter().any(|r| r.len() != n || r.iter().any(|v| !(v.is_finite() && *v > 0.0))))
+            && (c.sf.len() != n
+                || c.sf
+                    .iter()
+                    .any(|r| r.len() != n || r.iter().any(|v| !(v.is_finite() && (0.0..=1e3).contains(v) && *v > 0.0))))
         {
-            return Err(bad(format!("its contention matrix is not {n} x {n} positive factors")));
+            return Err(bad(format!("its contention matrix is not {n} x {n} positive factors up to 1000")));
         }
         Ok(())
     }

@@ -187,6 +187,14 @@ impl VirtualPu {
         if let Some(reason) = w.op_types.iter().find_map(|t| self.unsupported.get(t)) {
             return Err(format!("{reason} (simulated)"));
         }
+        // the analytic model prices an op by what the registry knows of it; an op it does not
+        // know would get a made-up cost, where a real PU would refuse or price it for real
+        if w.class == OpClass::Other {
+            return Err(format!(
+                "`{}` is not in bident's op registry, so the virtual SoC has no cost model for it (simulated)",
+                w.op_types.join("+")
+            ));
+        }
         let class = self.classes.get(&w.class).copied().unwrap_or(ClassModel { efficiency: 1.0, launch_us: 0.0 });
         let base = if w.class.is_mac() {
             match w.dtype.size() {

@@ -75,8 +75,10 @@ pub fn gantt_svg(r: &RunReport) -> String {
         .ops
         .iter()
         .flat_map(|o| [o.predicted_finish_us, o.measured_finish_us])
-        .fold(r.predicted_us.max(r.measured_us), f64::max)
-        .max(1.0);
+        .chain([r.predicted_us, r.measured_us])
+        // a non-finite time (a corrupt report) must not stretch the axis or its tick loop
+        .filter(|t| t.is_finite())
+        .fold(1.0, f64::max);
     let plot = WIDTH - LEFT - 20.0;
     let x = |us: f64| LEFT + us / end * plot;
     let panels = [("predicted", 0), ("measured (median run)", 1)];
@@ -155,8 +157,9 @@ pub fn gantt_svg(r: &RunReport) -> String {
     let axis_y = top + panel_h * 2.0 + 4.0;
     let _ = write!(s, r##"<line x1="{LEFT}" y1="{axis_y}" x2="{}" y2="{axis_y}" stroke="#333"/>"##, LEFT + plot);
     let step = tick_step(end, 8.0);
-    let mut t = 0.0;
-    while t <= end + 1e-9 {
+    // tick_step gives at most ~10 ticks; the bound keeps any float surprise from looping on
+    for k in 0..=((end / step + 1e-9).floor() as usize).min(100) {
+        let t = k as f64 * step;
         let _ = write!(
             s,
             r##"<line x1="{0:.2}" y1="{axis_y}" x2="{0:.2}" y2="{1}" stroke="#333"/><text x="{0:.2}" y="{2}" text-anchor="middle">{3}</text>"##,
@@ -165,7 +168,6 @@ pub fn gantt_svg(r: &RunReport) -> String {
             axis_y + 16.0,
             t
         );
-        t += step;
     }
     let _ = write!(
         s,

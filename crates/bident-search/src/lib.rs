@@ -93,6 +93,22 @@ pub struct Constraints {
 }
 
 impl Constraints {
+    /// What can be checked without the graph (before a pipeline touches its folder): every PU
+    /// named is one of `pus`, and no op is pinned twice under one name. Ops are checked by the
+    /// search.
+    pub fn check_names(&self, pus: &[&str]) -> Result<(), SearchError> {
+        let named = self.pin.iter().chain(&self.forbid).map(|(_, pu)| pu).chain(&self.exclude);
+        if let Some(pu) = named.into_iter().find(|pu| !pus.contains(&pu.as_str())) {
+            return Err(SearchError::Constraint(format!("no PU named `{pu}` (the SoC has {})", pus.join(", "))));
+        }
+        for (k, (op, pu)) in self.pin.iter().enumerate() {
+            if let Some((_, other)) = self.pin[..k].iter().find(|(o, p)| o == op && p != pu) {
+                return Err(SearchError::Constraint(format!("op `{op}` is pinned twice, to {other} and to {pu}")));
+            }
+        }
+        Ok(())
+    }
+
     pub fn is_empty(&self) -> bool {
         self.pin.is_empty() && self.forbid.is_empty() && self.exclude.is_empty()
     }
@@ -130,8 +146,18 @@ impl Constraints {
             }
         }
         let mut pinned = vec![false; p.ops()];
+        let mut pinned_to: Vec<Option<&str>> = vec![None; p.ops()];
         for (o, name) in &self.pin {
             let (c, j) = (op(o)?, pu(name)?);
+            match pinned_to[c].replace(name) {
+                Some(first) if first != name => {
+                    return Err(bad(format!(
+                        "op {c} `{}` is pinned twice, to {first} and to {name}",
+                        costs.ops[c].name
+                    )));
+                }
+                _ => {}
+            }
             let reason = match (p.w[c][j], costs.cost(c as OpId, j)) {
                 (Some(_), _) => None,
                 (None, None) => Some(format!("{name} cannot run it")),
@@ -604,6 +630,28 @@ fn build_plan(
 /// that has a cost entry for it, and the predicted figures and timings equal to the evaluator's.
 pub fn check_plan(plan: &Plan, phased: &PhasedGraph, costs: &CostTable) -> Result<(), SearchError> {
     let bad = |m: String| Err(SearchError::Check(m));
+    check_figures(plan)?;
+    // the plan's SoC fields are copies of the cost table's, whose spec the plan's input hash
+    // covers: an edited copy would label figures with the wrong SoC or the wrong provenance
+    let pus: Vec<&str> = costs.soc.pus.iter().map(|p| p.name.as_str()).collect();
+    if plan.soc != costs.soc.name || plan.simulated != costs.simulated || plan.pus != pus {
+        return bad(format!(
+            "the plan says SoC `{}` ({}, PUs {}) but its cost table is for `{}` ({}, PUs {})",
+            plan.soc,
+            if plan.simulated { "simulated" } else { "measured" },
+            plan.pus.join(", "),
+            costs.soc.name,
+            if costs.simulated { "simulated" } else { "measured" },
+            pus.join(", ")
+        ));
+    }
+    if plan.graph != costs.graph {
+        return bad(format!(
+            "the plan is for graph {}, its cost table for {}",
+            plan.graph.short(),
+            costs.graph.short()
+        ));
+    }
     let order = phased.order();
     let got: Vec<OpId> = plan.steps.iter().map(|s| s.op).collect();
     if got != order {
@@ -634,6 +682,47 @@ pub fn check_plan(plan: &Plan, phased: &PhasedGraph, costs: &CostTable) -> Resul
         let c = s.op as usize;
         if !close(s.start_us, tl.start[c]) || !close(s.finish_us, tl.finish[c]) {
             return bad(format!("op {} `{}`: its start or finish differs from the evaluator's", s.op, s.name));
+        }
+    }
+    Ok(())
+}
+
+/// Largest figure (µs or µJ) a plan may hold: an hour. Anything above is a corrupt or hostile
+/// file, and would make sums overflow and pictures loop.
+const MAX_FIGURE: f64 = 3.6e9;
+
+/// Every figure of the plan finite and in range, whatever the evaluator would say: the first
+/// thing checked on a plan read from disk.
+pub fn check_figures(plan: &Plan) -> Result<(), SearchError> {
+    let ok = |v: f64| v.is_finite() && (-MAX_FIGURE..=MAX_FIGURE).contains(&v);
+    let named = [
+        ("predicted_us", plan.predicted_us),
+        ("predicted_energy_uj", plan.predicted_energy_uj),
+        ("search_estimate", plan.search_estimate),
+        ("lower_bound_us", plan.lower_bound_us),
+        ("lower_bound_energy_uj", plan.lower_bound_energy_uj),
+        ("gap", plan.gap),
+        ("best_single_pu_us", plan.best_single_pu_us.unwrap_or(0.0)),
+        ("blend", plan.blend.unwrap_or(0.0)),
+    ];
+    if let Some((k, v)) = named.iter().find(|(_, v)| !ok(*v)) {
+        return Err(SearchError::Check(format!("`{k}` is {v:e}, not a finite figure under {MAX_FIGURE:e}")));
+    }
+    for s in &plan.steps {
+        let figures =
+            [s.start_us, s.finish_us, s.exec_us, s.saved_us, s.contention, s.transfer_in_us, s.transfer_out_us]
+                .into_iter()
+                .chain(s.cost_us.iter().flatten().copied());
+        if let Some(v) = figures.into_iter().find(|&v| !ok(v)) {
+            return Err(SearchError::Check(format!(
+                "op {} `{}` has the figure {v:e}, not finite and in range",
+                s.op, s.name
+            )));
+        }
+    }
+    for b in &plan.baselines {
+        if let Some(v) = [b.predicted_us, b.predicted_energy_uj].into_iter().flatten().find(|&v| !ok(v)) {
+            return Err(SearchError::Check(format!("baseline on `{}` is {v:e}, not finite and in range", b.pu)));
         }
     }
     Ok(())

@@ -64,7 +64,102 @@ pub const MODELS: &[(&str, &str)] = &[
     ("bad-matmul-inner", "a MatMul of [1, 8] by [4, 4]"),
     ("bad-add-dtypes", "an Add of an f32 input and an i64 constant"),
     ("bad-if-branch-shapes", "an If on a run-time condition whose untyped branches give [16] and [1, 16]"),
+    ("bad-external-absolute", "an initializer whose external data location is the absolute path /etc/passwd"),
+    ("bad-external-if", "an If-branch initializer whose external data location is ../outside.bin"),
+    ("bad-external-loop-constant", "a Constant inside a Loop body whose tensor's external data is /etc/passwd"),
+    ("bad-duplicate-initializer", "two initializers named `w` with different values"),
+    ("bad-duplicate-input", "the graph input `x` listed twice"),
+    ("bad-duplicate-graph-output", "the graph output `y` listed twice"),
+    ("bad-opset-zero", "opset_import says the default domain is at version 0"),
+    ("bad-no-opset", "no opset_import at all"),
+    ("bad-future-ir", "ir_version 99"),
+    ("bad-negative-input-dim", "an input whose dim 1 is -3"),
+    (
+        "const-transpose-pad",
+        "a Pad whose pads come from Constant -> Transpose -> Reshape (an STFT front end's framing), reflect mode",
+    ),
 ];
+
+/// Where [`external_ref`] puts the tensor that names a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExternalPlace {
+    /// An initializer of the main graph.
+    Main,
+    /// An initializer of an If's then-branch (the condition is a run-time value).
+    IfBranch,
+    /// The tensor of a Constant node inside a Loop body.
+    LoopConstant,
+}
+
+/// A small model one of whose f32[1, 4] tensors keeps its data in the file `location` (ONNX
+/// external data), at `place`: what an attacker writes to make an importer read a file.
+pub fn external_ref(place: ExternalPlace, location: &str, seed: u64) -> ModelProto {
+    use bident_ir::proto::{StringStringEntryProto, TensorProto};
+    let external = |t: &mut TensorProto| {
+        t.raw_data = None;
+        t.data_location = Some(DataLocation::External as i32);
+        t.external_data =
+            vec![StringStringEntryProto { key: Some("location".into()), value: Some(location.to_string()) }];
+    };
+    let mut b = Builder::new(seed);
+    let x = b.input("x", &[1, 4]);
+    let y = match place {
+        ExternalPlace::Main => {
+            let w = b.weight("w", &[1, 4]);
+            b.node("Add", &[&x, &w], &[])
+        }
+        ExternalPlace::IfBranch => {
+            let s = b.node("ReduceSum", &[&x], &[("keepdims", 0i64.into())]);
+            let zero = b.scalar_f32("zero", 0.0);
+            let cond = b.node("Greater", &[&s, &zero], &[]);
+            let mut then_b = Builder::new(seed);
+            let w = then_b.weight("then_w", &[1, 4]);
+            then_b.node_named("then_add", "Add", &[&x, &w], &["then_out"], &[]);
+            then_b.output_typed("then_out", &[1, 4]);
+            let mut then_g = then_b.finish_graph("then");
+            external(&mut then_g.initializer[0]);
+            let mut else_b = Builder::new(seed);
+            else_b.node_named("else_neg", "Neg", &[&x], &["else_out"], &[]);
+            else_b.output_typed("else_out", &[1, 4]);
+            let branches = [
+                ("then_branch", builder::Attr::Graph(Box::new(then_g))),
+                ("else_branch", builder::Attr::Graph(Box::new(else_b.finish_graph("else")))),
+            ];
+            b.node("If", &[&cond], &branches)
+        }
+        ExternalPlace::LoopConstant => {
+            use builder::Attr;
+            let trip = b.const_i64("trip", &[], &[2]);
+            let go = b.const_i64("go_i64", &[], &[1]);
+            let go = b.node("Cast", &[&go], &[("to", (DType::Bool.onnx_code() as i64).into())]);
+            let mut body = Builder::new(seed);
+            body.input_typed("i", DType::I64, &[], "");
+            body.input_typed("cond_in", DType::Bool, &[], "");
+            body.input_typed("y_in", DType::F32, &[Some(1), Some(4)], "");
+            let yes = bident_tensor::HostTensor { dtype: DType::Bool, shape: vec![], data: vec![1] };
+            body.node_named("keep_going", "Constant", &[], &["cond_out"], &[("value", Attr::Tensor(yes))]);
+            let w = bident_tensor::HostTensor::seeded(DType::F32, vec![1, 4], seed);
+            body.node_named("body_w", "Constant", &[], &["w_in_body"], &[("value", Attr::Tensor(w))]);
+            body.node_named("step", "Add", &["y_in", "w_in_body"], &["y_out"], &[]);
+            body.output_untyped("cond_out");
+            body.output_untyped("y_out");
+            let mut g = body.finish_graph("body");
+            if let Some(t) = g.node.iter_mut().find(|n| n.name() == "body_w").and_then(|n| n.attribute[0].t.as_mut()) {
+                external(t);
+            }
+            b.node_named("loop", "Loop", &[&trip, &go, &x], &["y_final"], &[("body", Attr::Graph(Box::new(g)))]);
+            "y_final".to_string()
+        }
+    };
+    b.output(&y);
+    let mut m = b.finish("external_ref");
+    if place == ExternalPlace::Main
+        && let Some(w) = m.graph.as_mut().and_then(|g| g.initializer.iter_mut().find(|t| t.name() == "w"))
+    {
+        external(w);
+    }
+    m
+}
 
 /// Single-op probe models, `probe-<op>-<dtype>-<n>` (see [`probe`]): the ops the paper's
 /// Observations 1 and 2 compare PUs on.
@@ -156,6 +251,62 @@ pub fn build(name: &str, seed: u64) -> Option<ModelProto> {
         "control-loop" => control_loop(seed),
         "control-if" => control_if(seed, true),
         "control-if-untyped" => control_if(seed, false),
+        "bad-external-absolute" => external_ref(ExternalPlace::Main, "/etc/passwd", seed),
+        "bad-external-if" => external_ref(ExternalPlace::IfBranch, "../outside.bin", seed),
+        "bad-external-loop-constant" => external_ref(ExternalPlace::LoopConstant, "/etc/passwd", seed),
+        "bad-duplicate-initializer" | "bad-duplicate-input" | "bad-duplicate-graph-output" => {
+            let mut b = Builder::new(seed);
+            let x = b.input("x", &[1, 4]);
+            let w = b.weight("w", &[1, 4]);
+            let y = b.node("Add", &[&x, &w], &[]);
+            b.output(&y);
+            let mut m = b.finish("bad_duplicate");
+            let g = m.graph.as_mut().expect("built");
+            match name {
+                "bad-duplicate-initializer" => {
+                    let mut again = g.initializer[0].clone();
+                    again.raw_data = Some(vec![0u8; 16].into());
+                    g.initializer.push(again);
+                }
+                "bad-duplicate-input" => g.input.push(g.input[0].clone()),
+                _ => g.output.push(g.output[0].clone()),
+            }
+            m
+        }
+        "bad-opset-zero" | "bad-no-opset" | "bad-future-ir" => {
+            let mut m = one_op(seed, "Relu", &[1, 4], &[], &[]);
+            match name {
+                "bad-opset-zero" => m.opset_import[0].version = Some(0),
+                "bad-no-opset" => m.opset_import.clear(),
+                _ => m.ir_version = Some(99),
+            }
+            m
+        }
+        "bad-negative-input-dim" => {
+            let mut m = one_op(seed, "Relu", &[1, 4], &[], &[]);
+            if let Some(bident_ir::proto::type_proto::Value::TensorType(t)) =
+                m.graph.as_mut().and_then(|g| g.input[0].r#type.as_mut()).and_then(|t| t.value.as_mut())
+                && let Some(shape) = t.shape.as_mut()
+            {
+                shape.dim[1].value = Some(bident_ir::proto::tensor_shape_proto::dimension::Value::DimValue(-3));
+            }
+            m
+        }
+        "const-transpose-pad" => {
+            let mut b = Builder::new(seed);
+            let x = b.input("x", &[1, 2, 16]);
+            // [[0, 0], [0, 0], [2, 3]] -> Transpose -> [[0, 0, 2], [0, 0, 3]] -> Reshape [6]: the pads
+            let v = bident_tensor::HostTensor::from_f64("frame", DType::I64, vec![3, 2], &[0., 0., 0., 0., 2., 3.])
+                .expect("valid");
+            let c = b.node("Constant", &[], &[("value", builder::Attr::Tensor(v))]);
+            let t = b.node("Transpose", &[&c], &[("perm", vec![1i64, 0].into())]);
+            let flat = b.const_i64("flat", &[1], &[-1]);
+            let pads = b.node("Reshape", &[&t, &flat], &[]);
+            let p = b.node("Pad", &[&x, &pads], &[("mode", builder::Attr::Str("reflect"))]);
+            let y = b.node("Relu", &[&p], &[]);
+            b.output(&y);
+            b.finish("const_transpose_pad")
+        }
         "bad-dangling-input" => {
             let mut b = Builder::new(seed);
             let x = b.input("x", &[1, 8]);

@@ -11,7 +11,7 @@ use crate::consts::{from_f64, from_proto, to_f64};
 pub(super) fn register(r: &mut Registry) {
     r.add(&["Reshape"], (Role::Plain, OpClass::Movement), infer_reshape, Some(eval_reshape));
     r.add(&["Flatten"], (Role::Plain, OpClass::Movement), infer_flatten, Some(eval_reshape));
-    r.add(&["Transpose"], (Role::Plain, OpClass::Movement), infer_transpose, None);
+    r.add(&["Transpose"], (Role::Plain, OpClass::Movement), infer_transpose, Some(eval_transpose));
     r.add(&["Squeeze"], (Role::Plain, OpClass::Movement), infer_squeeze, Some(eval_reshape));
     r.add(&["Unsqueeze"], (Role::Plain, OpClass::Movement), infer_unsqueeze, Some(eval_reshape));
     r.add(&["Concat"], (Role::Plain, OpClass::Movement), infer_concat, Some(eval_concat));
@@ -119,12 +119,50 @@ fn eval_reshape(c: &Ctx) -> Result<Vec<HostTensor>, String> {
 
 fn infer_transpose(c: &Ctx) -> Result<Vec<Fact>, String> {
     let x = c.shape(0)?;
-    let perm = c.attr_ints("perm").unwrap_or_else(|| (0..x.len() as i64).rev().collect());
-    if perm.len() != x.len() {
-        return Err(format!("perm {perm:?} does not fit rank {}", x.len()));
-    }
-    let out = perm.iter().map(|&p| axis(p, x.len()).map(|a| x[a])).collect::<Result<_, _>>()?;
+    let perm = transpose_perm(c, x.len())?;
+    let out = perm.iter().map(|&a| x[a]).collect();
     Ok(vec![Fact::new(c.dtype(0)?, out)])
+}
+
+/// The permutation of a Transpose (checked: each axis once).
+fn transpose_perm(c: &Ctx, rank: usize) -> Result<Vec<usize>, String> {
+    let perm = c.attr_ints("perm").unwrap_or_else(|| (0..rank as i64).rev().collect());
+    let perm: Vec<usize> = perm.iter().map(|&p| axis(p, rank)).collect::<Result<_, _>>()?;
+    let mut seen = vec![false; rank];
+    if perm.len() != rank || perm.iter().any(|&a| std::mem::replace(&mut seen[a], true)) {
+        return Err(format!("perm {perm:?} is not a permutation of {rank} axes"));
+    }
+    Ok(perm)
+}
+
+/// A constant Transpose, element by element (as bytes: any element type).
+fn eval_transpose(c: &Ctx) -> Result<Vec<HostTensor>, String> {
+    let x = c.const_at(0).ok_or("not constant")?;
+    let rank = x.shape.len();
+    let perm = transpose_perm(c, rank)?;
+    let out_shape: Vec<u64> = perm.iter().map(|&a| x.shape[a]).collect();
+    let size = x.dtype.size();
+    // input strides in elements, taken in output-axis order
+    let mut strides = vec![1u64; rank];
+    for a in (0..rank.saturating_sub(1)).rev() {
+        strides[a] = strides[a + 1] * x.shape[a + 1];
+    }
+    let strides: Vec<u64> = perm.iter().map(|&a| strides[a]).collect();
+    let n = x.numel();
+    let mut data = Vec::with_capacity(x.data.len());
+    let mut idx = vec![0u64; rank];
+    for _ in 0..n {
+        let src = idx.iter().zip(&strides).map(|(i, s)| i * s).sum::<u64>() as usize * size;
+        data.extend_from_slice(x.data.get(src..src + size).ok_or("constant shorter than its shape")?);
+        for a in (0..rank).rev() {
+            idx[a] += 1;
+            if idx[a] < out_shape[a] {
+                break;
+            }
+            idx[a] = 0;
+        }
+    }
+    Ok(vec![HostTensor { dtype: x.dtype, shape: out_shape, data }])
 }
 
 fn axes_arg(c: &Ctx) -> Result<Option<Vec<i64>>, String> {

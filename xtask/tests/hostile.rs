@@ -1,0 +1,213 @@
+//! Hostile and careless use of the commands: edited artifacts, concurrent runs on one folder,
+//! bad options after good runs, edge values. Each must end in one clear line and leave what
+//! was there intact. (Malformed models are the data-driven `tests/data/bad-input/` cases.)
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use bident_artifact as artifact;
+use bident_search::Plan;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+fn xtask(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_xtask")).args(args).current_dir(root()).output().expect("xtask runs")
+}
+
+/// The command failed with exactly one non-empty stderr line, which contains `want`.
+#[track_caller]
+fn refused(o: &Output, want: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "accepted; stderr:\n{err}");
+    assert!(!err.contains("panicked"), "panicked:\n{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "expected one line, got:\n{err}");
+    assert!(lines[0].starts_with("error: ") && lines[0].contains(want), "expected `{want}` in:\n{err}");
+}
+
+#[track_caller]
+fn ok(o: &Output) {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// Rewrite `dir/plan.bin` with `edit` applied, its payload hash recomputed (what an attacker or
+/// a careless script does), keeping the input hash.
+fn edit_plan(dir: &Path, edit: impl FnOnce(&mut Plan)) {
+    let path = dir.join("plan.bin");
+    let mut s = artifact::read::<Plan>(&path).expect("plan");
+    edit(&mut s.value);
+    artifact::write(&path, &s.value, s.header.input_hash).expect("write");
+}
+
+#[test]
+fn edited_plans_are_refused_before_anything_runs() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("a");
+    let d = dir.display().to_string();
+    ok(&xtask(&["pipeline", "--out", &d, "--soc", "lunar-lake"]));
+    let original = std::fs::read(dir.join("plan.bin")).expect("plan");
+    let restore = || std::fs::write(dir.join("plan.bin"), &original).expect("restore");
+
+    edit_plan(&dir, |p| p.steps[0].finish_us = f64::INFINITY);
+    refused(&xtask(&["run", &d]), "not finite and in range");
+    let plan = dir.join("plan.bin").display().to_string();
+    refused(&xtask(&["plan-diff", &plan, &plan]), "not finite and in range");
+    restore();
+    edit_plan(&dir, |p| p.predicted_us = 1e300);
+    refused(&xtask(&["run", &d]), "`predicted_us` is 1e300");
+    restore();
+    edit_plan(&dir, |p| {
+        p.soc = "cores".into();
+        p.simulated = false;
+    });
+    refused(&xtask(&["run", &d]), "the plan says SoC `cores` (measured");
+    restore();
+    edit_plan(&dir, |p| p.steps.swap(0, 1));
+    refused(&xtask(&["run", &d]), "steps are not the phased graph's ops in its execution order");
+    restore();
+    // untouched, the plan is refused only because nothing runs on a virtual SoC
+    refused(&xtask(&["run", &d]), "virtual SoC `lunar-lake`");
+}
+
+#[test]
+fn a_bad_option_leaves_the_folder_as_it_was() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("a");
+    let d = dir.display().to_string();
+    ok(&xtask(&["pipeline", "--out", &d, "--soc", "lunar-lake"]));
+    let snapshot = |files: &[&str]| -> Vec<Vec<u8>> {
+        files.iter().map(|f| std::fs::read(dir.join(f)).expect("artifact")).collect()
+    };
+    let files = ["fused-graph.bin", "phased-graph.bin", "cost-table.bin", "plan.bin", "plan.yaml"];
+    let before = snapshot(&files);
+    let bad_soc =
+        root().join("tests/data/bad-soc").read_dir().expect("bad-soc").next().expect("a case").expect("entry");
+    let bad_soc = bad_soc.path().display().to_string();
+    for args in [
+        vec!["pipeline", "zoo:mlp", "--out", &d, "--soc", &bad_soc],
+        vec!["pipeline", "zoo:mlp", "--out", &d, "--soc", "no-such-soc"],
+        vec!["pipeline", "zoo:mlp", "--out", &d, "--soc", "lunar-lake", "--pin", "0=nowhere"],
+        vec!["pipeline", "zoo:mlp", "--out", &d, "--soc", "lunar-lake", "--input-shape", "x=0,64"],
+        vec!["pipeline", "zoo:mlp", "--out", &d, "--soc", "lunar-lake", "--inject-fault", "cpu:compile"],
+    ] {
+        let o = xtask(&args);
+        assert!(!o.status.success(), "{args:?} accepted");
+        assert_eq!(snapshot(&files), before, "{args:?} touched the folder");
+    }
+}
+
+#[test]
+fn one_folder_one_writer() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path().display().to_string();
+    std::fs::create_dir_all(tmp.path()).expect("dir");
+    let lock = std::fs::File::create(tmp.path().join(".lock")).expect("lock file");
+    lock.try_lock().expect("the test holds the lock");
+    for args in [
+        vec!["pipeline", "--out", &d, "--soc", "lunar-lake"],
+        vec!["import", "zoo:mlp", "--out", &d],
+        vec!["partition", &d],
+        vec!["search", &d],
+    ] {
+        refused(&xtask(&args), "another bident command is writing this folder");
+    }
+    drop(lock);
+    ok(&xtask(&["pipeline", "--out", &d, "--soc", "lunar-lake"]));
+}
+
+/// Several runs of one zoo model at once: each reads a whole model (the zoo file is replaced
+/// by renaming, never rewritten in place).
+#[test]
+fn concurrent_runs_of_one_zoo_model() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let children: Vec<_> = (0..4)
+        .map(|k| {
+            let out = tmp.path().join(format!("o{k}")).display().to_string();
+            Command::new(env!("CARGO_BIN_EXE_xtask"))
+                .args(["import", "zoo:attention", "--out", &out])
+                .current_dir(root())
+                .output()
+        })
+        .collect();
+    for c in children {
+        ok(&c.expect("xtask runs"));
+    }
+}
+
+#[test]
+fn edge_values_are_refused_not_changed() {
+    let mlp = ["pipeline", "zoo:mlp", "--soc", "lunar-lake"];
+    let with = |extra: &[&str]| -> Output {
+        let mut a = mlp.to_vec();
+        a.extend_from_slice(extra);
+        xtask(&a)
+    };
+    refused(&with(&["--runs", "0"]), "invalid value '0' for '--runs");
+    refused(&with(&["--profile-runs", "0"]), "invalid value '0' for '--profile-runs");
+    refused(&with(&["--timeout", "0"]), "invalid value '0' for '--timeout");
+    refused(&with(&["--input-shape", "x=1,64", "--input-shape", "x=2,64"]), "--input-shape `x` is given twice");
+    refused(&with(&["--pin", "0=cpu", "--pin", "0=gpu"]), "is pinned twice, to cpu and to gpu");
+    refused(&with(&["--inject-fault", "core9:compile"]), "virtual SoC; nothing runs on it");
+    refused(&xtask(&["pipeline", "zoo:mlp", "--soc", "cores", "--inject-fault", "core9:compile"]), "has no PU `core9`");
+}
+
+#[test]
+fn imported_cost_tables_are_whole_and_in_range() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("a");
+    let d = dir.display().to_string();
+    ok(&xtask(&["pipeline", "zoo:mlp", "--out", &d, "--soc", "lunar-lake"]));
+    let csv = tmp.path().join("costs.csv");
+    let c = csv.display().to_string();
+    ok(&xtask(&["costs", "export", &d, &c]));
+    let text = std::fs::read_to_string(&csv).expect("csv");
+    let lines: Vec<&str> = text.lines().collect();
+    let first_row = lines.iter().position(|l| l.starts_with("0,")).expect("a row of op 0");
+    let write = |lines: &[&str]| std::fs::write(&csv, lines.join("\n") + "\n").expect("write");
+
+    let mut twice = lines.clone();
+    twice.insert(first_row + 1, lines[first_row]);
+    write(&twice);
+    refused(&xtask(&["costs", "import", &c, &d]), "has a row already");
+    let mut missing = lines.clone();
+    missing.remove(first_row);
+    write(&missing);
+    refused(&xtask(&["costs", "import", &c, &d]), "has no row for PU");
+
+    let json = tmp.path().join("costs.json");
+    let j = json.display().to_string();
+    ok(&xtask(&["costs", "export", &d, &j]));
+    let mut table: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("json");
+    for op in table["ops"].as_array_mut().expect("ops") {
+        for c in op["per_pu"].as_array_mut().expect("per_pu").iter_mut().filter(|c| !c.is_null()) {
+            c["exec_us"] = serde_json::json!(1e308);
+        }
+    }
+    std::fs::write(&json, table.to_string()).expect("write");
+    refused(&xtask(&["costs", "import", &j, &d]), "over an hour");
+}
+
+/// `--with` writes where `--out` says, and each model takes its own input flags.
+#[test]
+fn pairs_honour_out_and_their_own_input_shapes() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path().display().to_string();
+    ok(&xtask(&[
+        "pipeline",
+        "zoo:mlp",
+        "--with",
+        "zoo:dynamic-batch",
+        "--with-input-shape",
+        "x=1,64",
+        "--soc",
+        "lunar-lake",
+        "--out",
+        &d,
+    ]));
+    for f in ["concurrent-plan.bin", "mlp/fused-graph.bin", "dynamic-batch/fused-graph.bin"] {
+        assert!(tmp.path().join(f).exists(), "{f} missing");
+    }
+}
