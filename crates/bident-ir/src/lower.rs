@@ -166,8 +166,12 @@ fn well_formed(model: &ModelProto) -> Result<(), IrError> {
         }
         _ => {}
     }
-    if !model.opset_import.iter().any(|o| matches!(o.domain(), "" | "ai.onnx")) {
-        return bad("opset_import names no version of the default ONNX domain".into());
+    if model.opset_import.is_empty() {
+        return bad("opset_import is empty: the model says no operator set version".into());
+    }
+    let default_ops = model.graph.iter().flat_map(|g| &g.node).any(|n| matches!(n.domain(), "" | "ai.onnx"));
+    if default_ops && !model.opset_import.iter().any(|o| matches!(o.domain(), "" | "ai.onnx")) {
+        return bad("opset_import names no version of the default ONNX domain, which its nodes use".into());
     }
     let mut domains = HashSet::new();
     for o in &model.opset_import {

@@ -159,9 +159,21 @@ impl Builder {
         self.graph.output.push(ValueInfoProto { name: Some(name.into()), ..Default::default() });
     }
 
+    /// Add an initializer; one of that name already there is reused when it holds the same
+    /// value, else the new one gets a fresh name (a model may define a name only once).
     fn add_initializer(&mut self, name: &str, t: &HostTensor) -> String {
-        self.graph.initializer.push(tensor_proto(name, t));
-        name.to_string()
+        let proto = tensor_proto(name, t);
+        let mut unique = name.to_string();
+        let mut k = 1;
+        while let Some(existing) = self.graph.initializer.iter().find(|i| i.name() == unique) {
+            if *existing == (TensorProto { name: Some(unique.clone()), ..proto.clone() }) {
+                return unique;
+            }
+            unique = format!("{name}.{k}");
+            k += 1;
+        }
+        self.graph.initializer.push(TensorProto { name: Some(unique.clone()), ..proto });
+        unique
     }
 
     /// A seeded weight with values in [-1, 1) scaled by 1/sqrt(fan-in) so activations stay tame.
