@@ -12,8 +12,14 @@
 pub mod fault;
 pub mod soc;
 
+#[cfg(any(feature = "openvino", feature = "onnxruntime"))]
+mod model_check;
+#[cfg(feature = "onnxruntime")]
+pub mod onnxruntime;
 #[cfg(feature = "openvino")]
 pub mod openvino;
+#[cfg(any(feature = "openvino", feature = "onnxruntime"))]
+mod wheel;
 
 pub use bident_tensor::{DType, HostTensor};
 pub use soc::{PuFile, PuKind, PuSpec, SocError, SocFile, SocSpec};
