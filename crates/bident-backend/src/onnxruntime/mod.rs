@@ -412,6 +412,20 @@ impl Executable for OrtExecutable {
     }
 
     fn run_timed(&mut self, inputs: &[&HostTensor]) -> Result<(Vec<HostTensor>, RunTiming), BackendError> {
+        let outcome = self.bind_and_run(inputs);
+        // whatever happened, the binding keeps no pointer to the caller's buffers past this call
+        self.binding.clear_inputs();
+        outcome
+    }
+
+    fn layers(&self) -> Result<Vec<Layer>, BackendError> {
+        self.profiled_layers()
+    }
+}
+
+impl OrtExecutable {
+    /// [`Executable::run_timed`] without clearing the binding.
+    fn bind_and_run(&mut self, inputs: &[&HostTensor]) -> Result<(Vec<HostTensor>, RunTiming), BackendError> {
         let pu = self.pu.clone();
         let run_err = |what: &str, reason: String| BackendError::Run { pu: pu.clone(), what: what.to_string(), reason };
         if inputs.len() != self.inputs.len() {
@@ -438,7 +452,7 @@ impl Executable for OrtExecutable {
             let dims: Vec<i64> = t.shape.iter().map(|&d| d as i64).collect();
             let mut value = std::ptr::null_mut();
             // SAFETY: the host buffer outlives the run below (held by the caller) and the binding
-            // is cleared before this returns, so ONNX Runtime keeps no pointer to it. ONNX Runtime
+            // is cleared when `run_timed` returns, so ONNX Runtime keeps no pointer to it. ONNX Runtime
             // never writes to an input, and inputs may be shared with other consumers: the cast to
             // *mut only satisfies the C signature. An output that aliases an input (an Identity)
             // is copied out below before the buffer can change.
@@ -494,13 +508,11 @@ impl Executable for OrtExecutable {
                 .collect::<Result<Vec<_>, _>>()
         });
         let t3 = Instant::now();
-        // the binding must not keep pointers to the caller's buffers past this call
-        self.binding.clear_inputs();
         drop(held);
         Ok((result?, RunTiming { h2d: t1 - t0, infer: t2 - t1, d2h: t3 - t2 }))
     }
 
-    fn layers(&self) -> Result<Vec<Layer>, BackendError> {
+    fn profiled_layers(&self) -> Result<Vec<Layer>, BackendError> {
         let err = |reason: String| BackendError::Run { pu: self.pu.clone(), what: "profiling".into(), reason };
         let p = self.profile.as_ref().ok_or_else(|| err("the model was not compiled with profiling on".into()))?;
         let file = last_profile(p.dir.path()).map_err(err)?;
