@@ -1,19 +1,25 @@
-//! The processing-unit (PU) abstraction, and the OpenVINO implementation of it.
+//! The processing-unit (PU) abstraction, and its OpenVINO and ONNX Runtime implementations.
 //!
 //! A [`Backend`] compiles a standalone ONNX model for one PU (described by a [`PuSpec`]) into an
 //! [`Executable`] that runs on the calling thread with host tensors. bident-profile and
 //! bident-runtime are written against these traits only; which backend is used is decided by the
-//! caller (xtask, tests). A second backend (ONNX Runtime is planned) is another module beside
-//! [`openvino`] implementing the same traits.
+//! caller (xtask, tests). Each implementation is a module behind a feature of its own
+//! (`openvino`, `onnxruntime`).
 //!
-//! Architecture invariant: this is the only crate that touches OpenVINO. It knows nothing of
-//! graphs, cost tables or plans.
+//! Architecture invariant: this is the only crate that touches OpenVINO or ONNX Runtime. It
+//! knows nothing of graphs, cost tables or plans.
 
 pub mod fault;
 pub mod soc;
 
+#[cfg(any(feature = "openvino", feature = "onnxruntime"))]
+mod model_check;
+#[cfg(feature = "onnxruntime")]
+pub mod onnxruntime;
 #[cfg(feature = "openvino")]
 pub mod openvino;
+#[cfg(any(feature = "openvino", feature = "onnxruntime"))]
+mod wheel;
 
 pub use bident_tensor::{DType, HostTensor};
 pub use soc::{PuFile, PuKind, PuSpec, SocError, SocFile, SocSpec};
@@ -56,7 +62,7 @@ pub struct PortInfo {
 }
 
 /// Where the time of one timed run went. What each part means depends on the backend and PU
-/// kind; the OpenVINO CPU meaning is documented on [`openvino`].
+/// kind; the CPU meanings are documented on `openvino` and `onnxruntime`.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RunTiming {
     /// Making the inputs available to the PU.

@@ -265,10 +265,8 @@ impl Backend for OpenVino {
 impl OpenVino {
     fn compile_with(&self, onnx: &[u8], pu: &PuSpec, profiled: bool) -> Result<Box<dyn Executable>, BackendError> {
         let fail = |reason: String| BackendError::Compile { pu: pu.name.clone(), reason };
-        if rewrite::names_a_file(onnx) {
-            return Err(fail(
-                "the model names external data files; backends are handed self-contained models only".into(),
-            ));
+        if crate::model_check::names_a_file(onnx) {
+            return Err(fail(crate::model_check::NAMES_A_FILE.into()));
         }
         let onnx = rewrite::for_openvino(onnx);
         let mut model = ptr::null_mut();

@@ -15,18 +15,6 @@ use std::collections::HashSet;
 use bident_onnx::{AttributeProto, ModelProto, NodeProto, TensorProto, attribute_proto};
 use prost::Message;
 
-/// True when the bytes are an ONNX model some tensor of which keeps its data in a file.
-/// OpenVINO's reader would open that file relative to the working directory, not the model's
-/// folder, so such a model is never handed to it: bident-ir embeds every external tensor at
-/// import, after checking the file lies inside the model's folder.
-pub(crate) fn names_a_file(onnx: &[u8]) -> bool {
-    // cheap guard: an external reference always carries the key `location`
-    if !onnx.windows(8).any(|w| w == b"location") {
-        return false;
-    }
-    ModelProto::decode(onnx).is_ok_and(|mut m| bident_onnx::visit::names_a_file(&mut m))
-}
-
 /// The model with every known-bad construct rewritten, or the bytes unchanged when it has none.
 pub(crate) fn for_openvino(onnx: &[u8]) -> Cow<'_, [u8]> {
     // cheap guard: most models have no Pad at all

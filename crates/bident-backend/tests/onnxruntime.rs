@@ -1,0 +1,191 @@
+//! The ONNX Runtime backend against OpenVINO on the zoo's models, its profile, and its refusals.
+//! Both runtimes are installed into the workspace's target folder on first use.
+
+#![cfg(all(feature = "onnxruntime", feature = "openvino"))]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use bident_backend::onnxruntime::OnnxRuntime;
+use bident_backend::openvino::OpenVino;
+use bident_backend::{Backend, BackendError, Executable, HostTensor, LayerStatus, PuKind, PuSpec};
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"))
+}
+
+fn ort() -> &'static OnnxRuntime {
+    static BE: OnceLock<OnnxRuntime> = OnceLock::new();
+    BE.get_or_init(|| {
+        let lib = bident_backend::onnxruntime::install::ensure(&target_dir(), &mut |l| eprintln!("{l}"))
+            .expect("ONNX Runtime is needed by these tests");
+        OnnxRuntime::load(&lib).expect("loading ONNX Runtime")
+    })
+}
+
+fn openvino() -> &'static OpenVino {
+    static BE: OnceLock<OpenVino> = OnceLock::new();
+    BE.get_or_init(|| {
+        let lib = bident_backend::openvino::install::ensure(&target_dir(), &mut |l| eprintln!("{l}"))
+            .expect("OpenVINO is needed by these tests");
+        OpenVino::load(&lib).expect("loading OpenVINO")
+    })
+}
+
+fn cpu(properties: &[(&str, &str)]) -> PuSpec {
+    PuSpec {
+        name: "cpu".into(),
+        kind: PuKind::Cpu,
+        device: "CPU".into(),
+        properties: properties.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),
+        cores: vec![],
+        declared_power_w: 15.0,
+    }
+}
+
+fn model(name: &str) -> Vec<u8> {
+    bident_zoo::build_bytes(name, 0).unwrap_or_else(|| panic!("zoo model {name}"))
+}
+
+/// Seeded inputs for an executable's ports (all static in the zoo models used here).
+fn seeded_inputs(exe: &dyn Executable) -> Vec<HostTensor> {
+    exe.inputs()
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let shape = p.shape.clone().unwrap_or_else(|| panic!("input `{}` has a dynamic shape", p.name));
+            HostTensor::seeded(p.dtype, shape, 7 + i as u64)
+        })
+        .collect()
+}
+
+fn run(exe: &mut dyn Executable, inputs: &[HostTensor]) -> Vec<HostTensor> {
+    let refs: Vec<&HostTensor> = inputs.iter().collect();
+    exe.run(&refs).expect("run")
+}
+
+#[test]
+fn same_outputs_as_openvino() {
+    // control-loop: Loop outputs whose rank ONNX Runtime only learns when it runs
+    for name in ["example", "mlp", "control-loop"] {
+        let onnx = model(name);
+        let mut a = ort().compile(&onnx, &cpu(&[("INTRA_OP_NUM_THREADS", "1")])).expect("ONNX Runtime compiles");
+        let mut b = openvino().compile(&onnx, &cpu(&[("INFERENCE_PRECISION_HINT", "f32")])).expect("OpenVINO compiles");
+        assert_eq!(a.inputs().len(), b.inputs().len(), "{name}: inputs");
+        assert_eq!(a.outputs().len(), b.outputs().len(), "{name}: outputs");
+        let inputs = seeded_inputs(a.as_ref());
+        // twice: the second run reuses the preallocated outputs and the binding
+        let _ = run(a.as_mut(), &inputs);
+        let (out_a, out_b) = (run(a.as_mut(), &inputs), run(b.as_mut(), &inputs));
+        for (k, (x, y)) in out_a.iter().zip(&out_b).enumerate() {
+            assert_eq!(x.shape, y.shape, "{name}: output {k}");
+            assert_eq!(x.dtype, y.dtype, "{name}: output {k}");
+            let diff = x.max_abs_diff(y).expect("comparable");
+            assert!(diff <= 1e-4, "{name}: output {k} differs by {diff}");
+            assert!(x.numel() > 0 && (0..x.numel()).any(|i| x.get_f64(i) != 0.0), "{name}: all zeros");
+        }
+    }
+}
+
+#[test]
+fn run_timed_splits_time_and_checks_inputs() {
+    let onnx = model("example");
+    let mut exe = ort().compile(&onnx, &cpu(&[("INTRA_OP_NUM_THREADS", "1")])).expect("compiles");
+    let inputs = seeded_inputs(exe.as_ref());
+    let refs: Vec<&HostTensor> = inputs.iter().collect();
+    let (_, t) = exe.run_timed(&refs).expect("runs");
+    assert!(t.infer > t.h2d && t.infer > t.d2h, "{t:?}");
+    assert!(matches!(exe.run_timed(&[]), Err(BackendError::Run { .. })));
+    let wrong = HostTensor::seeded(bident_backend::DType::I64, inputs[0].shape.clone(), 1);
+    assert!(matches!(exe.run_timed(&[&wrong]), Err(BackendError::BadInput { index: 0, .. })));
+    // the executable still works after refused inputs
+    assert_eq!(exe.run(&refs).expect("runs again").len(), exe.outputs().len());
+}
+
+#[test]
+fn profiled_run_lists_layers() {
+    let onnx = model("example");
+    let inputs = seeded_inputs(ort().compile(&onnx, &cpu(&[])).expect("compiles").as_ref());
+    // the thread count is read back from the profile: with 2, one pool thread beside the caller
+    for threads in ["2", "1"] {
+        let mut exe = ort().compile_profiled(&onnx, &cpu(&[("INTRA_OP_NUM_THREADS", threads)])).expect("compiles");
+        assert!(exe.layers().is_err(), "no layers before a run");
+        let _ = run(exe.as_mut(), &inputs);
+        assert!(exe.layers().is_ok(), "{threads} threads: {:?}", exe.layers());
+    }
+    let mut exe = ort().compile_profiled(&onnx, &cpu(&[("INTRA_OP_NUM_THREADS", "1")])).expect("compiles");
+    for _ in 0..3 {
+        let _ = run(exe.as_mut(), &inputs);
+        let layers = exe.layers().expect("layers");
+        assert!(layers.len() >= 3, "{layers:?}");
+        assert!(layers.iter().all(|l| l.status == LayerStatus::Executed && !l.layer_type.is_empty()), "{layers:?}");
+        assert!(layers.iter().all(|l| l.exec_type == "CPUExecutionProvider"), "{layers:?}");
+        assert!(layers.iter().any(|l| l.layer_type == "Conv" || l.layer_type == "FusedConv"), "{layers:?}");
+        assert!(layers.iter().all(|l| !l.real_time.is_zero()), "{layers:?}");
+    }
+    // an executable compiled without profiling has no layers
+    let mut plain = ort().compile(&onnx, &cpu(&[])).expect("compiles");
+    let _ = run(plain.as_mut(), &inputs);
+    assert!(matches!(plain.layers(), Err(BackendError::Run { .. })));
+}
+
+#[test]
+fn bad_models_are_compile_errors() {
+    let pu = cpu(&[]);
+    for (what, onnx) in [
+        ("garbage", b"this is not an ONNX model".to_vec()),
+        ("unknown op", model("bad-unknown-op")),
+        ("external data", model("bad-external-absolute")),
+    ] {
+        match ort().compile(&onnx, &pu) {
+            Err(BackendError::Compile { reason, .. }) => assert!(!reason.is_empty(), "{what}"),
+            Err(e) => panic!("{what}: not a compile error: {e}"),
+            Ok(_) => panic!("{what}: compiled"),
+        }
+    }
+}
+
+#[test]
+fn properties_are_checked() {
+    let onnx = model("mlp");
+    for props in [
+        &[("INTRA_OP_NUM_THREADS", "0")][..],
+        &[("INTRA_OP_NUM_THREADS", "many")],
+        &[("GRAPH_OPTIMIZATION_LEVEL", "MAX")],
+        &[("INFERENCE_PRECISION_HINT", "bf16")],
+        &[("PERFORMANCE_HINT", "LATENCY")],
+    ] {
+        assert!(
+            matches!(ort().compile(&onnx, &cpu(props)), Err(BackendError::PropertyIgnored { .. })),
+            "{props:?} accepted"
+        );
+    }
+    let ok = [("INTRA_OP_NUM_THREADS", "2"), ("GRAPH_OPTIMIZATION_LEVEL", "DISABLE_ALL")];
+    assert!(ort().compile(&onnx, &cpu(&ok)).is_ok());
+    let mut gpu = cpu(&[]);
+    gpu.device = "GPU".into();
+    assert!(matches!(ort().compile(&onnx, &gpu), Err(BackendError::Compile { .. })));
+}
+
+#[test]
+fn devices_and_version() {
+    let devices = ort().devices().expect("devices");
+    assert_eq!(devices.len(), 1);
+    assert_eq!((devices[0].name.as_str(), devices[0].kind), ("CPU", PuKind::Cpu));
+    assert_eq!(ort().version(), bident_backend::onnxruntime::install::ONNXRUNTIME_VERSION);
+    assert_eq!(ort().name(), "onnxruntime");
+}
+
+#[test]
+fn wrong_library_is_a_library_error() {
+    let missing = target_dir().join("no-such-dir/libonnxruntime.so");
+    assert!(matches!(OnnxRuntime::load(&missing), Err(BackendError::Library(_))));
+    // a file that is not a shared library
+    let not_a_lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    assert!(matches!(OnnxRuntime::load(&not_a_lib), Err(BackendError::Library(_))));
+    // the right library still loads afterwards
+    assert!(ort().devices().is_ok());
+}
