@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
-use bident_backend::{Backend, SocSpec};
+use bident_backend::SocSpec;
 use serde::Deserialize;
 
 #[derive(Deserialize)]
