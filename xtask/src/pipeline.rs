@@ -1515,7 +1515,7 @@ pub fn soc(spec: &str) -> Result<()> {
 
 pub fn plan_diff(a: &Path, b: &Path) -> Result<()> {
     let read_plan = |f: &Path| -> Result<Plan> {
-        let bytes = std::fs::read(f).with_context(|| f.display().to_string())?;
+        let bytes = artifact::read_bytes(f)?;
         let plan = artifact::decode::<Plan>(f, &bytes)?.value;
         bident_search::check_figures(&plan).with_context(|| f.display().to_string())?;
         Ok(plan)
@@ -1558,7 +1558,7 @@ pub fn plan_diff(a: &Path, b: &Path) -> Result<()> {
 }
 
 pub fn show(file: &Path) -> Result<()> {
-    let bytes = std::fs::read(file).with_context(|| file.display().to_string())?;
+    let bytes = artifact::read_bytes(file)?;
     let (header, _) = artifact::read_header(file, &bytes)?;
     let yaml = match header.kind.as_str() {
         FusedGraph::KIND => twin::<FusedGraph>(file, &bytes)?,

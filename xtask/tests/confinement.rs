@@ -196,6 +196,14 @@ fn nothing_outside_the_model_folder_is_opened_and_nothing_hangs() {
     let o = xtask_in(&cwd, &["soc", &soc.display().to_string()]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("not a regular file"), "FIFO SoC spec:\n{err}");
+    // so is an artifact that is a FIFO
+    let artifact = t.join("plan.bin");
+    let c = CString::new(artifact.as_os_str().as_bytes()).expect("path");
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    let o = xtask_in(&cwd, &["show", &artifact.display().to_string()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("not a regular file"), "FIFO artifact:\n{err}");
     // and the secrets are where they were, so the watch could have seen them
     assert_eq!(std::fs::read(&outside).expect("secret"), SECRET);
     assert!(watch.touched(), "the watch sees an open");

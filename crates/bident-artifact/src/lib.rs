@@ -328,8 +328,23 @@ pub fn write<A: Artifact>(path: &Path, value: &A, input_hash: ContentHash) -> Re
 
 /// Read an artifact of type `A` from `path`.
 pub fn read<A: Artifact>(path: &Path) -> Result<Stamped<A>, ArtifactError> {
-    let bytes = std::fs::read(path).map_err(|source| ArtifactError::Io { path: path.to_path_buf(), source })?;
-    decode(path, &bytes)
+    decode(path, &read_bytes(path)?)
+}
+
+/// The bytes of an artifact file, for [`decode`] or [`read_header`].
+pub fn read_bytes(path: &Path) -> Result<Vec<u8>, ArtifactError> {
+    let io = |source| ArtifactError::Io { path: path.to_path_buf(), source };
+    // a file on disk is input: a FIFO or device in its place is refused, not waited on
+    let mut f = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(io)?
+    };
+    if !f.metadata().map_err(io)?.is_file() {
+        return Err(ArtifactError::BadHeader { path: path.to_path_buf(), reason: "not a regular file".into() });
+    }
+    let mut bytes = vec![];
+    std::io::Read::read_to_end(&mut f, &mut bytes).map_err(io)?;
+    Ok(bytes)
 }
 
 /// Check that an artifact was derived from the given inputs.
