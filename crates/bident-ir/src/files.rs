@@ -63,7 +63,10 @@ pub(crate) enum Refused {
 /// Read `location`, a path a model names, inside `dir`.
 pub(crate) fn read_inside(dir: &Path, location: &str) -> Result<Vec<u8>, Refused> {
     let rel = Path::new(location);
-    if location.is_empty() || rel.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir)) {
+    if location.is_empty() {
+        return Err(Refused::Other("the location is empty".into()));
+    }
+    if rel.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir)) {
         return Err(Refused::Escapes);
     }
     let dir = dir.canonicalize().map_err(|e| Refused::Other(format!("{}: {e}", dir.display())))?;
