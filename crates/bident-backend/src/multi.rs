@@ -181,7 +181,10 @@ declared_power_w = 7.5
         let only_ov = Backends::new(vec![Arc::new(Fake("openvino", "2026.4.1"))]);
         assert_eq!((only_ov.name(), only_ov.version().as_str()), ("openvino", "2026.4.1"));
         let err = SocSpec::from_toml(MIXED, std::path::Path::new("mixed.toml"), &only_ov).expect_err("no ORT");
-        let want = format!("mixed.toml: PU `core1`: no backend `onnxruntime` here (this build has: {})", crate::built_in().join(", "));
+        let want = format!(
+            "mixed.toml: PU `core1`: no backend `onnxruntime` here (this build has: {})",
+            crate::built_in().join(", ")
+        );
         assert_eq!(err.to_string(), want);
         let pu = PuSpec { backend: "tensorrt".into(), ..PuSpec::backend_default(&core_pu()) };
         let err = both().compile(&[], &pu).err().expect("unknown").to_string();

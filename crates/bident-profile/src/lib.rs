@@ -268,7 +268,7 @@ pub enum ProfileError {
     #[error("op {op} `{name}` ({kind}) runs on no PU of SoC `{soc}`: {reasons}")]
     NoPu { op: OpId, name: String, kind: String, soc: String, reasons: String },
     #[error("SoC `{soc}`, PU `{pu}`: {source}")]
-    WrongBackend { soc: String, pu: String, source: BackendError },
+    WrongBackend { soc: String, pu: String, source: Box<BackendError> },
     #[error("a profiling thread for PU `{0}` panicked")]
     Worker(String),
     #[error("{origin}: {reason}")]
@@ -396,7 +396,7 @@ pub fn describe(backend: &dyn Backend, soc: &SocSpec) -> Result<String, ProfileE
         let id = backend.backend_id(&pu.backend).map_err(|source| ProfileError::WrongBackend {
             soc: soc.name.clone(),
             pu: pu.name.clone(),
-            source,
+            source: Box::new(source),
         })?;
         if !ids.contains(&id) {
             ids.push(id);
@@ -442,7 +442,7 @@ fn measure_units(
         let backend_id = backend.backend_id(&pu.backend).map_err(|source| ProfileError::WrongBackend {
             soc: soc.name.clone(),
             pu: pu.name.clone(),
-            source,
+            source: Box::new(source),
         })?;
         let asked: Vec<usize> = (0..units.len()).filter(|&i| on(i, j)).collect();
         let key = |i: usize| cache::CostCache::key(&units[i].model, &units[i].inputs, pu, &backend_id, &machine, cfg);
