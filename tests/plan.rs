@@ -12,6 +12,7 @@ fn synthetic_costs(g: &bident_ir::FusedGraph) -> bident_profile::CostTable {
     use bident_profile::{Cost, CostTable, OpCosts, PowerSource};
     let pu = |name: &str, kind, power| PuSpec {
         name: name.into(),
+        backend: "none".into(),
         kind,
         device: name.to_uppercase(),
         properties: Default::default(),

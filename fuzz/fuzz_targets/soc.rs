@@ -27,7 +27,7 @@ impl Backend for OneCpu {
     fn compile_profiled(&self, onnx: &[u8], pu: &PuSpec) -> Result<Box<dyn Executable>, BackendError> {
         self.compile(onnx, pu)
     }
-    fn timing_meaning(&self, _: PuKind) -> String {
+    fn timing_meaning(&self, _: &PuSpec) -> String {
         String::new()
     }
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use bident_artifact::{self as artifact, Artifact, ContentHash, Stamped};
 use bident_backend::fault::{FaultSpec, FaultyBackend};
-use bident_backend::{Backend, SocSpec, openvino::OpenVino};
+use bident_backend::{Backend, Backends, SocSpec, onnxruntime::OnnxRuntime, openvino::OpenVino};
 use bident_ir::{FusedGraph, OpId};
 use bident_partition::PhasedGraph;
 use bident_profile::simulate::VirtualSoc;
@@ -189,7 +189,7 @@ impl RunOpts {
     }
 
     /// The backend the run uses: `be`, with the injected fault if any.
-    fn backend(&self, be: Arc<OpenVino>) -> Arc<dyn Backend> {
+    fn backend(&self, be: Arc<Backends>) -> Arc<dyn Backend> {
         match &self.inject_fault {
             Some(f) => {
                 eprintln!("run: injecting a fault: PU `{}` {:?}", f.pu, f.fault);
@@ -256,10 +256,22 @@ pub fn backend() -> Result<Arc<OpenVino>> {
     Ok(Arc::new(OpenVino::load(&lib)?))
 }
 
+/// The backends PUs may name (`PuSpec::backend`) behind one dispatcher: OpenVINO (the default)
+/// and, when `named` names it, ONNX Runtime, installing its pinned runtime first if needed. A
+/// name this build does not know is left out, for the SoC check to report.
+pub fn backends<'a>(named: impl IntoIterator<Item = &'a str>) -> Result<Arc<Backends>> {
+    let mut members: Vec<Arc<dyn Backend>> = vec![backend()?];
+    if named.into_iter().any(|b| b == "onnxruntime") {
+        let lib = bident_backend::onnxruntime::install::ensure(&target_dir(), &mut |line| eprintln!("{line}"))?;
+        members.push(Arc::new(OnnxRuntime::load(&lib)?));
+    }
+    Ok(Arc::new(Backends::new(members)))
+}
+
 /// A SoC to plan for: real PUs that are measured (and run the plan), or a virtual SoC whose
 /// costs are simulated (nothing runs, no backend needed).
 pub enum Soc {
-    Measured(SocSpec, Arc<OpenVino>),
+    Measured(SocSpec, Arc<Backends>),
     Virtual(VirtualSoc),
 }
 
@@ -277,11 +289,11 @@ impl Soc {
         if let Some(v) = VirtualSoc::preset(spec) {
             return Ok(Soc::Virtual(v));
         }
-        let be = backend()?;
+        let be = backends(SocSpec::backends_named(spec, "openvino").iter().map(String::as_str))?;
         match SocSpec::load(spec, be.as_ref()) {
             Ok(soc) => Ok(Soc::Measured(soc, be)),
             Err(bident_backend::SocError::UnknownPreset(p)) => bail!(
-                "unknown SoC `{p}` (measured: local, cores; virtual: {}; or a spec file .toml)",
+                "unknown SoC `{p}` (measured: local, cores, cores-mixed; virtual: {}; or a spec file .toml)",
                 bident_profile::simulate::PRESETS.join(", ")
             ),
             Err(e) => Err(e.into()),
@@ -894,7 +906,7 @@ fn run_stage(
     g: &FusedGraph,
     mut plan: (Plan, ContentHash),
     soc: &SocSpec,
-    be: Arc<OpenVino>,
+    be: Arc<Backends>,
     opts: &RunOpts,
     replan: &mut dyn FnMut(&bident_search::Constraints) -> Result<(Plan, ContentHash)>,
 ) -> Result<(Plan, RunReport)> {
@@ -972,7 +984,7 @@ pub fn run_cmd(a: RunArgs) -> Result<()> {
             costs.value.soc.name
         );
     }
-    let be = backend()?;
+    let be = backends(costs.value.soc.pus.iter().map(|p| p.backend.as_str()))?;
     let mut replan = |c: &bident_search::Constraints| {
         let cfg = SearchConfig { constraints: c.clone(), ..cfg.clone() };
         search_stage(
@@ -1307,6 +1319,10 @@ fn print_measured(r: &RunReport) {
         r.overhead_us_per_op
     );
     println!("outputs    every run checked against the whole model: max abs error {:.3e}", r.max_abs_err);
+    if r.pu_backends.iter().any(|b| Some(b) != r.pu_backends.first()) {
+        let labels: Vec<String> = (0..r.pus.len()).map(|i| r.pu_label(i)).collect();
+        println!("backends   {} ({})", labels.join(", "), r.backend);
+    }
 }
 
 /// The measured fields of the pipeline's JSON line.

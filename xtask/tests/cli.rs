@@ -276,6 +276,37 @@ fn soc_spec_files() {
     let j: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON");
     assert_eq!(j["soc"].as_str(), Some("core0-and-cpu"), "{stdout}");
     assert!(j["max_abs_err"].as_f64().is_some_and(|e| e <= 1e-4), "{stdout}");
+
+    // one SoC over two backends: core0 on OpenVINO, core1 on ONNX Runtime, every stage per PU
+    let mixed = root().join("tests/data/soc/mixed-cores.toml");
+    for soc in [mixed.display().to_string(), "cores-mixed".to_string()] {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let out = tmp.path().display().to_string();
+        let o = xtask(&[
+            "pipeline",
+            "zoo:example",
+            "--soc",
+            &soc,
+            "--out",
+            &out,
+            "--runs",
+            "3",
+            "--profile-runs",
+            "3",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{soc}: {}", stderr(&o));
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        let j: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON");
+        let pus: Vec<&str> = j["pus"].as_sequence().expect("pus").iter().filter_map(|p| p.as_str()).collect();
+        assert!(pus.len() == 2 && pus.iter().all(|p| p.starts_with("core")), "{soc}: {stdout}");
+        assert!(j["max_abs_err"].as_f64().is_some_and(|e| e <= 1e-4), "{soc}: {stdout}");
+        let costs = std::fs::read_to_string(tmp.path().join("cost-table.yaml")).expect("cost table twin");
+        let both = |l: &str| l.trim_start().starts_with("backend: openvino ") && l.contains(" + onnxruntime ");
+        assert!(costs.lines().any(both), "{soc}: the cost table names both backends:\n{costs}");
+        let gantt = std::fs::read_to_string(tmp.path().join("gantt.svg")).expect("gantt");
+        assert!(gantt.contains(" (onnxruntime)</text>"), "{soc}: the Gantt names the backend of each PU");
+    }
 }
 
 /// `--soc lunar-lake` plans from the virtual SoC: simulated everywhere, nothing measured, and

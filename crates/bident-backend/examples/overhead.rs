@@ -31,8 +31,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let core = *bident_backend::allowed_cpus().first().unwrap_or(&0);
     bident_backend::pin_current_thread("bench", &[core])?;
-    let pu = |props: &[(&str, &str)]| PuSpec {
+    let pu = |backend: &str, props: &[(&str, &str)]| PuSpec {
         name: "cpu".into(),
+        backend: backend.into(),
         kind: PuKind::Cpu,
         device: "CPU".into(),
         properties: props.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
@@ -43,8 +44,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("one Add on [1,4], {CALLS} calls after {WARMUP} warm-up, pinned to core {core}; medians in µs");
     println!("{:<12} {:>8} {:>8} {:>8} {:>8} {:>8}", "backend", "call", "h2d", "infer", "d2h", "sum");
     let backends: [(&dyn Backend, PuSpec); 2] = [
-        (&ort, pu(&[("INTRA_OP_NUM_THREADS", "1")])),
-        (&ov, pu(&[("INFERENCE_NUM_THREADS", "1"), ("INFERENCE_PRECISION_HINT", "f32")])),
+        (&ort, pu("onnxruntime", &[("INTRA_OP_NUM_THREADS", "1")])),
+        (&ov, pu("openvino", &[("INFERENCE_NUM_THREADS", "1"), ("INFERENCE_PRECISION_HINT", "f32")])),
     ];
     for (backend, spec) in backends {
         let mut exe = backend.compile(&onnx, &spec)?;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::{Backend, BackendError, DeviceInfo, Executable, HostTensor, Layer, PortInfo, PuKind, PuSpec, RunTiming};
+use crate::{Backend, BackendError, DeviceInfo, Executable, HostTensor, Layer, PortInfo, PuSpec, RunTiming};
 
 /// What goes wrong on the faulty PU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,8 +80,17 @@ impl Backend for FaultyBackend {
     fn compile_profiled(&self, onnx: &[u8], pu: &PuSpec) -> Result<Box<dyn Executable>, BackendError> {
         self.wrap(self.inner.compile_profiled(onnx, pu)?, pu)
     }
-    fn timing_meaning(&self, kind: PuKind) -> String {
-        self.inner.timing_meaning(kind)
+    fn timing_meaning(&self, pu: &PuSpec) -> String {
+        self.inner.timing_meaning(pu)
+    }
+    fn backends(&self) -> Vec<String> {
+        self.inner.backends()
+    }
+    fn backend_id(&self, backend: &str) -> Result<String, BackendError> {
+        self.inner.backend_id(backend)
+    }
+    fn devices_of(&self, backend: &str) -> Result<Vec<DeviceInfo>, BackendError> {
+        self.inner.devices_of(backend)
     }
 }
 

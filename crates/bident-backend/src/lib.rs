@@ -10,6 +10,7 @@
 //! knows nothing of graphs, cost tables or plans.
 
 pub mod fault;
+pub mod multi;
 pub mod soc;
 
 #[cfg(any(feature = "openvino", feature = "onnxruntime"))]
@@ -22,6 +23,7 @@ pub mod openvino;
 mod wheel;
 
 pub use bident_tensor::{DType, HostTensor};
+pub use multi::Backends;
 pub use soc::{PuFile, PuKind, PuSpec, SocError, SocFile, SocSpec};
 
 use std::time::Duration;
@@ -40,6 +42,20 @@ pub enum BackendError {
     PropertyIgnored { pu: String, key: String, value: String, actual: String },
     #[error("PU `{pu}`: cannot pin to cores {cores:?}: {reason}")]
     Pinning { pu: String, cores: Vec<usize>, reason: String },
+    #[error("no backend `{name}` here (this build has: {})", built_in().join(", "))]
+    UnknownBackend { name: String },
+}
+
+/// The backends this build has (its features), by the names PUs give them.
+pub fn built_in() -> Vec<&'static str> {
+    let mut out = vec![];
+    if cfg!(feature = "openvino") {
+        out.push("openvino");
+    }
+    if cfg!(feature = "onnxruntime") {
+        out.push("onnxruntime");
+    }
+    out
 }
 
 /// A device a backend can compile for.
@@ -113,9 +129,33 @@ pub trait Backend: Send + Sync {
     /// As [`Backend::compile`], with per-layer profiling on, so [`Executable::layers`] works.
     /// Profiling may slow the model down: do not time such an executable.
     fn compile_profiled(&self, onnx: &[u8], pu: &PuSpec) -> Result<Box<dyn Executable>, BackendError>;
-    /// What the parts of [`RunTiming`] stand for on a PU of this kind, in one line (recorded in
-    /// cost tables beside the figures).
-    fn timing_meaning(&self, kind: PuKind) -> String;
+    /// What the parts of [`RunTiming`] stand for on this PU, in one line (recorded in cost
+    /// tables beside the figures).
+    fn timing_meaning(&self, pu: &PuSpec) -> String;
+    /// The names of the backends that compile for PUs here (`PuSpec::backend`): this one's own
+    /// name, or a dispatcher's members ([`Backends`]), the first being the default one.
+    fn backends(&self) -> Vec<String> {
+        vec![self.name().to_string()]
+    }
+    /// Name and version, e.g. `openvino 2026.4.1`, of the backend that compiles for PUs naming
+    /// `backend`: what artifacts record per PU and what keys its cached costs.
+    fn backend_id(&self, backend: &str) -> Result<String, BackendError> {
+        self.check_backend(backend)?;
+        Ok(format!("{} {}", self.name(), self.version()))
+    }
+    /// The devices of the backend named `backend` (what a PU naming it may use).
+    fn devices_of(&self, backend: &str) -> Result<Vec<DeviceInfo>, BackendError> {
+        self.check_backend(backend)?;
+        self.devices()
+    }
+    /// Whether PUs naming `backend` can be compiled for here: [`BackendError::UnknownBackend`]
+    /// if not.
+    fn check_backend(&self, backend: &str) -> Result<(), BackendError> {
+        match self.backends().iter().any(|b| b == backend) {
+            true => Ok(()),
+            false => Err(BackendError::UnknownBackend { name: backend.to_string() }),
+        }
+    }
 }
 
 /// A model compiled for one PU. `run` executes synchronously on the calling thread.

@@ -42,6 +42,8 @@ impl PuKind {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PuSpec {
     pub name: String,
+    /// The backend that compiles for this PU, e.g. `openvino`, `onnxruntime`.
+    pub backend: String,
     pub kind: PuKind,
     /// The backend's device name, e.g. `CPU`.
     pub device: String,
@@ -56,10 +58,12 @@ pub struct PuSpec {
 impl PuSpec {
     /// The whole device with the backend's own defaults: no properties, not pinned (the backend
     /// uses every core it sees). What a user would pick instead of a plan: the runtime's
-    /// backend-default baseline.
-    pub fn backend_default(device: &str) -> Self {
+    /// backend-default baseline. `of`: the PU whose backend and device these are.
+    pub fn backend_default(of: &PuSpec) -> Self {
+        let device = &of.device;
         Self {
             name: format!("{device} (backend defaults)"),
+            backend: of.backend.clone(),
             kind: PuKind::from_device_name(device),
             device: device.to_string(),
             properties: BTreeMap::new(),
@@ -69,11 +73,12 @@ impl PuSpec {
     }
 }
 
-/// A SoC: a named set of PUs on one backend.
+/// A SoC: a named set of PUs, each compiled for by the backend it names.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SocSpec {
     pub name: String,
-    /// Backend that compiles for these PUs, e.g. `openvino`.
+    /// The SoC's default backend, e.g. `openvino` (a spec file's `backend`); each PU names its
+    /// own ([`PuSpec::backend`]).
     pub backend: String,
     /// True for a virtual SoC whose costs come from a model, not from measurement.
     pub simulated: bool,
@@ -82,7 +87,7 @@ pub struct SocSpec {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SocError {
-    #[error("unknown SoC preset `{0}` (known: local, cores; or give a .toml file)")]
+    #[error("unknown SoC preset `{0}` (known: local, cores, cores-mixed; or give a .toml file)")]
     UnknownPreset(String),
     #[error("{path}: {reason}")]
     File { path: std::path::PathBuf, reason: String },
@@ -116,9 +121,10 @@ fn declared_power(kind: PuKind) -> f64 {
 
 /// The `local` PUs of one device: the device itself, or, for the CPU of a hybrid processor
 /// (P-cores and E-cores), one PU per core type (`SCHEDULING_CORE_TYPE`), each pinned to its cores.
-fn local_pus(d: crate::DeviceInfo, hybrid: Option<&(Vec<usize>, Vec<usize>)>) -> Vec<PuSpec> {
+fn local_pus(backend: &str, d: crate::DeviceInfo, hybrid: Option<&(Vec<usize>, Vec<usize>)>) -> Vec<PuSpec> {
     let pu = |name: String, properties: BTreeMap<String, String>, cores: Vec<usize>, share: f64| PuSpec {
         name,
+        backend: backend.to_string(),
         kind: d.kind,
         device: d.name.clone(),
         properties,
@@ -160,6 +166,25 @@ fn hybrid_cores_in(dir: &std::path::Path, allowed: &[usize]) -> Option<(Vec<usiz
     Some((read("cpu_core")?, read("cpu_atom")?))
 }
 
+fn is_file_spec(spec: &str) -> bool {
+    spec.ends_with(".toml") || std::path::Path::new(spec).is_file()
+}
+
+/// A spec file's text; a FIFO or device would block the read: only a regular file is a spec.
+fn read_spec_file(path: &std::path::Path) -> Result<String, String> {
+    let mut f = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)
+    }
+    .map_err(|e| e.to_string())?;
+    if !f.metadata().is_ok_and(|m| m.is_file()) {
+        return Err("not a regular file".into());
+    }
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut f, &mut text).map_err(|e| e.to_string())?;
+    Ok(text)
+}
+
 /// A Linux CPU list such as `0-3,8,10-11`.
 fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
     let mut out = vec![];
@@ -178,21 +203,53 @@ fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
     Some(out)
 }
 
+/// A single-threaded CPU PU pinned to core `c`, computing in f32, on `backend` (`openvino` or
+/// `onnxruntime`), with a share `1/n` of the declared CPU power.
+fn core_pu(backend: &str, c: usize, n: usize) -> PuSpec {
+    let properties: &[(&str, &str)] = match backend {
+        "onnxruntime" => &[("INTRA_OP_NUM_THREADS", "1"), ("INFERENCE_PRECISION_HINT", "f32")],
+        _ => &[
+            ("INFERENCE_NUM_THREADS", "1"),
+            ("ENABLE_CPU_PINNING", "NO"),
+            ("NUM_STREAMS", "1"),
+            ("INFERENCE_PRECISION_HINT", "f32"),
+        ],
+    };
+    PuSpec {
+        name: format!("core{c}"),
+        backend: backend.to_string(),
+        kind: PuKind::Cpu,
+        device: "CPU".into(),
+        properties: properties.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        cores: vec![c],
+        declared_power_w: DECLARED_CPU_POWER_W / n as f64,
+    }
+}
+
 impl SocSpec {
-    /// Build a preset SoC against the devices this backend sees.
+    /// Build a preset SoC against the devices this backend sees. `local` and `cores` are on the
+    /// backend's default one ([`Backend::backends`], OpenVINO in xtask).
     ///
     /// - `local`: one PU per device, with the device's own defaults; a hybrid CPU becomes two
     ///   PUs, `CPU.P` and `CPU.E` (see [`hybrid_cores`]).
     /// - `cores`: one single-threaded PU per online CPU core, each pinned to its core.
+    /// - `cores-mixed`: the first two cores this process may run on, the first an OpenVINO PU
+    ///   and the second an ONNX Runtime PU, each single-threaded, pinned and f32 (needs both
+    ///   backends and two cores).
     pub fn preset(name: &str, backend: &dyn Backend) -> Result<SocSpec, SocError> {
+        let default = backend.backends().into_iter().next().unwrap_or_else(|| backend.name().to_string());
         let soc = match name {
             "local" => SocSpec {
                 name: "local".into(),
-                backend: backend.name().into(),
+                backend: default.clone(),
                 simulated: false,
                 pus: {
                     let hybrid = hybrid_cores();
-                    backend.devices()?.into_iter().flat_map(|d| local_pus(d, hybrid.as_ref())).collect()
+                    backend
+                        .devices_of(&default)?
+                        .into_iter()
+                        .flat_map(|d| local_pus(&default, d, hybrid.as_ref()))
+                        .collect()
                 },
             },
             "cores" => {
@@ -200,27 +257,27 @@ impl SocSpec {
                 let n = cpus.len();
                 SocSpec {
                     name: "cores".into(),
-                    backend: backend.name().into(),
+                    backend: default.clone(),
                     simulated: false,
-                    pus: cpus
-                        .into_iter()
-                        .map(|c| PuSpec {
-                            name: format!("core{c}"),
-                            kind: PuKind::Cpu,
-                            device: "CPU".into(),
-                            properties: [
-                                ("INFERENCE_NUM_THREADS", "1"),
-                                ("ENABLE_CPU_PINNING", "NO"),
-                                ("NUM_STREAMS", "1"),
-                                ("INFERENCE_PRECISION_HINT", "f32"),
-                            ]
-                            .into_iter()
-                            .map(|(k, v)| (k.to_string(), v.to_string()))
-                            .collect(),
-                            cores: vec![c],
-                            declared_power_w: DECLARED_CPU_POWER_W / n as f64,
-                        })
-                        .collect(),
+                    pus: cpus.into_iter().map(|c| core_pu(&default, c, n)).collect(),
+                }
+            }
+            "cores-mixed" => {
+                let cpus = crate::allowed_cpus();
+                let &[first, second, ..] = &cpus[..] else {
+                    return Err(SocError::Invalid {
+                        soc: name.into(),
+                        reason: format!("needs two cores, this process may run on {cpus:?} only"),
+                    });
+                };
+                for b in ["openvino", "onnxruntime"] {
+                    backend.check_backend(b)?;
+                }
+                SocSpec {
+                    name: name.into(),
+                    backend: "openvino".into(),
+                    simulated: false,
+                    pus: vec![core_pu("openvino", first, cpus.len()), core_pu("onnxruntime", second, cpus.len())],
                 }
             }
             other => return Err(SocError::UnknownPreset(other.to_string())),
@@ -251,29 +308,34 @@ impl SocSpec {
 
     /// A preset by name, or a SoC spec file (`*.toml`, or any existing file).
     pub fn load(spec: &str, backend: &dyn Backend) -> Result<SocSpec, SocError> {
-        let path = std::path::Path::new(spec);
-        if spec.ends_with(".toml") || path.is_file() {
-            Self::from_file(path, backend)
+        if is_file_spec(spec) {
+            Self::from_file(std::path::Path::new(spec), backend)
         } else {
             Self::preset(spec, backend)
         }
     }
 
+    /// The backends the PUs of `spec` (as [`SocSpec::load`] takes it) name besides `default`,
+    /// so a caller can load only the backends a SoC needs before loading it. A file that cannot
+    /// be read or parsed names none here; loading it says what is wrong.
+    pub fn backends_named(spec: &str, default: &str) -> std::collections::BTreeSet<String> {
+        let mut out = std::collections::BTreeSet::from([default.to_string()]);
+        if is_file_spec(spec) {
+            let path = std::path::Path::new(spec);
+            if let Some(file) = read_spec_file(path).ok().and_then(|t| toml::from_str::<SocFile>(&t).ok()) {
+                out.extend(file.pu.into_iter().map(|p| p.backend.unwrap_or_else(|| file.backend.clone())));
+                out.insert(file.backend);
+            }
+        } else if spec == "cores-mixed" {
+            out.extend(["openvino".to_string(), "onnxruntime".to_string()]);
+        }
+        out
+    }
+
     /// Read and check a SoC spec file (format: [`SocFile`]) against the devices this backend
     /// sees and the CPUs this process may run on.
     pub fn from_file(path: &std::path::Path, backend: &dyn Backend) -> Result<SocSpec, SocError> {
-        let bad = |reason: String| SocError::File { path: path.to_path_buf(), reason };
-        // a FIFO or device would block the read: only a regular file is a spec
-        let mut f = {
-            use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)
-        }
-        .map_err(|e| bad(e.to_string()))?;
-        if !f.metadata().is_ok_and(|m| m.is_file()) {
-            return Err(bad("not a regular file".into()));
-        }
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut f, &mut text).map_err(|e| bad(e.to_string()))?;
+        let text = read_spec_file(path).map_err(|reason| SocError::File { path: path.to_path_buf(), reason })?;
         Self::from_toml(&text, path, backend)
     }
 
@@ -287,17 +349,24 @@ impl SocSpec {
                 None => e.message().to_string(),
             })
         })?;
-        if file.backend != backend.name() {
-            return Err(bad(format!("backend `{}`, but this build runs `{}`", file.backend, backend.name())));
-        }
-        let devices = backend.devices()?;
         let allowed = crate::allowed_cpus();
         let mut pinned: BTreeMap<usize, &str> = BTreeMap::new();
+        // each backend's devices, asked once
+        let mut devices_of: BTreeMap<&str, Vec<crate::DeviceInfo>> = BTreeMap::new();
         for pu in &file.pu {
             let at = |reason: String| bad(format!("PU `{}`: {reason}", pu.name));
+            let pu_backend = pu.backend.as_deref().unwrap_or(&file.backend);
+            if !devices_of.contains_key(pu_backend) {
+                let found = backend.devices_of(pu_backend).map_err(|e| match e {
+                    e @ BackendError::UnknownBackend { .. } => at(e.to_string()),
+                    e => SocError::Backend(e),
+                })?;
+                devices_of.insert(pu_backend, found);
+            }
+            let devices = &devices_of[pu_backend];
             let device = devices.iter().find(|d| d.name == pu.device).ok_or_else(|| {
                 let seen: Vec<&str> = devices.iter().map(|d| d.name.as_str()).collect();
-                at(format!("unknown device `{}` (this machine has: {})", pu.device, seen.join(", ")))
+                at(format!("unknown device `{}` (this machine has: {} on {pu_backend})", pu.device, seen.join(", ")))
             })?;
             if device.kind != pu.kind {
                 return Err(at(format!(
@@ -323,13 +392,14 @@ impl SocSpec {
         }
         let soc = SocSpec {
             name: file.name,
-            backend: file.backend,
+            backend: file.backend.clone(),
             simulated: false,
             pus: file
                 .pu
                 .into_iter()
                 .map(|p| PuSpec {
                     name: p.name,
+                    backend: p.backend.unwrap_or_else(|| file.backend.clone()),
                     kind: p.kind,
                     device: p.device,
                     properties: p.properties,
@@ -353,6 +423,7 @@ impl SocSpec {
                 .iter()
                 .map(|p| PuFile {
                     name: p.name.clone(),
+                    backend: (p.backend != self.backend).then(|| p.backend.clone()),
                     kind: p.kind,
                     device: p.device.clone(),
                     cores: p.cores.clone(),
@@ -373,13 +444,14 @@ impl SocSpec {
 ///
 /// ```toml
 /// name = "two-cores"
-/// backend = "openvino"
+/// backend = "openvino"    # the PUs' backend where a PU names none
 /// # shared_cores = true    # allow two PUs on one core
 ///
 /// [[pu]]
 /// name = "core0"
+/// # backend = "onnxruntime"  # this PU's backend: openvino | onnxruntime
 /// kind = "cpu"            # cpu | gpu | npu
-/// device = "CPU"          # the backend's device name
+/// device = "CPU"          # the PU's backend's device name
 /// cores = [0]             # the worker thread's cores (empty: not pinned)
 /// declared_power_w = 7.5  # used where power is not measured
 /// [pu.properties]         # compile properties, read back after compiling
@@ -399,6 +471,9 @@ pub struct SocFile {
 #[serde(deny_unknown_fields)]
 pub struct PuFile {
     pub name: String,
+    /// The PU's backend; absent: the file's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
     pub kind: PuKind,
     pub device: String,
     #[serde(default)]
@@ -434,16 +509,16 @@ mod tests {
         std::fs::remove_dir_all(&dir).ok();
         assert_eq!(hybrid, Some(((0..4).collect(), (4..10).collect())));
         let cpu = crate::DeviceInfo { name: "CPU".into(), kind: PuKind::Cpu, full_name: "hybrid".into() };
-        let pus = local_pus(cpu.clone(), hybrid.as_ref());
+        let pus = local_pus("openvino", cpu.clone(), hybrid.as_ref());
         let names: Vec<&str> = pus.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["CPU.P", "CPU.E"]);
         assert_eq!(pus[0].properties["SCHEDULING_CORE_TYPE"], "PCORE_ONLY");
         assert_eq!(pus[1].properties["SCHEDULING_CORE_TYPE"], "ECORE_ONLY");
         assert_eq!((pus[0].cores.len(), pus[1].cores.len()), (4, 6));
         assert!((pus[0].declared_power_w + pus[1].declared_power_w - DECLARED_CPU_POWER_W).abs() < 1e-9);
-        assert_eq!(local_pus(cpu, None).len(), 1);
+        assert_eq!(local_pus("openvino", cpu, None).len(), 1);
         let gpu = crate::DeviceInfo { name: "GPU".into(), kind: PuKind::Gpu, full_name: "gpu".into() };
-        assert_eq!(local_pus(gpu, hybrid.as_ref()).len(), 1);
+        assert_eq!(local_pus("openvino", gpu, hybrid.as_ref()).len(), 1);
         assert_eq!(hybrid_cores_in(std::path::Path::new("/nonexistent"), &allowed), None);
     }
 }

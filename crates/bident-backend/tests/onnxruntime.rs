@@ -38,6 +38,7 @@ fn openvino() -> &'static OpenVino {
 fn cpu(properties: &[(&str, &str)]) -> PuSpec {
     PuSpec {
         name: "cpu".into(),
+        backend: "onnxruntime".into(),
         kind: PuKind::Cpu,
         device: "CPU".into(),
         properties: properties.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),

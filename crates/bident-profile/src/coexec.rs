@@ -73,7 +73,7 @@ pub struct CoExecTable {
 
 impl Artifact for CoExecTable {
     const KIND: &'static str = "coexec-table";
-    const SCHEMA_VERSION: u32 = 1;
+    const SCHEMA_VERSION: u32 = 2;
 }
 
 #[derive(Clone, Copy, Debug)]

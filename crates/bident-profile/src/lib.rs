@@ -183,7 +183,8 @@ pub struct CostTable {
     pub soc: SocSpec,
     /// True when the costs come from a model of a SoC rather than measurement.
     pub simulated: bool,
-    /// Backend name and version that measured.
+    /// Backend names and versions that measured, one per distinct backend of the PUs
+    /// (`openvino 2026.4.1 + onnxruntime 1.32.0`).
     pub backend: String,
     /// The machine the figures were measured on.
     pub measured_on: String,
@@ -206,7 +207,7 @@ pub struct CostTable {
 
 impl Artifact for CostTable {
     const KIND: &'static str = "cost-table";
-    const SCHEMA_VERSION: u32 = 6;
+    const SCHEMA_VERSION: u32 = 7;
 }
 
 impl CostTable {
@@ -266,8 +267,8 @@ pub enum ProfileError {
     Ir(#[from] bident_ir::IrError),
     #[error("op {op} `{name}` ({kind}) runs on no PU of SoC `{soc}`: {reasons}")]
     NoPu { op: OpId, name: String, kind: String, soc: String, reasons: String },
-    #[error("SoC `{soc}` is for backend `{wanted}`, but the backend given is `{got}`")]
-    WrongBackend { soc: String, wanted: String, got: String },
+    #[error("SoC `{soc}`, PU `{pu}`: {source}")]
+    WrongBackend { soc: String, pu: String, source: Box<BackendError> },
     #[error("a profiling thread for PU `{0}` panicked")]
     Worker(String),
     #[error("{origin}: {reason}")]
@@ -332,13 +333,7 @@ pub fn profile(
     cache: Option<&cache::CostCache>,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<CostTable, ProfileError> {
-    if soc.backend != backend.name() {
-        return Err(ProfileError::WrongBackend {
-            soc: soc.name.clone(),
-            wanted: soc.backend.clone(),
-            got: backend.name().into(),
-        });
-    }
+    let described = describe(backend, soc)?;
     // the units timed: every op, then every segment compiled together, on every PU
     let ex = Extractor::new(g)?;
     let mut units: Vec<Unit> = Vec::with_capacity(g.ops.len() + cfg.segments.len());
@@ -371,7 +366,7 @@ pub fn profile(
         graph: g.content_hash()?,
         soc: soc.clone(),
         simulated: soc.simulated,
-        backend: format!("{} {}", backend.name(), backend.version()),
+        backend: described,
         measured_on: host_description(),
         warmup: cfg.warmup,
         io_every_call: vec![true; soc.pus.len()],
@@ -383,13 +378,31 @@ pub fn profile(
                 format!(
                     "{}; dispatch = infer minus the sum of the backend's per-layer times (PERF_COUNT), exec = \
                      that sum (where the backend gives no layer times: dispatch 0, exec = infer)",
-                    backend.timing_meaning(pu.kind)
+                    backend.timing_meaning(pu)
                 )
             })
             .collect(),
         contention: None,
         ops,
     })
+}
+
+/// What measured (or runs) `soc`'s PUs: each distinct backend's name and version in the order of
+/// the PUs, e.g. `openvino 2026.4.1 + onnxruntime 1.32.0`; a PU naming a backend that `backend`
+/// does not have is an error.
+pub fn describe(backend: &dyn Backend, soc: &SocSpec) -> Result<String, ProfileError> {
+    let mut ids: Vec<String> = vec![];
+    for pu in &soc.pus {
+        let id = backend.backend_id(&pu.backend).map_err(|source| ProfileError::WrongBackend {
+            soc: soc.name.clone(),
+            pu: pu.name.clone(),
+            source: Box::new(source),
+        })?;
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    Ok(ids.join(" + "))
 }
 
 /// A sub-model to time and the inputs to time it with.
@@ -422,10 +435,15 @@ fn measure_units(
     cache: Option<&cache::CostCache>,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Vec<Column>, ProfileError> {
-    let backend_id = format!("{} {}", backend.name(), backend.version());
     let machine = host_description();
     let mut columns = Vec::with_capacity(soc.pus.len());
     for (j, pu) in soc.pus.iter().enumerate() {
+        // the PU's own backend: adding a backend to a SoC keeps the other PUs' cached costs
+        let backend_id = backend.backend_id(&pu.backend).map_err(|source| ProfileError::WrongBackend {
+            soc: soc.name.clone(),
+            pu: pu.name.clone(),
+            source: Box::new(source),
+        })?;
         let asked: Vec<usize> = (0..units.len()).filter(|&i| on(i, j)).collect();
         let key = |i: usize| cache::CostCache::key(&units[i].model, &units[i].inputs, pu, &backend_id, &machine, cfg);
         let mut column: Column = vec![None; units.len()];

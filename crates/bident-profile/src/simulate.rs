@@ -101,6 +101,7 @@ fn classes(list: &[(OpClass, f64, f64)]) -> BTreeMap<OpClass, ClassModel> {
 fn lunar_lake() -> VirtualSoc {
     let pu = |name: &str, kind: PuKind, power_w: f64| PuSpec {
         name: name.into(),
+        backend: "virtual".into(),
         kind,
         device: kind.name().to_uppercase(),
         properties: BTreeMap::new(),

@@ -77,6 +77,8 @@ pub struct RunReport {
     pub models: Vec<String>,
     pub soc: String,
     pub pus: Vec<String>,
+    /// The backend that ran each PU (indexed like `pus`), e.g. `onnxruntime`.
+    pub pu_backends: Vec<String>,
     /// Always false: a run is a measurement. Kept so every report states it.
     pub simulated: bool,
     pub measured_on: String,
@@ -113,7 +115,7 @@ pub struct RunReport {
 
 impl Artifact for RunReport {
     const KIND: &'static str = "run-report";
-    const SCHEMA_VERSION: u32 = 2;
+    const SCHEMA_VERSION: u32 = 3;
 }
 
 impl RunReport {
@@ -122,6 +124,16 @@ impl RunReport {
     }
     pub fn speedup_vs_backend_default(&self) -> f64 {
         self.measured_backend_default_us / self.measured_us
+    }
+    /// How pictures and listings name PU `i`: its name, with its backend where the PUs have
+    /// more than one (`core1 (onnxruntime)`).
+    pub fn pu_label(&self, i: usize) -> String {
+        let name = self.pus.get(i).map_or("?", String::as_str);
+        let mixed = self.pu_backends.iter().any(|b| Some(b) != self.pu_backends.first());
+        match self.pu_backends.get(i) {
+            Some(b) if mixed => format!("{name} ({b})"),
+            _ => name.to_string(),
+        }
     }
 }
 
@@ -289,7 +301,7 @@ fn whole(
     be: &Arc<dyn Backend>,
     cfg: &RunConfig,
 ) -> Result<Session, RuntimeError> {
-    let one = SocSpec { name: soc.into(), backend: be.name().into(), simulated: false, pus: vec![pu.clone()] };
+    let one = SocSpec { name: soc.into(), backend: pu.backend.clone(), simulated: false, pus: vec![pu.clone()] };
     Session::load(Program::whole(g, &one, 0, g.reference_model()?)?, &one, be.clone(), cfg.op_timeout).map_err(|e| {
         match e {
             RuntimeError::Op { pu, source, .. } => {
@@ -318,7 +330,7 @@ fn measure(
             soc: soc.name.clone(),
         })?;
         mono.push(whole(g, pu, &soc.name, &backend, cfg)?);
-        default.push(whole(g, &PuSpec::backend_default(&pu.device), "backend-default", &backend, cfg)?);
+        default.push(whole(g, &PuSpec::backend_default(pu), "backend-default", &backend, cfg)?);
     }
     let inputs: Vec<Vec<Arc<HostTensor>>> =
         graphs.iter().enumerate().map(|(m, g)| model_inputs(g, cfg.seed.wrapping_add(1000 * m as u64))).collect();
@@ -383,9 +395,10 @@ fn measure(
         models: graphs.iter().map(|g| g.name.clone()).collect(),
         soc: soc.name.clone(),
         pus: soc.pus.iter().map(|p| p.name.clone()).collect(),
+        pu_backends: soc.pus.iter().map(|p| p.backend.clone()).collect(),
         simulated: false,
         measured_on: bident_profile::host_description(),
-        backend: format!("{} {}", backend.name(), backend.version()),
+        backend: bident_profile::describe(backend.as_ref(), soc).map_err(|e| RuntimeError::Program(e.to_string()))?,
         schedule: program.schedule.clone(),
         warmup: cfg.warmup,
         runs,

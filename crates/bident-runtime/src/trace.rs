@@ -13,7 +13,8 @@ pub fn chrome_trace(r: &RunReport) -> String {
         [(1, format!("predicted ({} cost model)", r.soc)), (2, format!("measured on {} (median run)", r.measured_on))];
     for (pid, label) in &labels {
         events.push(serde_json::json!({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": label}}));
-        for (tid, pu) in r.pus.iter().enumerate() {
+        for tid in 0..r.pus.len() {
+            let pu = r.pu_label(tid);
             events.push(
                 serde_json::json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": pu}}),
             );
@@ -53,6 +54,7 @@ fn short_label(ops: &[u32]) -> String {
 }
 
 const WIDTH: f64 = 1100.0;
+/// Room for the PU labels, at least; a longer label (`core1 (onnxruntime)`) widens it.
 const LEFT: f64 = 110.0;
 const ROW: f64 = 26.0;
 /// Bar colours per model (stream).
@@ -79,8 +81,11 @@ pub fn gantt_svg(r: &RunReport) -> String {
         // a non-finite time (a corrupt report) must not stretch the axis or its tick loop
         .filter(|t| t.is_finite())
         .fold(1.0, f64::max);
-    let plot = WIDTH - LEFT - 20.0;
-    let x = |us: f64| LEFT + us / end * plot;
+    // about 6.5 px per character at font size 11
+    let widest = (0..r.pus.len()).map(|i| r.pu_label(i).chars().count()).max().unwrap_or(0);
+    let left = LEFT.max(20.0 + 6.5 * widest as f64);
+    let plot = WIDTH - left - 20.0;
+    let x = |us: f64| left + us / end * plot;
     let panels = [("predicted", 0), ("measured (median run)", 1)];
     let panel_h = ROW * r.pus.len() as f64 + 30.0;
     let top = 58.0;
@@ -111,10 +116,10 @@ pub fn gantt_svg(r: &RunReport) -> String {
             let y = y0 + 20.0 + ROW * row as f64;
             let _ = write!(
                 s,
-                r##"<rect x="{LEFT}" y="{y}" width="{plot}" height="{}" fill="#f4f4f4"/><text x="10" y="{}">{}</text>"##,
+                r##"<rect x="{left}" y="{y}" width="{plot}" height="{}" fill="#f4f4f4"/><text x="10" y="{}">{}</text>"##,
                 ROW - 4.0,
                 y + ROW / 2.0 + 2.0,
-                esc(pu)
+                esc(&r.pu_label(row))
             );
             for (k, o) in r.ops.iter().enumerate().filter(|(_, o)| &o.pu == pu) {
                 let (a, b) = if *which == 0 {
@@ -129,7 +134,7 @@ pub fn gantt_svg(r: &RunReport) -> String {
                     r.models.get(o.model as usize).map_or("?", String::as_str),
                     ops_label(&o.ops),
                     o.name,
-                    o.pu,
+                    r.pu_label(row),
                     a,
                     b,
                     o.predicted_us(),
@@ -155,7 +160,7 @@ pub fn gantt_svg(r: &RunReport) -> String {
         }
     }
     let axis_y = top + panel_h * 2.0 + 4.0;
-    let _ = write!(s, r##"<line x1="{LEFT}" y1="{axis_y}" x2="{}" y2="{axis_y}" stroke="#333"/>"##, LEFT + plot);
+    let _ = write!(s, r##"<line x1="{left}" y1="{axis_y}" x2="{}" y2="{axis_y}" stroke="#333"/>"##, left + plot);
     let step = tick_step(end, 8.0);
     // tick_step gives at most ~10 ticks; the bound keeps any float surprise from looping on
     for k in 0..=((end / step + 1e-9).floor() as usize).min(100) {
@@ -172,7 +177,7 @@ pub fn gantt_svg(r: &RunReport) -> String {
     let _ = write!(
         s,
         r#"<text x="{}" y="{}" text-anchor="middle">µs from the start of the inference</text>"#,
-        LEFT + plot / 2.0,
+        left + plot / 2.0,
         axis_y + 32.0
     );
     s.push_str("</svg>\n");
@@ -200,6 +205,7 @@ mod tests {
             models: vec!["a".into(), "b".into()],
             soc: "cores".into(),
             pus: vec!["core0".into(), "core1".into()],
+            pu_backends: vec!["openvino".into(), "onnxruntime".into()],
             simulated: false,
             measured_on: "test".into(),
             backend: "none".into(),
@@ -235,6 +241,8 @@ mod tests {
         let measured = spans.iter().find(|e| e["pid"] == 2 && e["tid"] == 1).expect("b on core1");
         assert_eq!((measured["ts"].as_f64(), measured["dur"].as_f64()), (Some(0.5), Some(21.5)));
         assert_eq!(measured["cat"], "b");
+        let thread = events.iter().find(|e| e["ph"] == "M" && e["pid"] == 2 && e["tid"] == 1).expect("thread name");
+        assert_eq!(thread["args"]["name"], "core1 (onnxruntime)");
     }
 
     #[test]
@@ -242,6 +250,7 @@ mod tests {
         let svg = gantt_svg(&report());
         assert_eq!(svg.matches("<rect x=").count(), 2 * 2 + 2 * 3, "4 row backgrounds, 6 bars");
         assert!(svg.contains("op&lt;1&gt;") && !svg.contains("op<1>"));
+        assert!(svg.contains(">core1 (onnxruntime)</text>"), "{svg}");
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
     }
 }

@@ -727,6 +727,7 @@ mod tests {
         };
         let pu = |name: &str, kind| PuSpec {
             name: name.into(),
+            backend: "none".into(),
             kind,
             device: name.to_uppercase(),
             properties: Default::default(),

@@ -256,7 +256,7 @@ impl Backend for OnnxRuntime {
         self.compile_with(onnx, pu, true).map(|e| Box::new(e) as Box<dyn Executable>)
     }
 
-    fn timing_meaning(&self, _kind: PuKind) -> String {
+    fn timing_meaning(&self, _pu: &PuSpec) -> String {
         "h2d = wrapping each host input as an OrtValue and binding it; infer = the synchronous RunWithBinding \
          call (outputs preallocated where static); d2h = copying each output's bytes to host memory (CPU: \
          host memory, no device copies)"

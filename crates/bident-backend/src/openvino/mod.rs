@@ -206,7 +206,8 @@ impl Backend for OpenVino {
         "openvino"
     }
 
-    fn timing_meaning(&self, kind: PuKind) -> String {
+    fn timing_meaning(&self, pu: &PuSpec) -> String {
+        let kind = pu.kind;
         let api = "h2d = wrapping each host input as an ov_tensor and setting it on the request; infer = the \
                    synchronous ov_infer_request_infer call; d2h = reading each output's shape and copying its \
                    bytes to host memory";

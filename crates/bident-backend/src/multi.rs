@@ -1,0 +1,229 @@
+//! One SoC over several backends: [`Backends`] holds one backend per name and hands every PU
+//! to the backend it names (`PuSpec::backend`), so OpenVINO PUs and ONNX Runtime PUs can sit
+//! in one SoC and every stage works per PU.
+
+use std::sync::Arc;
+
+use crate::{Backend, BackendError, DeviceInfo, Executable, PuSpec};
+
+/// A dispatcher over backends of distinct names; the first is the default one (presets, and the
+/// PUs of a SoC file that name none). With one member it behaves exactly like that member.
+pub struct Backends {
+    members: Vec<Arc<dyn Backend>>,
+    name: String,
+}
+
+impl Backends {
+    /// `members` must be non-empty; a later member of an already present name is dropped.
+    pub fn new(members: Vec<Arc<dyn Backend>>) -> Self {
+        let mut kept: Vec<Arc<dyn Backend>> = vec![];
+        for m in members {
+            if !kept.iter().any(|k| k.name() == m.name()) {
+                kept.push(m);
+            }
+        }
+        assert!(!kept.is_empty(), "a dispatcher needs at least one backend");
+        let name = kept.iter().map(|m| m.name()).collect::<Vec<_>>().join(" + ");
+        Self { members: kept, name }
+    }
+
+    /// The member named `backend`.
+    pub fn member(&self, backend: &str) -> Result<&Arc<dyn Backend>, BackendError> {
+        self.members
+            .iter()
+            .find(|m| m.name() == backend)
+            .ok_or_else(|| BackendError::UnknownBackend { name: backend.to_string() })
+    }
+
+    fn for_pu(&self, pu: &PuSpec) -> Result<&Arc<dyn Backend>, BackendError> {
+        self.member(&pu.backend).map_err(|e| BackendError::Compile { pu: pu.name.clone(), reason: e.to_string() })
+    }
+}
+
+impl Backend for Backends {
+    /// The members' names, e.g. `openvino + onnxruntime`.
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The members' versions: `2026.4.1` for one member, `openvino 2026.4.1 + onnxruntime
+    /// 1.32.0` for several.
+    fn version(&self) -> String {
+        match &self.members[..] {
+            [one] => one.version(),
+            all => all.iter().map(|m| format!("{} {}", m.name(), m.version())).collect::<Vec<_>>().join(" + "),
+        }
+    }
+
+    /// Every member's devices; those of all but the default member are qualified with their
+    /// backend's name (`onnxruntime:CPU`), since two backends may both have a `CPU`. A SoC file
+    /// names the unqualified device together with the PU's `backend`.
+    fn devices(&self) -> Result<Vec<DeviceInfo>, BackendError> {
+        let mut out = vec![];
+        for (i, m) in self.members.iter().enumerate() {
+            for mut d in m.devices()? {
+                if i > 0 {
+                    d.name = format!("{}:{}", m.name(), d.name);
+                }
+                out.push(d);
+            }
+        }
+        Ok(out)
+    }
+
+    fn compile(&self, onnx: &[u8], pu: &PuSpec) -> Result<Box<dyn Executable>, BackendError> {
+        self.for_pu(pu)?.compile(onnx, pu)
+    }
+
+    fn compile_profiled(&self, onnx: &[u8], pu: &PuSpec) -> Result<Box<dyn Executable>, BackendError> {
+        self.for_pu(pu)?.compile_profiled(onnx, pu)
+    }
+
+    fn timing_meaning(&self, pu: &PuSpec) -> String {
+        match self.member(&pu.backend) {
+            Ok(m) => m.timing_meaning(pu),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    fn backends(&self) -> Vec<String> {
+        self.members.iter().map(|m| m.name().to_string()).collect()
+    }
+
+    fn backend_id(&self, backend: &str) -> Result<String, BackendError> {
+        let m = self.member(backend)?;
+        Ok(format!("{} {}", m.name(), m.version()))
+    }
+
+    fn devices_of(&self, backend: &str) -> Result<Vec<DeviceInfo>, BackendError> {
+        self.member(backend)?.devices()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{PuKind, SocSpec};
+
+    /// A backend with one CPU that compiles nothing, saying in its refusal who it is.
+    struct Fake(&'static str, &'static str);
+
+    impl Backend for Fake {
+        fn name(&self) -> &str {
+            self.0
+        }
+        fn version(&self) -> String {
+            self.1.into()
+        }
+        fn devices(&self) -> Result<Vec<DeviceInfo>, BackendError> {
+            Ok(vec![DeviceInfo { name: "CPU".into(), kind: PuKind::Cpu, full_name: "fake".into() }])
+        }
+        fn compile(&self, _: &[u8], pu: &PuSpec) -> Result<Box<dyn Executable>, BackendError> {
+            Err(BackendError::Compile { pu: pu.name.clone(), reason: format!("compiled by {}", self.0) })
+        }
+        fn compile_profiled(&self, onnx: &[u8], pu: &PuSpec) -> Result<Box<dyn Executable>, BackendError> {
+            self.compile(onnx, pu)
+        }
+        fn timing_meaning(&self, _: &PuSpec) -> String {
+            format!("{} timing", self.0)
+        }
+    }
+
+    fn both() -> Backends {
+        Backends::new(vec![Arc::new(Fake("openvino", "2026.4.1")), Arc::new(Fake("onnxruntime", "1.32.0"))])
+    }
+
+    const MIXED: &str = r#"
+name = "mixed"
+backend = "openvino"
+[[pu]]
+name = "core0"
+kind = "cpu"
+device = "CPU"
+declared_power_w = 7.5
+[[pu]]
+name = "core1"
+backend = "onnxruntime"
+kind = "cpu"
+device = "CPU"
+declared_power_w = 7.5
+"#;
+
+    /// Every PU goes to the backend it names; the dispatcher describes both.
+    #[test]
+    fn routes_each_pu_to_its_backend() {
+        let be = both();
+        assert_eq!(be.name(), "openvino + onnxruntime");
+        assert_eq!(be.version(), "openvino 2026.4.1 + onnxruntime 1.32.0");
+        assert_eq!(be.backends(), ["openvino", "onnxruntime"]);
+        let devices: Vec<String> = be.devices().expect("devices").into_iter().map(|d| d.name).collect();
+        assert_eq!(devices, ["CPU", "onnxruntime:CPU"]);
+        let soc = SocSpec::from_toml(MIXED, std::path::Path::new("mixed.toml"), &be).expect("mixed SoC");
+        assert_eq!(soc.pus[0].backend, "openvino");
+        assert_eq!(soc.pus[1].backend, "onnxruntime");
+        for pu in &soc.pus {
+            let err = be.compile(&[], pu).err().expect("the fakes compile nothing").to_string();
+            assert!(err.ends_with(&format!("compiled by {}", pu.backend)), "{err}");
+            assert_eq!(be.timing_meaning(pu), format!("{} timing", pu.backend));
+        }
+        assert_eq!(be.backend_id("onnxruntime").expect("id"), "onnxruntime 1.32.0");
+        // the file writes the PU's backend only where it is not the file's
+        let text = soc.to_toml();
+        assert_eq!(text.matches("backend = ").count(), 2, "{text}");
+        let again = SocSpec::from_toml(&text, std::path::Path::new("again.toml"), &be).expect("reads back");
+        assert_eq!(again, soc);
+    }
+
+    /// A PU naming a backend that is not here is one error listing the build's backends; one
+    /// backend alone is its own dispatcher.
+    #[test]
+    fn unknown_backend_is_refused() {
+        let only_ov = Backends::new(vec![Arc::new(Fake("openvino", "2026.4.1"))]);
+        assert_eq!((only_ov.name(), only_ov.version().as_str()), ("openvino", "2026.4.1"));
+        let err = SocSpec::from_toml(MIXED, std::path::Path::new("mixed.toml"), &only_ov).expect_err("no ORT");
+        let want = format!(
+            "mixed.toml: PU `core1`: no backend `onnxruntime` here (this build has: {})",
+            crate::built_in().join(", ")
+        );
+        assert_eq!(err.to_string(), want);
+        let pu = PuSpec { backend: "tensorrt".into(), ..PuSpec::backend_default(&core_pu()) };
+        let err = both().compile(&[], &pu).err().expect("unknown").to_string();
+        assert!(err.contains("no backend `tensorrt` here"), "{err}");
+        assert!(Fake("openvino", "1").check_backend("onnxruntime").is_err());
+        assert_eq!(Fake("openvino", "1").backend_id("openvino").expect("own"), "openvino 1");
+    }
+
+    /// `cores-mixed` puts the first allowed core on OpenVINO and the second on ONNX Runtime;
+    /// `local` and `cores` stay on the default backend.
+    #[test]
+    fn presets_name_their_backends() {
+        let cpus = crate::allowed_cpus();
+        match SocSpec::preset("cores-mixed", &both()) {
+            Ok(soc) => {
+                let got: Vec<(&str, &[usize])> = soc.pus.iter().map(|p| (p.backend.as_str(), &p.cores[..])).collect();
+                assert_eq!(got, [("openvino", &cpus[..1]), ("onnxruntime", &cpus[1..2])]);
+                assert_eq!(soc.pus[1].properties["INTRA_OP_NUM_THREADS"], "1");
+                assert_eq!(soc.pus[0].properties["INFERENCE_NUM_THREADS"], "1");
+            }
+            Err(e) => assert!(cpus.len() < 2, "{e}"),
+        }
+        let err = SocSpec::preset("cores-mixed", &Fake("openvino", "1")).expect_err("needs ONNX Runtime");
+        assert!(cpus.len() < 2 || err.to_string().contains("no backend `onnxruntime` here"), "{err}");
+        for preset in ["local", "cores"] {
+            let soc = SocSpec::preset(preset, &both()).expect("preset");
+            assert!(soc.pus.iter().all(|p| p.backend == "openvino") && soc.backend == "openvino", "{soc:?}");
+        }
+    }
+
+    fn core_pu() -> PuSpec {
+        PuSpec {
+            name: "core0".into(),
+            backend: "openvino".into(),
+            kind: PuKind::Cpu,
+            device: "CPU".into(),
+            properties: Default::default(),
+            cores: vec![],
+            declared_power_w: 1.0,
+        }
+    }
+}
