@@ -859,8 +859,30 @@ impl Problem {
                 run.iter().for_each(|&c| around(c, &mut queue, &mut queued, &mut hot))
             });
             moves += blocks;
-            if blocks == 0 || moves > cap {
+            if moves > cap {
                 return moves;
+            }
+            if blocks == 0 {
+                // the worklist follows dataflow and order neighbours, but an op's best PU can
+                // also change through a move further away (a run measured whole, a transfer
+                // shared along a fork): one sweep of every op and every run confirms the local
+                // optimum, or starts the climb again where it is not
+                for &c in &order {
+                    if self.best_single_move(assign, c, Schedule::Sequential, obj) {
+                        moves += 1;
+                        around(c, &mut queue, &mut queued, &mut hot);
+                    }
+                }
+                if queue.is_empty() {
+                    let all = vec![true; n];
+                    let blocks = self.block_moves(assign, &order, &all, Schedule::Sequential, obj, &mut |run| {
+                        run.iter().for_each(|&c| around(c, &mut queue, &mut queued, &mut hot))
+                    });
+                    moves += blocks;
+                    if blocks == 0 || moves > cap {
+                        return moves;
+                    }
+                }
             }
         }
     }
@@ -939,6 +961,13 @@ impl Problem {
             moved += self.block_moves(assign, &order, &was_hot, schedule, obj, &mut |run| {
                 run.iter().for_each(|&c| mark(c, &mut dirty, &mut hot))
             });
+            if moved == 0 {
+                // nothing moved near the last moves: every run once more, for moves further away
+                let all = vec![true; self.ops()];
+                moved += self.block_moves(assign, &order, &all, schedule, obj, &mut |run| {
+                    run.iter().for_each(|&c| mark(c, &mut dirty, &mut hot))
+                });
+            }
             moves += moved;
             if moved == 0 {
                 break;
