@@ -80,6 +80,12 @@ fn xtask_in(cwd: &Path, args: &[&str]) -> Output {
     child.wait_with_output().expect("output")
 }
 
+fn mkfifo(path: &Path) {
+    let c = CString::new(path.as_os_str().as_bytes()).expect("path");
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo {}", path.display());
+}
+
 struct Case {
     what: String,
     /// Folder holding the model (and whatever it names).
@@ -123,9 +129,7 @@ fn nothing_outside_the_model_folder_is_opened_and_nothing_hangs() {
         std::os::unix::fs::symlink(&outside, c.dir.join("w.bin")).expect("symlink");
         cases.push(c);
         let c = onnx_case(&models, &format!("{p}-fifo"), place, "w.bin", Some("not a regular file"));
-        let fifo = CString::new(c.dir.join("w.bin").as_os_str().as_bytes()).expect("path");
-        // SAFETY: a valid C string.
-        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0, "mkfifo");
+        mkfifo(&c.dir.join("w.bin"));
         cases.push(c);
         // control: the same model with its data inside the folder imports
         let c = onnx_case(&models, &format!("{p}-inside"), place, "w.bin", None);
@@ -146,9 +150,7 @@ fn nothing_outside_the_model_folder_is_opened_and_nothing_hangs() {
         match what {
             "ir-symlink" => std::os::unix::fs::symlink(&outside, &bin).expect("symlink"),
             "ir-fifo" => {
-                let fifo = CString::new(bin.as_os_str().as_bytes()).expect("path");
-                // SAFETY: a valid C string.
-                assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0, "mkfifo");
+                mkfifo(&bin);
             }
             _ => std::fs::write(&bin, [0u8; 16]).expect("weights"),
         }
@@ -158,9 +160,7 @@ fn nothing_outside_the_model_folder_is_opened_and_nothing_hangs() {
     let fifo_model = models.join("fifo-model");
     std::fs::create_dir_all(&fifo_model).expect("dir");
     let path = fifo_model.join("model.onnx");
-    let c = CString::new(path.as_os_str().as_bytes()).expect("path");
-    // SAFETY: a valid C string.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    mkfifo(&path);
     cases.push(Case { what: "fifo-model".into(), dir: fifo_model, model: path, error: Some("not a regular file") });
 
     let watch = Watch::new(&[&outside, &in_cwd]);
@@ -190,17 +190,13 @@ fn nothing_outside_the_model_folder_is_opened_and_nothing_hangs() {
     }
     // a SoC spec that is a FIFO is refused, not waited on
     let soc = t.join("soc.toml");
-    let c = CString::new(soc.as_os_str().as_bytes()).expect("path");
-    // SAFETY: a valid C string.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    mkfifo(&soc);
     let o = xtask_in(&cwd, &["soc", &soc.display().to_string()]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("not a regular file"), "FIFO SoC spec:\n{err}");
     // so is an artifact that is a FIFO
     let artifact = t.join("plan.bin");
-    let c = CString::new(artifact.as_os_str().as_bytes()).expect("path");
-    // SAFETY: a valid C string.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    mkfifo(&artifact);
     let o = xtask_in(&cwd, &["show", &artifact.display().to_string()]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("not a regular file"), "FIFO artifact:\n{err}");

@@ -178,6 +178,19 @@ pub trait Executable: Send {
 /// pairs in the graph's order: by port name where every port kept its tensor's name, else by
 /// position when the counts agree (a backend may report another of a tensor's names, or drop
 /// an input nothing reads), else None.
+/// Input `index` of a run, checked against the compiled model's port: the element type, and a
+/// buffer as long as the shape says (the backends wrap it without copying).
+pub fn check_input(pu: &str, index: usize, port: &PortInfo, t: &HostTensor) -> Result<(), BackendError> {
+    let bad = |reason: String| BackendError::BadInput { pu: pu.to_string(), index, name: port.name.clone(), reason };
+    if t.dtype != port.dtype {
+        return Err(bad(format!("expects {}, got {}", port.dtype, t.dtype)));
+    }
+    if t.data.len() != t.numel() * t.dtype.size() {
+        return Err(bad("buffer size does not match shape".into()));
+    }
+    Ok(())
+}
+
 pub fn feed_order<'a>(ports: &[PortInfo], named: &[(&str, &'a HostTensor)]) -> Option<Vec<&'a HostTensor>> {
     let by_name: Option<Vec<&HostTensor>> =
         ports.iter().map(|p| named.iter().find(|(n, _)| *n == p.name).map(|(_, t)| *t)).collect();

@@ -437,18 +437,13 @@ impl OrtExecutable {
         let t0 = Instant::now();
         let mut held = Vec::with_capacity(inputs.len());
         for (i, (t, port)) in inputs.iter().zip(&self.inputs).enumerate() {
+            crate::check_input(&self.pu, i, port, t)?;
             let bad = |reason: String| BackendError::BadInput {
                 pu: self.pu.clone(),
                 index: i,
                 name: port.name.clone(),
                 reason,
             };
-            if t.dtype != port.dtype {
-                return Err(bad(format!("expects {}, got {}", port.dtype, t.dtype)));
-            }
-            if t.data.len() != t.numel() * t.dtype.size() {
-                return Err(bad("buffer size does not match shape".into()));
-            }
             let dims: Vec<i64> = t.shape.iter().map(|&d| d as i64).collect();
             let mut value = std::ptr::null_mut();
             // SAFETY: the host buffer outlives the run below (held by the caller) and the binding

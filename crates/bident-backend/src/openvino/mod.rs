@@ -473,18 +473,13 @@ impl Executable for OvExecutable {
         let t0 = Instant::now();
         let mut held = Vec::with_capacity(inputs.len());
         for (i, (t, port)) in inputs.iter().zip(&self.inputs).enumerate() {
+            crate::check_input(&self.pu, i, port, t)?;
             let bad = |reason: String| BackendError::BadInput {
                 pu: self.pu.clone(),
                 index: i,
                 name: port.name.clone(),
                 reason,
             };
-            if t.dtype != port.dtype {
-                return Err(bad(format!("expects {}, got {}", port.dtype, t.dtype)));
-            }
-            if t.data.len() != t.numel() * t.dtype.size() {
-                return Err(bad("buffer size does not match shape".into()));
-            }
             let mut dims: Vec<i64> = t.shape.iter().map(|&d| d as i64).collect();
             // built by hand: ov_shape_create refuses rank 0, and the tensor copies the dims
             let shape = sys::ov_shape_t { rank: dims.len() as i64, dims: dims.as_mut_ptr() };
