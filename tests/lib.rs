@@ -25,6 +25,20 @@ pub fn backend() -> Arc<OpenVino> {
     .clone()
 }
 
+/// OpenVINO (the default) and ONNX Runtime behind one dispatcher, each installed into
+/// `target/` on first use.
+pub fn both_backends() -> Arc<bident_backend::Backends> {
+    static BE: OnceLock<Arc<bident_backend::Backends>> = OnceLock::new();
+    BE.get_or_init(|| {
+        let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"));
+        let lib = bident_backend::onnxruntime::install::ensure(&target, &mut |l| eprintln!("{l}"))
+            .expect("the ONNX Runtime library is needed by these tests");
+        let ort = bident_backend::onnxruntime::OnnxRuntime::load(&lib).expect("loading ONNX Runtime");
+        Arc::new(bident_backend::Backends::new(vec![backend(), Arc::new(ort)]))
+    })
+    .clone()
+}
+
 /// A model case: `tests/data/<area>/<name>.yaml`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -164,8 +178,21 @@ pub fn plan_on_cores(
     phased: &bident_partition::PhasedGraph,
     pu_of: impl Fn(usize) -> usize,
 ) -> (bident_backend::SocSpec, bident_search::Plan) {
-    use bident_profile::{Cost, CostTable, OpCosts, PowerSource};
     let soc = bident_backend::SocSpec::preset("cores", backend().as_ref()).expect("cores");
+    let plan = plan_on(g, phased, &soc, bident_search::Mode::Sequential, pu_of);
+    (soc, plan)
+}
+
+/// A plan on `soc` in `mode` placing op `i` on PU `pu_of(i)` (by pinning; the costs are
+/// uniform placeholders, nothing is profiled).
+pub fn plan_on(
+    g: &FusedGraph,
+    phased: &bident_partition::PhasedGraph,
+    soc: &bident_backend::SocSpec,
+    mode: bident_search::Mode,
+    pu_of: impl Fn(usize) -> usize,
+) -> bident_search::Plan {
+    use bident_profile::{Cost, CostTable, OpCosts, PowerSource};
     let k = soc.pus.len();
     let cost = Cost {
         h2d_us: 1.0,
@@ -207,8 +234,8 @@ pub fn plan_on_cores(
     let pin = g.ops.iter().enumerate().map(|(i, op)| (op.name.clone(), soc.pus[pu_of(i) % k].name.clone())).collect();
     let cfg = bident_search::SearchConfig {
         constraints: bident_search::Constraints { pin, ..Default::default() },
+        mode,
         ..Default::default()
     };
-    let plan = bident_search::search(phased, &costs, &cfg).expect("search");
-    (soc, plan)
+    bident_search::search(phased, &costs, &cfg).expect("search")
 }

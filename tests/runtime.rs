@@ -9,7 +9,7 @@ use bident_backend::{Backend, SocSpec};
 use bident_ir::FusedGraph;
 use bident_runtime::{Grouping, Program, RuntimeError, Session};
 use bident_search::Plan;
-use bident_tests::{backend, model, plan_on_cores};
+use bident_tests::{backend, both_backends, model, plan_on, plan_on_cores};
 
 fn session(
     g: &FusedGraph,
@@ -64,6 +64,49 @@ fn a_plan_across_cores_matches_the_whole_model_from_many_threads() {
                 }
                 assert_eq!(inf.spans.len(), tasks);
                 assert!(inf.spans.iter().all(|s| s.start_us >= s.ready_us - 1e-6 && s.finish_us >= s.start_us));
+            }
+        }
+    }
+}
+
+/// Ops alternating between OpenVINO's and ONNX Runtime's whole CPU (`local` over both), in a
+/// parallel plan: the outputs match the whole model's, and the two PUs, which share every
+/// core, never run at once.
+#[test]
+fn ops_alternating_between_backends_on_shared_cores() {
+    let (g, phased) = model("attention");
+    assert!(phased.phases.iter().any(|p| p.branches.len() > 1), "a model with parallel branches");
+    let be = both_backends();
+    let soc = SocSpec::preset("local", be.as_ref()).expect("local");
+    let names: Vec<&str> = soc.pus.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["CPU", "CPU.ort"]);
+    assert!(soc.exclusive()[0][1]);
+    let plan = plan_on(&g, &phased, &soc, bident_search::Mode::Parallel, |i| i % 2);
+    assert!(
+        plan.ops_per_pu.len() == 2 && plan.ops_per_pu.values().all(|&n| n > 0),
+        "both backends: {:?}",
+        plan.ops_per_pu
+    );
+    let inputs = bident_runtime::model_inputs(&g, 3);
+    let want = reference(&g, &soc, &inputs);
+    let s = Session::load(
+        Program::from_plan(&g, &plan, &soc, Grouping::PerOp).expect("program"),
+        &soc,
+        be,
+        Duration::from_secs(5),
+    )
+    .expect("load");
+    let p = s.program();
+    for _ in 0..20 {
+        let inf = s.run(std::slice::from_ref(&inputs)).expect("run");
+        for (got, want) in inf.outputs[0].iter().zip(&want) {
+            assert_eq!(got.mismatch(want, 1e-4, 1e-5), None);
+        }
+        for a in &inf.spans {
+            for b in &inf.spans {
+                if p.tasks[a.task].pu != p.tasks[b.task].pu {
+                    assert!(a.finish_us <= b.start_us || b.finish_us <= a.start_us, "overlap: {a:?} {b:?}");
+                }
             }
         }
     }

@@ -83,7 +83,7 @@ struct Row {
 
 pub fn eval(a: EvalArgs) -> Result<()> {
     anyhow::ensure!(a.size == "tiny" || a.size == "full", "--size is tiny or full, not `{}`", a.size);
-    let soc = Soc::load(&a.soc)?;
+    let soc = Soc::load(&crate::pipeline::SocArgs::named(&a.soc))?;
     let simulated = matches!(soc, Soc::Virtual(_));
     let label = if simulated { "SIMULATED" } else { "measured" };
     let out = a.out.clone().unwrap_or_else(|| target_dir().join("bident/eval").join(format!("{}-{}", a.soc, a.size)));
@@ -92,7 +92,9 @@ pub fn eval(a: EvalArgs) -> Result<()> {
     anyhow::ensure!(!configs.is_empty(), "no family matches --only {:?}", a.only);
     let t0 = std::time::Instant::now();
     let contention = match &soc {
-        Soc::Measured(spec, be) if spec.pus.len() > 1 => Some(crate::pipeline::measure_contention(spec, be.as_ref())?),
+        Soc::Measured(spec, be) if crate::pipeline::independent_pus(spec) => {
+            Some(crate::pipeline::measure_contention(spec, be.as_ref())?)
+        }
         _ => None,
     };
     let mut rows = vec![];

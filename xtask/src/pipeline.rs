@@ -13,6 +13,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use bident_artifact::{self as artifact, Artifact, ContentHash, Stamped};
 use bident_backend::fault::{FaultSpec, FaultyBackend};
+use bident_backend::soc::Precisions;
 use bident_backend::{Backend, Backends, SocSpec, onnxruntime::OnnxRuntime, openvino::OpenVino};
 use bident_ir::{FusedGraph, OpId};
 use bident_partition::PhasedGraph;
@@ -57,12 +58,36 @@ pub struct DirArgs {
 
 #[derive(Args, Clone)]
 pub struct SocArgs {
-    /// SoC: a preset, `local` (one PU per OpenVINO device), `cores` (one pinned PU per CPU
-    /// core) or `lunar-lake` (virtual: the paper's CPU + GPU + NPU as an analytic model, every
-    /// figure simulated, nothing runs), or a spec file `FILE.toml` (`cargo xtask soc NAME`
-    /// prints a preset as one).
+    /// SoC: a preset, `local` (every device of every backend, whole, in f32 and at its default
+    /// precision), `cores` (one pinned single-threaded PU per CPU core and backend), `all`
+    /// (both) or `lunar-lake` (virtual: the paper's CPU + GPU + NPU as an analytic model,
+    /// every figure simulated, nothing runs), or a spec file `FILE.toml` (`cargo xtask soc
+    /// NAME` prints a preset as one). PUs that share cores never run at once.
     #[arg(long, default_value = "local")]
     pub soc: String,
+    /// The backends PUs may use, the first being the default one (presets name its PUs
+    /// without a tag; `CPU.ort` is ONNX Runtime's CPU beside OpenVINO's `CPU`).
+    #[arg(long, value_delimiter = ',', default_value = "openvino,onnxruntime", value_parser = ["openvino", "onnxruntime"])]
+    pub backends: Vec<String>,
+    /// `default`: presets offer each CPU at its default precision beside exact f32 (`CPU.bf16`
+    /// where OpenVINO computes in bf16); `exact`: f32 only (a spec file's PUs must ask for f32).
+    #[arg(long, default_value = "default", value_parser = ["default", "exact"])]
+    pub precision: String,
+}
+
+impl SocArgs {
+    /// `--soc NAME` with the default backends and precisions.
+    pub fn named(soc: &str) -> Self {
+        Self {
+            soc: soc.to_string(),
+            backends: vec!["openvino".into(), "onnxruntime".into()],
+            precision: "default".into(),
+        }
+    }
+
+    fn precisions(&self) -> Precisions {
+        if self.precision == "exact" { Precisions::Exact } else { Precisions::Default }
+    }
 }
 
 #[derive(Args, Clone)]
@@ -256,14 +281,25 @@ pub fn backend() -> Result<Arc<OpenVino>> {
     Ok(Arc::new(OpenVino::load(&lib)?))
 }
 
-/// The backends PUs may name (`PuSpec::backend`) behind one dispatcher: OpenVINO (the default)
-/// and, when `named` names it, ONNX Runtime, installing its pinned runtime first if needed. A
-/// name this build does not know is left out, for the SoC check to report.
+/// ONNX Runtime, installing its pinned runtime first if needed.
+pub fn onnxruntime() -> Result<Arc<OnnxRuntime>> {
+    let lib = bident_backend::onnxruntime::install::ensure(&target_dir(), &mut |line| eprintln!("{line}"))?;
+    Ok(Arc::new(OnnxRuntime::load(&lib)?))
+}
+
+/// The backends `named` (`openvino`, `onnxruntime`) behind one dispatcher, the first being the
+/// default one, each installed first if needed.
 pub fn backends<'a>(named: impl IntoIterator<Item = &'a str>) -> Result<Arc<Backends>> {
-    let mut members: Vec<Arc<dyn Backend>> = vec![backend()?];
-    if named.into_iter().any(|b| b == "onnxruntime") {
-        let lib = bident_backend::onnxruntime::install::ensure(&target_dir(), &mut |line| eprintln!("{line}"))?;
-        members.push(Arc::new(OnnxRuntime::load(&lib)?));
+    let mut members: Vec<Arc<dyn Backend>> = vec![];
+    for name in named {
+        members.push(match name {
+            "openvino" => backend()?,
+            "onnxruntime" => onnxruntime()?,
+            other => bail!("no backend `{other}` (this build has: {})", bident_backend::built_in().join(", ")),
+        });
+    }
+    if members.is_empty() {
+        bail!("--backends names no backend");
     }
     Ok(Arc::new(Backends::new(members)))
 }
@@ -284,16 +320,26 @@ impl Soc {
         spec.pus.iter().map(|p| p.name.as_str()).collect()
     }
 
-    /// `--soc`: a virtual preset, a measured preset or a spec file.
-    pub fn load(spec: &str) -> Result<Soc> {
+    /// `--soc`: a virtual preset, a measured preset or a spec file, over `--backends` and
+    /// `--precision`.
+    pub fn load(a: &SocArgs) -> Result<Soc> {
+        let spec = a.soc.as_str();
         if let Some(v) = VirtualSoc::preset(spec) {
             return Ok(Soc::Virtual(v));
         }
-        let be = backends(SocSpec::backends_named(spec, "openvino").iter().map(String::as_str))?;
-        match SocSpec::load(spec, be.as_ref()) {
+        let mut named: Vec<&str> = vec![];
+        for b in &a.backends {
+            if named.contains(&b.as_str()) {
+                bail!("--backends names `{b}` twice");
+            }
+            named.push(b);
+        }
+        let be = backends(named)?;
+        match SocSpec::load(spec, be.as_ref(), a.precisions()) {
             Ok(soc) => Ok(Soc::Measured(soc, be)),
             Err(bident_backend::SocError::UnknownPreset(p)) => bail!(
-                "unknown SoC `{p}` (measured: local, cores, cores-mixed; virtual: {}; or a spec file .toml)",
+                "unknown SoC `{p}` (measured: {}; virtual: {}; or a spec file .toml)",
+                bident_backend::soc::PRESETS.join(", "),
                 bident_profile::simulate::PRESETS.join(", ")
             ),
             Err(e) => Err(e.into()),
@@ -585,7 +631,7 @@ fn profile_stage(
         eprintln!();
     }
     let mut table = table;
-    if soc.pus.len() > 1 {
+    if independent_pus(soc) {
         table.contention = Some(measure_contention(soc, be)?);
     }
     let h = write(dir, COSTS, &table, bident_profile::input_hash(gh, soc, &cfg))?;
@@ -642,7 +688,14 @@ fn print_merged(t: &CostTable) {
 /// memory-bound (a 2 MB-per-operand Add), in f32 like the measured PUs.
 const CONTENTION_PROBES: &[(&str, u64)] = &[("matmul", 256), ("conv", 32), ("add", 512)];
 
-/// The measured SF matrix of `soc` (paper 3.2.2), printed as a table.
+/// Whether some two PUs of `soc` may run at once (so their contention is worth measuring).
+pub(crate) fn independent_pus(soc: &SocSpec) -> bool {
+    let x = soc.exclusive();
+    (0..x.len()).any(|i| (0..x.len()).any(|j| i != j && !x[i][j]))
+}
+
+/// The measured SF matrix of `soc` (paper 3.2.2), printed as a table; `excl` marks PUs that
+/// share hardware and never run at once.
 pub(crate) fn measure_contention(soc: &SocSpec, be: &dyn Backend) -> Result<bident_profile::Contention> {
     let probes = CONTENTION_PROBES
         .iter()
@@ -662,14 +715,20 @@ pub(crate) fn measure_contention(soc: &SocSpec, be: &dyn Backend) -> Result<bide
         probes.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
     );
     eprintln!("  {:>25} {}", "", soc.pus.iter().map(|p| format!("{:>8}", p.name)).collect::<String>());
-    let row = |label: &str, pu: &str, sf: &[f64]| {
-        eprintln!("  {label:>16} {pu:>8} {}", sf.iter().map(|v| format!("{v:>8.2}")).collect::<String>());
+    let exclusive = soc.exclusive();
+    let row = |label: &str, pu: &str, i: usize, sf: &[f64]| {
+        let cells: String = sf
+            .iter()
+            .enumerate()
+            .map(|(j, v)| if exclusive[i][j] { format!("{:>8}", "excl") } else { format!("{v:>8.2}") })
+            .collect();
+        eprintln!("  {label:>16} {pu:>8} {cells}");
     };
     for (i, pu) in soc.pus.iter().enumerate() {
-        row("median", &pu.name, &c.sf[i]);
+        row("median", &pu.name, i, &c.sf[i]);
         if let bident_profile::ContentionSource::Measured { by_probe, .. } = &c.source {
             for (probe, m) in probes.iter().zip(by_probe) {
-                row(&probe.name, "", &m[i]);
+                row(&probe.name, "", i, &m[i]);
             }
         }
     }
@@ -736,7 +795,7 @@ fn truncate(s: &str, n: usize) -> String {
 }
 
 pub fn profile_cmd(a: ProfileArgs) -> Result<()> {
-    let soc = Soc::load(&a.soc.soc)?;
+    let soc = Soc::load(&a.soc)?;
     let _lock = lock_existing(&a.dir)?;
     let (g, gh) = read_fused(&a.dir)?;
     let m = Measuring { runs: a.profile_runs, fixed_runs: a.fixed_runs, no_cache: a.no_cache };
@@ -1007,7 +1066,7 @@ pub fn run_stages(a: &PipelineArgs) -> Result<(FusedGraph, Plan, Option<RunRepor
     let (path, name) = model_path(&a.import)?;
     let dir = out_dir(&a.import, &name);
     let opts = import_options(&a.import)?;
-    let soc = Soc::load(&a.soc.soc)?;
+    let soc = Soc::load(&a.soc)?;
     let cfg = a.plan.config()?;
     cfg.constraints.check_names(&soc.pu_names())?;
     match &soc {
@@ -1054,7 +1113,7 @@ fn concurrent_pipeline(a: &PipelineArgs, model_b: &str) -> Result<()> {
         "--with plans each model's ops one at a time, without constraints: drop --mode parallel, --pin, --forbid \
          and --exclude-pu"
     );
-    let soc = Soc::load(&a.soc.soc)?;
+    let soc = Soc::load(&a.soc)?;
     if let Soc::Measured(spec, _) = &soc {
         a.run.check(spec)?;
     }
@@ -1302,14 +1361,21 @@ fn print_measured(r: &RunReport) {
         r.measured_on
     );
     println!(
-        "baselines  whole model on {} {:.1} µs (speedup {:.2}x)   {} {:.1} µs (speedup {:.2}x)",
+        "baselines  whole model on {} {:.1} µs (speedup {:.2}x)",
         r.best_single_pu.join(" then "),
         r.measured_best_single_pu_us,
         r.measured_speedup(),
-        r.backend_default,
-        r.measured_backend_default_us,
-        r.speedup_vs_backend_default()
     );
+    for d in &r.backend_defaults {
+        let best = if d.description == r.backend_default { "  <- the best default" } else { "" };
+        match (d.measured_us, &d.refused) {
+            (Some(us), _) => {
+                println!("           {} {us:.1} µs (speedup {:.2}x){best}", d.description, us / r.measured_us)
+            }
+            (None, why) => println!("           {}: not measured ({})", d.description, why.as_deref().unwrap_or("?")),
+        }
+    }
+    println!("speedup    {:.2}x over the best backend default ({})", r.speedup_vs_best_default(), r.backend_default);
     let ops: usize = r.ops.iter().map(|t| t.ops.len()).sum();
     println!(
         "runtime    {ops} ops as {} sub-models, compiled in {:.0} ms (not in the latency); executor overhead {:.2} µs \
@@ -1318,7 +1384,10 @@ fn print_measured(r: &RunReport) {
         r.compile_ms,
         r.overhead_us_per_op
     );
-    println!("outputs    every run checked against the whole model: max abs error {:.3e}", r.max_abs_err);
+    println!(
+        "outputs    every run checked against the whole model: max abs error {:.3e}; {}",
+        r.max_abs_err, r.tolerance
+    );
     if r.pu_backends.iter().any(|b| Some(b) != r.pu_backends.first()) {
         let labels: Vec<String> = (0..r.pus.len()).map(|i| r.pu_label(i)).collect();
         println!("backends   {} ({})", labels.join(", "), r.backend);
@@ -1334,9 +1403,21 @@ fn measured_json(r: &RunReport) -> serde_json::Map<String, serde_json::Value> {
         "measured_speedup": r.measured_speedup(),
         "measured_backend_default_us": r.measured_backend_default_us,
         "speedup_vs_backend_default": r.speedup_vs_backend_default(),
+        "measured_backend_defaults": r
+            .backend_defaults
+            .iter()
+            .map(|d| (d.backend.clone(), serde_json::json!(d.measured_us)))
+            .collect::<serde_json::Map<_, _>>(),
+        "backend_default_precisions": r
+            .backend_defaults
+            .iter()
+            .map(|d| (d.backend.clone(), serde_json::json!(d.precision)))
+            .collect::<serde_json::Map<_, _>>(),
+        "speedup_vs_best_default": r.speedup_vs_best_default(),
         "overhead_us_per_op": r.overhead_us_per_op,
         "compile_ms": r.compile_ms,
         "max_abs_err": r.max_abs_err,
+        "tolerance": r.tolerance,
         "measured_on": r.measured_on,
     });
     match j {
@@ -1402,7 +1483,7 @@ pub struct CoexecArgs {
 pub fn coexec(a: CoexecArgs) -> Result<()> {
     let (ga, ha) = read_fused(&a.a)?;
     let (gb, hb) = read_fused(&a.b)?;
-    let Soc::Measured(soc, be) = Soc::load(&a.soc.soc)? else {
+    let Soc::Measured(soc, be) = Soc::load(&a.soc)? else {
         bail!("co-execution costs are measured: `{}` is a virtual SoC", a.soc.soc);
     };
     let cfg = bident_profile::coexec::CoExecConfig { max_pairs: a.max_pairs, ..Default::default() };
@@ -1509,7 +1590,7 @@ pub fn costs(cmd: CostsCmd) -> Result<()> {
 
 /// Print a SoC (preset or file), checked against this machine, in the spec file format.
 pub fn soc(spec: &str) -> Result<()> {
-    match Soc::load(spec)? {
+    match Soc::load(&SocArgs::named(spec))? {
         Soc::Measured(soc, _) => print!("{}", soc.to_toml()),
         Soc::Virtual(v) => {
             println!("# VIRTUAL SoC: costs come from an analytic model (simulated), calibrated to {}", v.calibration);

@@ -85,7 +85,7 @@ pub fn thirdparty(soc: &str, fusion: &str, runs: u32, profile_runs: u32, json: b
                 out: None,
                 fusion: fusion.to_string(),
             },
-            soc: SocArgs { soc: soc.to_string() },
+            soc: SocArgs::named(soc),
             plan: crate::pipeline::PlanArgs {
                 objective: "latency".into(),
                 mode: "sequential".into(),

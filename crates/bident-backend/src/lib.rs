@@ -66,6 +66,9 @@ pub struct DeviceInfo {
     pub kind: PuKind,
     /// Human-readable name, e.g. the CPU model string.
     pub full_name: String,
+    /// The precision the device computes f32 models in when left to its defaults (`f32`,
+    /// `bf16`, `f16`), as the backend reports it; None when it does not say.
+    pub precision: Option<String>,
 }
 
 /// Name, element type and shape of one model input or output.

@@ -116,7 +116,12 @@ mod tests {
             self.1.into()
         }
         fn devices(&self) -> Result<Vec<DeviceInfo>, BackendError> {
-            Ok(vec![DeviceInfo { name: "CPU".into(), kind: PuKind::Cpu, full_name: "fake".into() }])
+            Ok(vec![DeviceInfo {
+                name: "CPU".into(),
+                kind: PuKind::Cpu,
+                full_name: "fake".into(),
+                precision: Some("f32".into()),
+            }])
         }
         fn compile(&self, _: &[u8], pu: &PuSpec) -> Result<Box<dyn Executable>, BackendError> {
             Err(BackendError::Compile { pu: pu.name.clone(), reason: format!("compiled by {}", self.0) })
@@ -194,7 +199,7 @@ declared_power_w = 7.5
     }
 
     /// `cores-mixed` puts the first allowed core on OpenVINO and the second on ONNX Runtime;
-    /// `local` and `cores` stay on the default backend.
+    /// `local`, `cores` and `all` have every backend's PUs, the default backend's untagged.
     #[test]
     fn presets_name_their_backends() {
         let cpus = crate::allowed_cpus();
@@ -209,10 +214,24 @@ declared_power_w = 7.5
         }
         let err = SocSpec::preset("cores-mixed", &Fake("openvino", "1")).expect_err("needs ONNX Runtime");
         assert!(cpus.len() < 2 || err.to_string().contains("no backend `onnxruntime` here"), "{err}");
-        for preset in ["local", "cores"] {
+        let names = |preset: &str| -> Vec<(String, String)> {
             let soc = SocSpec::preset(preset, &both()).expect("preset");
-            assert!(soc.pus.iter().all(|p| p.backend == "openvino") && soc.backend == "openvino", "{soc:?}");
-        }
+            assert_eq!(soc.backend, "openvino");
+            soc.pus.into_iter().map(|p| (p.name, p.backend)).collect()
+        };
+        let local = [("CPU".to_string(), "openvino".to_string()), ("CPU.ort".into(), "onnxruntime".into())];
+        assert_eq!(names("local"), local);
+        let cores: Vec<(String, String)> = ["openvino", "onnxruntime"]
+            .iter()
+            .flat_map(|b| {
+                let tag = if *b == "openvino" { String::new() } else { ".ort".into() };
+                cpus.iter().map(move |c| (format!("core{c}{tag}"), b.to_string()))
+            })
+            .collect();
+        assert_eq!(names("cores"), cores);
+        assert_eq!(names("all"), local.iter().cloned().chain(cores).collect::<Vec<_>>());
+        let only_ov = SocSpec::preset("local", &Fake("openvino", "1")).expect("local");
+        assert_eq!(only_ov.pus.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["CPU"]);
     }
 
     fn core_pu() -> PuSpec {

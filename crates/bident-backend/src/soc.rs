@@ -56,6 +56,32 @@ pub struct PuSpec {
 }
 
 impl PuSpec {
+    /// The inference precision the PU asks for ([`PRECISION_KEY`], read back when it compiles):
+    /// `f32`, `bf16`, `f16`; None leaves it to the device.
+    pub fn precision(&self) -> Option<&str> {
+        self.properties.get(PRECISION_KEY).map(String::as_str)
+    }
+
+    /// Whether the PU computes f32 models exactly in f32 (it asks for f32).
+    pub fn is_exact(&self) -> bool {
+        self.precision().is_some_and(|p| p.eq_ignore_ascii_case("f32"))
+    }
+
+    /// Whether this PU and `other` compete for the same hardware, so they must never run at
+    /// once: two CPU PUs whose cores overlap (an unpinned PU may use every core), or two PUs of
+    /// one other device. (Two backends' names of one GPU are not matched.)
+    pub fn shares_hardware(&self, other: &PuSpec) -> bool {
+        if self.kind != other.kind {
+            return false;
+        }
+        match self.kind {
+            PuKind::Cpu => {
+                self.cores.is_empty() || other.cores.is_empty() || self.cores.iter().any(|c| other.cores.contains(c))
+            }
+            _ => self.device == other.device,
+        }
+    }
+
     /// The whole device with the backend's own defaults: no properties, not pinned (the backend
     /// uses every core it sees). What a user would pick instead of a plan: the runtime's
     /// backend-default baseline. `of`: the PU whose backend and device these are.
@@ -87,7 +113,7 @@ pub struct SocSpec {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SocError {
-    #[error("unknown SoC preset `{0}` (known: local, cores, cores-mixed; or give a .toml file)")]
+    #[error("unknown SoC preset `{0}` (known: {known}; or give a .toml file)", known = PRESETS.join(", "))]
     UnknownPreset(String),
     #[error("{path}: {reason}")]
     File { path: std::path::PathBuf, reason: String },
@@ -102,11 +128,14 @@ const DECLARED_CPU_POWER_W: f64 = 15.0;
 const DECLARED_GPU_POWER_W: f64 = 20.0;
 const DECLARED_NPU_POWER_W: f64 = 5.0;
 
+/// The PU property that sets (and, read back, states) its inference precision.
+pub const PRECISION_KEY: &str = "INFERENCE_PRECISION_HINT";
+
 /// Compile in the model's own precision on CPUs: OpenVINO's CPU plugin otherwise lowers f32
 /// to bf16 where the core supports it, and extracted ops would no longer match the whole model.
 fn exact_precision(kind: PuKind) -> BTreeMap<String, String> {
     match kind {
-        PuKind::Cpu => [("INFERENCE_PRECISION_HINT".to_string(), "f32".to_string())].into(),
+        PuKind::Cpu => [(PRECISION_KEY.to_string(), "f32".to_string())].into(),
         _ => BTreeMap::new(),
     }
 }
@@ -119,11 +148,45 @@ fn declared_power(kind: PuKind) -> f64 {
     }
 }
 
-/// The `local` PUs of one device: the device itself, or, for the CPU of a hybrid processor
-/// (P-cores and E-cores), one PU per core type (`SCHEDULING_CORE_TYPE`), each pinned to its cores.
-fn local_pus(backend: &str, d: crate::DeviceInfo, hybrid: Option<&(Vec<usize>, Vec<usize>)>) -> Vec<PuSpec> {
-    let pu = |name: String, properties: BTreeMap<String, String>, cores: Vec<usize>, share: f64| PuSpec {
-        name,
+/// Which inference precisions a preset offers (`--precision`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Precisions {
+    /// Exact f32 on every device and, beside it, each CPU at its default precision where that
+    /// is another (e.g. `CPU.bf16` where OpenVINO's CPU plugin computes in bf16).
+    #[default]
+    Default,
+    /// Exact f32 only.
+    Exact,
+}
+
+/// How PU names tell backends apart: a PU of the SoC's default backend is named after its
+/// device or core (`CPU`, `core0`), one of another backend gets its tag (`CPU.ort`, `core0.ort`).
+pub fn backend_tag(backend: &str) -> &str {
+    match backend {
+        "openvino" => "ov",
+        "onnxruntime" => "ort",
+        other => other,
+    }
+}
+
+fn pu_name(base: String, backend: &str, default: &str) -> String {
+    if backend == default { base } else { format!("{base}.{}", backend_tag(backend)) }
+}
+
+/// The `local` PUs of one device of `backend` (`default`: the SoC's default backend, which
+/// names PUs without a tag): the device itself in exact f32 or, for the CPU of a hybrid
+/// processor (P-cores and E-cores) under OpenVINO, one PU per core type
+/// (`SCHEDULING_CORE_TYPE`), each pinned to its cores; and, unless `precisions` is exact, the
+/// whole CPU at its default precision where that is not f32 (`CPU.bf16`).
+fn local_pus(
+    backend: &str,
+    default: &str,
+    d: crate::DeviceInfo,
+    hybrid: Option<&(Vec<usize>, Vec<usize>)>,
+    precisions: Precisions,
+) -> Vec<PuSpec> {
+    let pu = |base: String, properties: BTreeMap<String, String>, cores: Vec<usize>, share: f64| PuSpec {
+        name: pu_name(base, backend, default),
         backend: backend.to_string(),
         kind: d.kind,
         device: d.name.clone(),
@@ -131,8 +194,8 @@ fn local_pus(backend: &str, d: crate::DeviceInfo, hybrid: Option<&(Vec<usize>, V
         cores,
         declared_power_w: declared_power(d.kind) * share,
     };
-    match (d.kind, hybrid) {
-        (PuKind::Cpu, Some((p, e))) => {
+    let mut out = match (d.kind, hybrid) {
+        (PuKind::Cpu, Some((p, e))) if backend == "openvino" => {
             let total = (p.len() + e.len()) as f64;
             [("P", "PCORE_ONLY", p.clone()), ("E", "ECORE_ONLY", e.clone())]
                 .into_iter()
@@ -145,7 +208,14 @@ fn local_pus(backend: &str, d: crate::DeviceInfo, hybrid: Option<&(Vec<usize>, V
                 .collect()
         }
         _ => vec![pu(d.name.clone(), exact_precision(d.kind), vec![], 1.0)],
+    };
+    if let (PuKind::Cpu, Precisions::Default, Some(p)) = (d.kind, precisions, &d.precision)
+        && !p.eq_ignore_ascii_case("f32")
+    {
+        let props = [(PRECISION_KEY.to_string(), p.to_ascii_lowercase())].into();
+        out.push(pu(format!("{}.{}", d.name, p.to_ascii_lowercase()), props, vec![], 1.0));
     }
+    out
 }
 
 /// The P-cores and E-cores this process may run on, when the processor is hybrid: Linux lists
@@ -204,19 +274,20 @@ fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
 }
 
 /// A single-threaded CPU PU pinned to core `c`, computing in f32, on `backend` (`openvino` or
-/// `onnxruntime`), with a share `1/n` of the declared CPU power.
-fn core_pu(backend: &str, c: usize, n: usize) -> PuSpec {
+/// `onnxruntime`; `default` names PUs without a tag), with a share `1/n` of the declared CPU
+/// power.
+fn core_pu(backend: &str, default: &str, c: usize, n: usize) -> PuSpec {
     let properties: &[(&str, &str)] = match backend {
-        "onnxruntime" => &[("INTRA_OP_NUM_THREADS", "1"), ("INFERENCE_PRECISION_HINT", "f32")],
+        "onnxruntime" => &[("INTRA_OP_NUM_THREADS", "1"), (PRECISION_KEY, "f32")],
         _ => &[
             ("INFERENCE_NUM_THREADS", "1"),
             ("ENABLE_CPU_PINNING", "NO"),
             ("NUM_STREAMS", "1"),
-            ("INFERENCE_PRECISION_HINT", "f32"),
+            (PRECISION_KEY, "f32"),
         ],
     };
     PuSpec {
-        name: format!("core{c}"),
+        name: pu_name(format!("core{c}"), backend, default),
         backend: backend.to_string(),
         kind: PuKind::Cpu,
         device: "CPU".into(),
@@ -226,42 +297,50 @@ fn core_pu(backend: &str, c: usize, n: usize) -> PuSpec {
     }
 }
 
+/// The measured presets.
+pub const PRESETS: [&str; 4] = ["local", "cores", "all", "cores-mixed"];
+
 impl SocSpec {
-    /// Build a preset SoC against the devices this backend sees. `local` and `cores` are on the
-    /// backend's default one ([`Backend::backends`], OpenVINO in xtask).
+    /// Build a preset SoC against the devices the backend sees, over every backend it has
+    /// ([`Backend::backends`]: a dispatcher's members, the first being the default one, whose
+    /// PUs are named without a tag).
     ///
-    /// - `local`: one PU per device, with the device's own defaults; a hybrid CPU becomes two
-    ///   PUs, `CPU.P` and `CPU.E` (see [`hybrid_cores`]).
-    /// - `cores`: one single-threaded PU per online CPU core, each pinned to its core.
+    /// - `local`: every device of every backend, each whole (not pinned) with the device's
+    ///   defaults in exact f32 and, unless `precisions` is exact, a CPU also at its default
+    ///   precision where that is not f32 (`CPU.bf16`). A hybrid CPU under OpenVINO becomes two
+    ///   PUs, `CPU.P` and `CPU.E` (see [`hybrid_cores`]). The other backends' PUs are tagged:
+    ///   `CPU.ort`.
+    /// - `cores`: one single-threaded f32 PU per online CPU core and backend, pinned to its
+    ///   core (`core0`, `core0.ort`, ...).
+    /// - `all`: the PUs of `local` and of `cores` together.
     /// - `cores-mixed`: the first two cores this process may run on, the first an OpenVINO PU
     ///   and the second an ONNX Runtime PU, each single-threaded, pinned and f32 (needs both
     ///   backends and two cores).
-    pub fn preset(name: &str, backend: &dyn Backend) -> Result<SocSpec, SocError> {
-        let default = backend.backends().into_iter().next().unwrap_or_else(|| backend.name().to_string());
-        let soc = match name {
-            "local" => SocSpec {
-                name: "local".into(),
-                backend: default.clone(),
-                simulated: false,
-                pus: {
-                    let hybrid = hybrid_cores();
-                    backend
-                        .devices_of(&default)?
-                        .into_iter()
-                        .flat_map(|d| local_pus(&default, d, hybrid.as_ref()))
-                        .collect()
-                },
-            },
-            "cores" => {
-                let cpus = crate::allowed_cpus();
-                let n = cpus.len();
-                SocSpec {
-                    name: "cores".into(),
-                    backend: default.clone(),
-                    simulated: false,
-                    pus: cpus.into_iter().map(|c| core_pu(&default, c, n)).collect(),
+    ///
+    /// PUs of one preset may share cores (`CPU` and `CPU.ort`, `core0` and `core0.ort`): they
+    /// never run at once ([`SocSpec::exclusive`]).
+    pub fn preset_with(name: &str, backend: &dyn Backend, precisions: Precisions) -> Result<SocSpec, SocError> {
+        let backends = backend.backends();
+        let default = backends.first().cloned().unwrap_or_else(|| backend.name().to_string());
+        let local = || -> Result<Vec<PuSpec>, SocError> {
+            let hybrid = hybrid_cores();
+            let mut pus = vec![];
+            for b in &backends {
+                for d in backend.devices_of(b)? {
+                    pus.extend(local_pus(b, &default, d, hybrid.as_ref(), precisions));
                 }
             }
+            Ok(pus)
+        };
+        let cores = || {
+            let cpus = crate::allowed_cpus();
+            let n = cpus.len();
+            backends.iter().flat_map(|b| cpus.iter().map(|&c| core_pu(b, &default, c, n)).collect::<Vec<_>>()).collect()
+        };
+        let pus: Vec<PuSpec> = match name {
+            "local" => local()?,
+            "cores" => cores(),
+            "all" => local()?.into_iter().chain(cores()).collect(),
             "cores-mixed" => {
                 let cpus = crate::allowed_cpus();
                 let &[first, second, ..] = &cpus[..] else {
@@ -273,17 +352,46 @@ impl SocSpec {
                 for b in ["openvino", "onnxruntime"] {
                     backend.check_backend(b)?;
                 }
-                SocSpec {
-                    name: name.into(),
-                    backend: "openvino".into(),
-                    simulated: false,
-                    pus: vec![core_pu("openvino", first, cpus.len()), core_pu("onnxruntime", second, cpus.len())],
-                }
+                let n = cpus.len();
+                let pus =
+                    vec![core_pu("openvino", "openvino", first, n), core_pu("onnxruntime", "onnxruntime", second, n)];
+                return Self::checked(SocSpec { name: name.into(), backend: "openvino".into(), simulated: false, pus });
             }
             other => return Err(SocError::UnknownPreset(other.to_string())),
         };
+        Self::checked(SocSpec { name: name.into(), backend: default, simulated: false, pus })
+    }
+
+    /// [`SocSpec::preset_with`] every precision.
+    pub fn preset(name: &str, backend: &dyn Backend) -> Result<SocSpec, SocError> {
+        Self::preset_with(name, backend, Precisions::Default)
+    }
+
+    fn checked(soc: SocSpec) -> Result<SocSpec, SocError> {
         soc.validate()?;
         Ok(soc)
+    }
+
+    /// `exclusive[i][j]`: PUs `i` and `j` (`i != j`) share hardware ([`PuSpec::shares_hardware`]),
+    /// so the evaluator and the runtime never run them at once.
+    pub fn exclusive(&self) -> Vec<Vec<bool>> {
+        let n = self.pus.len();
+        (0..n).map(|i| (0..n).map(|j| i != j && self.pus[i].shares_hardware(&self.pus[j])).collect()).collect()
+    }
+
+    /// Refuse PUs that compute in a reduced precision (`--precision exact`).
+    pub fn check_exact(&self) -> Result<(), SocError> {
+        match self.pus.iter().find(|p| !p.is_exact()) {
+            Some(p) => Err(SocError::Invalid {
+                soc: self.name.clone(),
+                reason: format!(
+                    "PU `{}` computes in {} (--precision exact allows f32 only)",
+                    p.name,
+                    p.precision().unwrap_or("the device's default precision")
+                ),
+            }),
+            None => Ok(()),
+        }
     }
 
     pub fn validate(&self) -> Result<(), SocError> {
@@ -306,30 +414,18 @@ impl SocSpec {
         Ok(())
     }
 
-    /// A preset by name, or a SoC spec file (`*.toml`, or any existing file).
-    pub fn load(spec: &str, backend: &dyn Backend) -> Result<SocSpec, SocError> {
+    /// A preset by name, or a SoC spec file (`*.toml`, or any existing file), whose PUs must
+    /// then all be exact when `precisions` is.
+    pub fn load(spec: &str, backend: &dyn Backend, precisions: Precisions) -> Result<SocSpec, SocError> {
         if is_file_spec(spec) {
-            Self::from_file(std::path::Path::new(spec), backend)
-        } else {
-            Self::preset(spec, backend)
-        }
-    }
-
-    /// The backends the PUs of `spec` (as [`SocSpec::load`] takes it) name besides `default`,
-    /// so a caller can load only the backends a SoC needs before loading it. A file that cannot
-    /// be read or parsed names none here; loading it says what is wrong.
-    pub fn backends_named(spec: &str, default: &str) -> std::collections::BTreeSet<String> {
-        let mut out = std::collections::BTreeSet::from([default.to_string()]);
-        if is_file_spec(spec) {
-            let path = std::path::Path::new(spec);
-            if let Some(file) = read_spec_file(path).ok().and_then(|t| toml::from_str::<SocFile>(&t).ok()) {
-                out.extend(file.pu.into_iter().map(|p| p.backend.unwrap_or_else(|| file.backend.clone())));
-                out.insert(file.backend);
+            let soc = Self::from_file(std::path::Path::new(spec), backend)?;
+            if precisions == Precisions::Exact {
+                soc.check_exact()?;
             }
-        } else if spec == "cores-mixed" {
-            out.extend(["openvino".to_string(), "onnxruntime".to_string()]);
+            Ok(soc)
+        } else {
+            Self::preset_with(spec, backend, precisions)
         }
-        out
     }
 
     /// Read and check a SoC spec file (format: [`SocFile`]) against the devices this backend
@@ -417,7 +513,11 @@ impl SocSpec {
         let file = SocFile {
             name: self.name.clone(),
             backend: self.backend.clone(),
-            shared_cores: false,
+            shared_cores: self
+                .pus
+                .iter()
+                .enumerate()
+                .any(|(i, p)| self.pus[i + 1..].iter().any(|q| p.cores.iter().any(|c| q.cores.contains(c)))),
             pu: self
                 .pus
                 .iter()
@@ -508,17 +608,84 @@ mod tests {
         let hybrid = hybrid_cores_in(&dir, &allowed);
         std::fs::remove_dir_all(&dir).ok();
         assert_eq!(hybrid, Some(((0..4).collect(), (4..10).collect())));
-        let cpu = crate::DeviceInfo { name: "CPU".into(), kind: PuKind::Cpu, full_name: "hybrid".into() };
-        let pus = local_pus("openvino", cpu.clone(), hybrid.as_ref());
+        let cpu = crate::DeviceInfo {
+            name: "CPU".into(),
+            kind: PuKind::Cpu,
+            full_name: "hybrid".into(),
+            precision: Some("f32".into()),
+        };
+        let pus = local_pus("openvino", "openvino", cpu.clone(), hybrid.as_ref(), Precisions::Default);
         let names: Vec<&str> = pus.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["CPU.P", "CPU.E"]);
         assert_eq!(pus[0].properties["SCHEDULING_CORE_TYPE"], "PCORE_ONLY");
         assert_eq!(pus[1].properties["SCHEDULING_CORE_TYPE"], "ECORE_ONLY");
         assert_eq!((pus[0].cores.len(), pus[1].cores.len()), (4, 6));
         assert!((pus[0].declared_power_w + pus[1].declared_power_w - DECLARED_CPU_POWER_W).abs() < 1e-9);
-        assert_eq!(local_pus("openvino", cpu, None).len(), 1);
-        let gpu = crate::DeviceInfo { name: "GPU".into(), kind: PuKind::Gpu, full_name: "gpu".into() };
-        assert_eq!(local_pus("openvino", gpu, hybrid.as_ref()).len(), 1);
+        assert_eq!(local_pus("openvino", "openvino", cpu.clone(), None, Precisions::Default).len(), 1);
+        // ONNX Runtime has no core types: its CPU stays whole, tagged
+        let ort = local_pus("onnxruntime", "openvino", cpu, hybrid.as_ref(), Precisions::Default);
+        assert_eq!(ort.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["CPU.ort"]);
+        let gpu = crate::DeviceInfo {
+            name: "GPU".into(),
+            kind: PuKind::Gpu,
+            full_name: "gpu".into(),
+            precision: Some("f16".into()),
+        };
+        assert_eq!(local_pus("openvino", "openvino", gpu, hybrid.as_ref(), Precisions::Default).len(), 1);
         assert_eq!(hybrid_cores_in(std::path::Path::new("/nonexistent"), &allowed), None);
+    }
+
+    /// A CPU whose default precision is reduced is offered at it beside exact f32, unless only
+    /// exact precision is asked for.
+    #[test]
+    fn default_precision_beside_exact() {
+        let cpu = |p: &str| crate::DeviceInfo {
+            name: "CPU".into(),
+            kind: PuKind::Cpu,
+            full_name: "cpu".into(),
+            precision: Some(p.into()),
+        };
+        let pus = local_pus("openvino", "openvino", cpu("BF16"), None, Precisions::Default);
+        let got: Vec<(&str, Option<&str>, bool)> =
+            pus.iter().map(|p| (p.name.as_str(), p.precision(), p.is_exact())).collect();
+        assert_eq!(got, [("CPU", Some("f32"), true), ("CPU.bf16", Some("bf16"), false)]);
+        assert!(pus[0].shares_hardware(&pus[1]));
+        let soc = SocSpec { name: "t".into(), backend: "openvino".into(), simulated: false, pus: pus.clone() };
+        assert!(soc.check_exact().expect_err("bf16").to_string().contains("PU `CPU.bf16` computes in bf16"));
+        assert_eq!(local_pus("openvino", "openvino", cpu("bf16"), None, Precisions::Exact).len(), 1);
+        assert_eq!(local_pus("openvino", "openvino", cpu("f32"), None, Precisions::Default).len(), 1);
+    }
+
+    /// PUs that share a core, or an unpinned PU and any CPU PU, are exclusive; PUs on distinct
+    /// cores or of distinct kinds are not.
+    #[test]
+    fn exclusive_where_hardware_is_shared() {
+        let pu = |name: &str, kind: PuKind, cores: Vec<usize>| PuSpec {
+            name: name.into(),
+            backend: "openvino".into(),
+            kind,
+            device: kind.name().to_uppercase(),
+            properties: BTreeMap::new(),
+            cores,
+            declared_power_w: 1.0,
+        };
+        let soc = SocSpec {
+            name: "t".into(),
+            backend: "openvino".into(),
+            simulated: false,
+            pus: vec![
+                pu("CPU", PuKind::Cpu, vec![]),
+                pu("core0", PuKind::Cpu, vec![0]),
+                pu("core1", PuKind::Cpu, vec![1]),
+                pu("core0.ort", PuKind::Cpu, vec![0]),
+                pu("gpu", PuKind::Gpu, vec![]),
+            ],
+        };
+        let x = soc.exclusive();
+        let pairs: Vec<(usize, usize)> =
+            (0..5).flat_map(|i| (i + 1..5).map(move |j| (i, j))).filter(|&(i, j)| x[i][j]).collect();
+        assert_eq!(pairs, [(0, 1), (0, 2), (0, 3), (1, 3)]);
+        assert!((0..5).all(|i| (0..5).all(|j| x[i][j] == x[j][i]) && !x[i][i]));
+        assert!(soc.to_toml().contains("shared_cores = true"));
     }
 }

@@ -79,7 +79,8 @@ impl CoRun {
     }
 }
 
-/// Measure the SF matrix of `soc`'s PUs with `probes`.
+/// Measure the SF matrix of `soc`'s PUs with `probes`. PUs that share hardware
+/// ([`SocSpec::exclusive`]) never run at once: their pair is not co-run and its factor is 1.
 pub fn measure(
     backend: &dyn Backend,
     soc: &SocSpec,
@@ -103,9 +104,15 @@ pub fn measure(
         };
         // per pair and probe, blocks of (i alone, j alone, both) so that drift of the machine
         // over time hits solo and co-run times alike
-        let mut ratios = vec![vec![vec![]; n]; n];
+        let exclusive = soc.exclusive();
+        let mut ratios = vec![vec![vec![1.0; probes.len()]; n]; n];
         for i in 0..n {
             for j in i + 1..n {
+                if exclusive[i][j] {
+                    continue;
+                }
+                ratios[i][j].clear();
+                ratios[j][i].clear();
                 for p in 0..probes.len() {
                     let (mut solo, mut co) = ([vec![], vec![]], [vec![], vec![]]);
                     for _ in 0..cfg.blocks {

@@ -37,11 +37,21 @@ pub struct RunConfig {
     pub op_timeout: Duration,
     /// Each op compiled alone, or runs of ops on one PU compiled together.
     pub grouping: Grouping,
+    /// PUs of the SoC to also run every model whole on, timed in the same run as the plan
+    /// ([`RunReport::measured_whole`]).
+    pub whole_on: Vec<String>,
 }
 
 impl Default for RunConfig {
     fn default() -> Self {
-        Self { warmup: 3, runs: 20, seed: 0, op_timeout: Duration::from_secs(60), grouping: Grouping::Merged }
+        Self {
+            warmup: 3,
+            runs: 20,
+            seed: 0,
+            op_timeout: Duration::from_secs(60),
+            grouping: Grouping::Merged,
+            whole_on: vec![],
+        }
     }
 }
 
@@ -101,29 +111,65 @@ pub struct RunReport {
     /// Median latency of each whole model compiled on its best single PU, summed (one model
     /// after the other: the paper's baseline).
     pub measured_best_single_pu_us: f64,
-    /// The device each whole model ran on with the backend's own defaults (every core).
+    /// What a user would run instead: of [`RunReport::backend_defaults`], the faster one.
     pub backend_default: String,
     pub measured_backend_default_us: f64,
+    /// Every backend's own whole-model defaults (the device of each model's reference PU, every
+    /// core, not pinned, the engine's default precision), measured in the same run.
+    pub backend_defaults: Vec<BackendDefault>,
+    /// The models whole on each PU of [`RunConfig::whole_on`], measured in the same run.
+    pub measured_whole: Vec<WholeRun>,
     /// Executor overhead per task (µs; median over runs): from the moment a task could start
     /// (inputs produced, PU free) to its start.
     pub overhead_us_per_op: f64,
     /// Largest absolute difference between the plan's outputs and the monolithic run's, over
     /// all runs (each run is checked within tolerance; a mismatch fails the run).
     pub max_abs_err: f64,
+    /// The tolerance every run was checked with, in words (looser where the plan has ops on a
+    /// reduced-precision PU).
+    pub tolerance: String,
     pub ops: Vec<OpTiming>,
+}
+
+/// The models whole on one PU of the SoC ([`RunConfig::whole_on`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WholeRun {
+    pub pu: String,
+    /// Median latency (the models one after the other); None where the PU refused a model.
+    pub measured_us: Option<f64>,
+    pub refused: Option<String>,
+}
+
+/// One backend's whole-model defaults, as a baseline.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BackendDefault {
+    pub backend: String,
+    /// e.g. `openvino CPU defaults (f32 on this CPU), not pinned`.
+    pub description: String,
+    /// The precision the device computes in at its defaults, as the backend reports it.
+    pub precision: Option<String>,
+    /// Median latency of the whole model(s); None where the backend refused a model.
+    pub measured_us: Option<f64>,
+    /// Why the backend could not run a model whole at its defaults.
+    pub refused: Option<String>,
 }
 
 impl Artifact for RunReport {
     const KIND: &'static str = "run-report";
-    const SCHEMA_VERSION: u32 = 3;
+    const SCHEMA_VERSION: u32 = 4;
 }
 
 impl RunReport {
     pub fn measured_speedup(&self) -> f64 {
         self.measured_best_single_pu_us / self.measured_us
     }
+    /// Over the faster backend default (the same as [`RunReport::speedup_vs_best_default`]).
     pub fn speedup_vs_backend_default(&self) -> f64 {
         self.measured_backend_default_us / self.measured_us
+    }
+    /// Over the fastest of every backend's whole-model defaults.
+    pub fn speedup_vs_best_default(&self) -> f64 {
+        self.speedup_vs_backend_default()
     }
     /// How pictures and listings name PU `i`: its name, with its backend where the PUs have
     /// more than one (`core1 (onnxruntime)`).
@@ -240,7 +286,7 @@ pub fn run(
     backend: Arc<dyn Backend>,
     cfg: &RunConfig,
 ) -> Result<RunReport, RuntimeError> {
-    let best = reference_pu(plan).ok_or(RuntimeError::NoBaseline)?;
+    let best = reference_pu(plan, soc).ok_or(RuntimeError::NoBaseline)?;
     let session = Session::load(Program::from_plan(g, plan, soc, cfg.grouping)?, soc, backend.clone(), cfg.op_timeout)?;
     measure(&[g], &session, &[best], soc, backend, cfg)
 }
@@ -250,8 +296,12 @@ const BLOCK: u32 = 5;
 
 /// The PU the whole model runs on as reference and baseline: the plan's best single PU, unless
 /// the plan excludes it (a fallback plan), then the best single PU it allows.
-fn reference_pu(plan: &Plan) -> Option<String> {
-    let allowed = |pu: &str| !plan.constraints.exclude.iter().any(|e| e == pu);
+/// Among exact (f32) PUs where the SoC has one: a reduced-precision PU is no reference.
+fn reference_pu(plan: &Plan, soc: &SocSpec) -> Option<String> {
+    let any_exact = soc.pus.iter().any(PuSpec::is_exact);
+    let allowed = |pu: &str| {
+        !plan.constraints.exclude.iter().any(|e| e == pu) && (!any_exact || soc.pu(pu).is_some_and(PuSpec::is_exact))
+    };
     match &plan.best_single_pu {
         Some(b) if allowed(b) => Some(b.clone()),
         _ => plan
@@ -312,6 +362,42 @@ fn whole(
     })
 }
 
+/// Backend `b`'s whole-model defaults for each of `graphs`, on the device of its reference PU:
+/// the baseline's description and its sessions (none, and why, where `b` has no such device
+/// or refuses a model).
+fn backend_default(
+    graphs: &[&FusedGraph],
+    refs: &[&PuSpec],
+    b: &str,
+    backend: &Arc<dyn Backend>,
+    cfg: &RunConfig,
+) -> Result<(BackendDefault, Vec<Session>), RuntimeError> {
+    let devices = backend.devices_of(b).map_err(|e| RuntimeError::Program(e.to_string()))?;
+    let (mut sessions, mut names, mut precision, mut refused) = (vec![], vec![], None, None);
+    for (g, pu) in graphs.iter().zip(refs) {
+        let Some(d) = devices.iter().find(|d| d.kind == pu.kind && d.name == pu.device) else {
+            refused = Some(format!("no device `{}`", pu.device));
+            break;
+        };
+        precision = d.precision.clone();
+        names.push(d.name.clone());
+        let spec = PuSpec::backend_default(&PuSpec { backend: b.to_string(), ..(*pu).clone() });
+        match whole(g, &spec, "backend-default", backend, cfg) {
+            Ok(s) => sessions.push(s),
+            Err(e) => {
+                refused = Some(e.to_string());
+                sessions.clear();
+                break;
+            }
+        }
+    }
+    names.dedup();
+    let at = precision.as_deref().map_or("precision not reported".to_string(), |p| format!("{p} on this machine"));
+    let description = format!("{b} {} defaults ({at}), not pinned", names.join(" + "));
+    let d = BackendDefault { backend: b.to_string(), description, precision, measured_us: None, refused };
+    Ok((d, sessions))
+}
+
 fn measure(
     graphs: &[&FusedGraph],
     session: &Session,
@@ -322,7 +408,7 @@ fn measure(
 ) -> Result<RunReport, RuntimeError> {
     let program = session.program();
     let mut mono = vec![];
-    let mut default = vec![];
+    let mut refs: Vec<&PuSpec> = vec![];
     for (g, best) in graphs.iter().zip(best) {
         let pu = soc.pus.iter().find(|p| &p.name == best).ok_or_else(|| RuntimeError::UnknownPu {
             what: "the whole model".into(),
@@ -330,7 +416,37 @@ fn measure(
             soc: soc.name.clone(),
         })?;
         mono.push(whole(g, pu, &soc.name, &backend, cfg)?);
-        default.push(whole(g, &PuSpec::backend_default(pu), "backend-default", &backend, cfg)?);
+        refs.push(pu);
+    }
+    // every backend's own defaults on the reference PUs' devices; one that refuses a model
+    // is reported, not measured
+    let mut defaults: Vec<(BackendDefault, Vec<Session>)> = vec![];
+    for b in backend.backends() {
+        let (d, sessions) = backend_default(graphs, &refs, &b, &backend, cfg)?;
+        defaults.push((d, sessions));
+    }
+    let mut wholes: Vec<(WholeRun, Vec<Session>)> = vec![];
+    for name in &cfg.whole_on {
+        let pu = soc.pu(name).ok_or_else(|| RuntimeError::UnknownPu {
+            what: "a whole-model run".into(),
+            pu: name.clone(),
+            soc: soc.name.clone(),
+        })?;
+        let sessions: Result<Vec<Session>, RuntimeError> =
+            graphs.iter().map(|g| whole(g, pu, &soc.name, &backend, cfg)).collect();
+        let run = WholeRun { pu: name.clone(), measured_us: None, refused: None };
+        wholes.push(match sessions {
+            Ok(s) => (run, s),
+            Err(e) => (WholeRun { refused: Some(e.to_string()), ..run }, vec![]),
+        });
+    }
+    if defaults.iter().all(|(d, _)| d.refused.is_some()) {
+        let why: Vec<String> =
+            defaults.iter().map(|(d, _)| format!("{}: {}", d.backend, d.refused.as_deref().unwrap_or("?"))).collect();
+        return Err(RuntimeError::Program(format!(
+            "no backend runs the whole model at its defaults ({})",
+            why.join("; ")
+        )));
     }
     let inputs: Vec<Vec<Arc<HostTensor>>> =
         graphs.iter().enumerate().map(|(m, g)| model_inputs(g, cfg.seed.wrapping_add(1000 * m as u64))).collect();
@@ -343,8 +459,11 @@ fn measure(
     let mut overheads = vec![];
     let mut task_us: Vec<Vec<f64>> = vec![vec![]; program.tasks.len()];
     let mut kept: Vec<Inference> = vec![];
-    let (mut mono_us, mut default_us) = (vec![], vec![]);
+    let mut mono_us = vec![];
+    let mut default_us: Vec<Vec<f64>> = vec![vec![]; defaults.len()];
+    let mut whole_us: Vec<Vec<f64>> = vec![vec![]; wholes.len()];
     let mut max_abs_err = 0.0f64;
+    let reduced = reduced_precision(soc, program);
     let mut done = 0;
     // a session's workers spin a little after each inference; let them go idle before the
     // next session runs on the same cores
@@ -363,7 +482,11 @@ fn measure(
                 kept.push(inf);
             }
         }
-        for (baseline, times) in [(&mono, &mut mono_us), (&default, &mut default_us)] {
+        let baselines = std::iter::once((&mono, &mut mono_us))
+            .chain(defaults.iter().map(|d| &d.1).zip(default_us.iter_mut()))
+            .chain(wholes.iter().map(|w| &w.1).zip(whole_us.iter_mut()))
+            .filter(|(s, _)| !s.is_empty());
+        for (baseline, times) in baselines {
             let mut sums = vec![0.0; block as usize];
             for (m, s) in baseline.iter().enumerate() {
                 settle();
@@ -382,11 +505,27 @@ fn measure(
     for (m, g) in graphs.iter().enumerate() {
         let want = mono[m].run(std::slice::from_ref(&inputs[m]))?;
         for inf in &kept {
-            max_abs_err = max_abs_err.max(check_outputs(g, &inf.outputs[m], &want.outputs[0])?);
+            max_abs_err = max_abs_err.max(check_outputs(g, &inf.outputs[m], &want.outputs[0], reduced)?);
         }
     }
     let q = bident_profile::quantile;
     let measured_us = q(&mut totals.clone(), 0.5);
+    let backend_defaults: Vec<BackendDefault> = defaults
+        .into_iter()
+        .zip(&mut default_us)
+        .map(|((d, s), us)| BackendDefault { measured_us: (!s.is_empty()).then(|| q(us, 0.5)), ..d })
+        .collect();
+    let measured_whole: Vec<WholeRun> = wholes
+        .into_iter()
+        .zip(&mut whole_us)
+        .map(|((w, s), us)| WholeRun { measured_us: (!s.is_empty()).then(|| q(us, 0.5)), ..w })
+        .collect();
+    let fastest = backend_defaults
+        .iter()
+        .filter_map(|d| d.measured_us.map(|us| (d, us)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .ok_or_else(|| RuntimeError::Program("no backend default was measured".into()))?;
+    let (backend_default, measured_backend_default_us) = (fastest.0.description.clone(), fastest.1);
     let typical = kept
         .iter()
         .min_by(|a, b| (a.total_us - measured_us).abs().total_cmp(&(b.total_us - measured_us).abs()))
@@ -410,10 +549,13 @@ fn measure(
         prediction_error: (measured_us - program.predicted_us).abs() / measured_us,
         best_single_pu: best.to_vec(),
         measured_best_single_pu_us: q(&mut mono_us, 0.5),
-        backend_default: default_description(soc, best),
-        measured_backend_default_us: q(&mut default_us, 0.5),
+        backend_default,
+        measured_backend_default_us,
+        backend_defaults,
+        measured_whole,
         overhead_us_per_op: q(&mut overheads, 0.5),
         max_abs_err,
+        tolerance: tolerance_words(reduced),
         ops: program
             .tasks
             .iter()
@@ -434,28 +576,51 @@ fn measure(
     })
 }
 
-fn default_description(soc: &SocSpec, best: &[String]) -> String {
-    let mut devices: Vec<&str> =
-        best.iter().filter_map(|b| soc.pus.iter().find(|p| &p.name == b)).map(|p| p.device.as_str()).collect();
-    devices.dedup();
-    format!("{}, backend defaults, not pinned", devices.join(" + "))
+/// The coarsest precision below f32 that a PU the program uses computes in: bf16, or f16 (also
+/// for a PU that leaves the precision to its device); None where every PU used is exact.
+fn reduced_precision(soc: &SocSpec, program: &Program) -> Option<DType> {
+    let used = program.queues.iter().enumerate().filter(|(_, q)| !q.is_empty()).map(|(j, _)| &soc.pus[j]);
+    used.filter(|p| !p.is_exact())
+        .map(|p| match p.precision() {
+            Some(x) if x.eq_ignore_ascii_case("bf16") => DType::Bf16,
+            _ => DType::F16,
+        })
+        .max_by_key(|d| matches!(d, DType::Bf16))
+}
+
+/// The tolerance a run was checked with, in words.
+fn tolerance_words(reduced: Option<DType>) -> String {
+    let (rtol, atol) = tolerance(DType::F32, reduced);
+    let why = match reduced {
+        Some(d) => format!("some ops run in {d}"),
+        None => "every op runs in f32".into(),
+    };
+    format!("float outputs within {atol:e} x max|output| + {rtol:e} x |expected| of the f32 whole model ({why})")
 }
 
 /// How close the plan's outputs must be to the monolithic run's: `|got - want| <= atol + rtol
 /// |want|`, with `atol` relative to the output's largest magnitude (fusion reorders float sums).
-fn tolerance(dtype: DType) -> (f64, f64) {
-    match dtype {
-        DType::F32 | DType::F64 => (1e-3, 1e-4),
-        DType::F16 | DType::Bf16 => (2e-2, 1e-2),
+/// Float outputs of a plan that computes some ops in a reduced precision (`reduced`: the
+/// coarsest of its PUs, bf16 or f16) get that precision's tolerance.
+fn tolerance(dtype: DType, reduced: Option<DType>) -> (f64, f64) {
+    match (dtype, reduced) {
+        (DType::F32 | DType::F64, Some(DType::Bf16)) | (DType::Bf16, _) => (5e-2, 2e-2),
+        (DType::F32 | DType::F64, Some(_)) | (DType::F16, _) => (2e-2, 1e-2),
+        (DType::F32 | DType::F64, None) => (1e-3, 1e-4),
         // quantized outputs may round one step apart
-        DType::I8 | DType::U8 => (0.0, 1.0),
+        (DType::I8 | DType::U8, _) => (0.0, 1.0),
         _ => (0.0, 0.0),
     }
 }
 
 /// Check a run's outputs against the monolithic run's (in graph order); the largest absolute
 /// difference, or the first output out of tolerance as an error.
-fn check_outputs(g: &FusedGraph, got: &[Arc<HostTensor>], want: &[Arc<HostTensor>]) -> Result<f64, RuntimeError> {
+fn check_outputs(
+    g: &FusedGraph,
+    got: &[Arc<HostTensor>],
+    want: &[Arc<HostTensor>],
+    reduced: Option<DType>,
+) -> Result<f64, RuntimeError> {
     if got.len() != want.len() {
         return Err(RuntimeError::Outputs(format!("plan gives {} outputs, the model {}", got.len(), want.len())));
     }
@@ -463,7 +628,7 @@ fn check_outputs(g: &FusedGraph, got: &[Arc<HostTensor>], want: &[Arc<HostTensor
     for (k, (a, b)) in got.iter().zip(want).enumerate() {
         let name = &g.tensor(g.outputs[k]).name;
         let scale = (0..b.numel()).map(|i| b.get_f64(i).abs()).filter(|v| v.is_finite()).fold(1.0, f64::max);
-        let (rtol, atol) = tolerance(b.dtype);
+        let (rtol, atol) = tolerance(b.dtype, reduced);
         let atol = if b.dtype.is_float() { atol * scale } else { atol };
         if let Some(why) = a.mismatch(b, rtol, atol) {
             return Err(RuntimeError::Outputs(format!("`{}` of `{name}`: {why}", g.name)));

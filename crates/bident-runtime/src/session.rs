@@ -102,6 +102,61 @@ impl Drop for Worker {
     }
 }
 
+/// The hardware PUs share: a lock per CPU core (an unpinned CPU PU takes every core this
+/// process may run on) and per other device, taken by a PU's worker around each backend call,
+/// in index order, so that PUs sharing hardware never run at once ([`SocSpec::exclusive`]).
+/// Empty when no two PUs the program uses share hardware: then nothing is locked.
+struct Hardware {
+    locks: Vec<Mutex<()>>,
+    /// Per PU, the locks it takes, ascending.
+    of_pu: Vec<Vec<usize>>,
+}
+
+impl Hardware {
+    fn new(soc: &SocSpec, used: &[bool]) -> Self {
+        let exclusive = soc.exclusive();
+        let n = soc.pus.len();
+        let shares = (0..n).any(|i| used[i] && (0..n).any(|j| used[j] && exclusive[i][j]));
+        if !shares {
+            return Self { locks: vec![], of_pu: vec![vec![]; n] };
+        }
+        let all = bident_backend::allowed_cpus();
+        let mut keys: Vec<String> = vec![];
+        let of_pu = soc
+            .pus
+            .iter()
+            .map(|pu| {
+                let mine: Vec<String> = match pu.kind {
+                    bident_backend::PuKind::Cpu => {
+                        let cores = if pu.cores.is_empty() { &all } else { &pu.cores };
+                        cores.iter().map(|c| format!("core {c}")).collect()
+                    }
+                    kind => vec![format!("{} {}", kind.name(), pu.device)],
+                };
+                let mut idx: Vec<usize> = mine
+                    .into_iter()
+                    .map(|k| match keys.iter().position(|x| *x == k) {
+                        Some(i) => i,
+                        None => {
+                            keys.push(k);
+                            keys.len() - 1
+                        }
+                    })
+                    .collect();
+                idx.sort_unstable();
+                idx.dedup();
+                idx
+            })
+            .collect();
+        Self { locks: keys.iter().map(|_| Mutex::new(())).collect(), of_pu }
+    }
+
+    /// Hold PU `pu`'s hardware until the guards drop.
+    fn take(&self, pu: usize) -> Vec<MutexGuard<'_, ()>> {
+        self.of_pu[pu].iter().map(|&i| lock(&self.locks[i])).collect()
+    }
+}
+
 /// A poisoned lock only means another thread panicked while holding it; the data (tensor
 /// slots, a sender) stays consistent, so go on.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -188,6 +243,7 @@ pub struct Session {
     program: Arc<Program>,
     pus: Vec<PuSpec>,
     workers: Vec<Option<Worker>>,
+    hardware: Arc<Hardware>,
     timeout: Duration,
     turn: Mutex<()>,
     /// Why the session can no longer run (a worker hung), once it cannot.
@@ -259,7 +315,9 @@ impl Session {
             left -= 1;
         }
         let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let used: Vec<bool> = program.queues.iter().map(|q| !q.is_empty()).collect();
         Ok(Self {
+            hardware: Arc::new(Hardware::new(soc, &used)),
             program: Arc::new(program),
             pus: soc.pus.clone(),
             workers,
@@ -315,9 +373,9 @@ impl Session {
         let mut posted = 0;
         for pu in 0..p.queues.len() {
             let Some(w) = &self.workers[pu] else { continue };
-            let (program, flight, tx) = (p.clone(), flight.clone(), tx.clone());
+            let (program, flight, tx, hw) = (p.clone(), flight.clone(), tx.clone(), self.hardware.clone());
             w.post(Box::new(move |exes| {
-                let _ = tx.send(run_queue(exes, &program, pu, &flight));
+                let _ = tx.send(run_queue(exes, &program, pu, &flight, &hw));
             }))?;
             posted += 1;
         }
@@ -421,12 +479,14 @@ impl Session {
     }
 }
 
-/// Runs on PU `pu`'s worker: its queue in order, each task once its inputs are there.
+/// Runs on PU `pu`'s worker: its queue in order, each task once its inputs are there and the
+/// PU's hardware is free.
 fn run_queue(
     exes: &mut HashMap<usize, Compiled>,
     p: &Program,
     pu: usize,
     flight: &Flight,
+    hw: &Hardware,
 ) -> Result<Vec<Span>, Failure> {
     let mut spans = Vec::with_capacity(p.queues[pu].len());
     let us = |t: Instant| t.duration_since(flight.t0).as_secs_f64() * 1e6;
@@ -461,11 +521,13 @@ fn run_queue(
                 }
             }
         };
-        let start = Instant::now();
         let c = exes.get_mut(&t).ok_or(Failure::Output(t, "not compiled".into()))?;
         let refs: Vec<&HostTensor> = c.feed.iter().map(|&i| inputs[i].as_ref()).collect();
+        let held = hw.take(pu);
+        let start = Instant::now();
         let result = c.exe.run(&refs);
         let finish = Instant::now();
+        drop(held);
         let fail = |f: Failure| {
             let mut st = lock(&flight.slots);
             st.stop = true;

@@ -222,8 +222,11 @@ mod tests {
             measured_best_single_pu_us: 50.0,
             backend_default: "CPU".into(),
             measured_backend_default_us: 40.0,
+            backend_defaults: vec![],
+            measured_whole: vec![],
             overhead_us_per_op: 1.0,
             max_abs_err: 0.0,
+            tolerance: String::new(),
             ops: vec![
                 op(0, 0, "core0", (0.0, 10.0), (0.0, 11.0)),
                 op(1, 0, "core1", (0.0, 20.0), (0.5, 22.0)),

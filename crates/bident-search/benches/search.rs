@@ -96,6 +96,7 @@ fn pipeline(n: usize, k: usize, width: usize) -> Problem {
         from_host,
         to_host,
         sf: (0..k).map(|i| (0..k).map(|j| if i == j { 1.0 } else { 1.0 + 0.1 * r() }).collect()).collect(),
+        exclusive: vec![vec![false; k]; k],
         phases,
         place,
         prev: links.prev,

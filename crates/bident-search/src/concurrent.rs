@@ -101,8 +101,9 @@ impl Artifact for ConcurrentPlan {
     const SCHEMA_VERSION: u32 = 2;
 }
 
-/// Search the best interleaving of `a` and `b` on `k` PUs with contention `sf` and same-PU
-/// costs `co`. Returns the steps as (op of A, op of B) with PUs, and the objective value.
+/// Search the best interleaving of `a` and `b` on `k` PUs with contention `sf` (an infinite
+/// factor: the two PUs share hardware and never run at once, [`Problem::interference`]) and
+/// same-PU costs `co`. Returns the steps as (op of A, op of B) with PUs, and the objective value.
 pub fn search(
     a: &Chain,
     b: &Chain,
@@ -305,6 +306,10 @@ impl<'a> Stepper<'a> {
             let (ca, cb) = self.co.same_pu(i, j, x, (wa, wb));
             let span = (ta + ca).max(tb + cb);
             (span, span * self.a.power(i, x))
+        } else if self.sf[x][y].is_infinite() {
+            // PUs that share hardware: one op after the other
+            let (da, db) = (ta + wa, tb + wb);
+            (da + db, da * self.a.power(i, x) + db * self.b.power(j, y))
         } else {
             let (da, db) = (ta + wa * self.sf[x][y], tb + wb * self.sf[y][x]);
             (da.max(db), da * self.a.power(i, x) + db * self.b.power(j, y))
@@ -330,7 +335,8 @@ pub struct Evaluation {
 /// simulation of the runtime (each PU runs its ops in step order one at a time, each stream its
 /// ops in order, the streams otherwise independent; an op's execution progresses at rate
 /// 1 / SF(its PU, the other's) while the other stream has an op running on another PU, whether
-/// that op started before it or mid-way, and at rate 1 otherwise; transfers are not slowed). Each op is priced after its stream's last op and its freshness (as the search does);
+/// that op started before it or mid-way, and at rate 1 otherwise; transfers are not slowed; an
+/// op waits while the other stream runs on a PU it shares hardware with, SF infinite). Each op is priced after its stream's last op and its freshness (as the search does);
 /// where a stream's run of ops compiled together was measured whole, its ops' execution is
 /// scaled to that measurement. None if an op cannot run where placed.
 pub fn evaluate(a: &Chain, b: &Chain, sf: &[Vec<f64>], co: &dyn CoCost, steps: &[PathStep]) -> Option<Evaluation> {
@@ -431,7 +437,8 @@ pub fn evaluate(a: &Chain, b: &Chain, sf: &[Vec<f64>], co: &dyn CoCost, steps: &
                 let task = &tasks[n];
                 task.stream == stream
                     && task.i == next[stream]
-                    && running[1 - stream].is_none_or(|r| tasks[r.0].x != task.x)
+                    && running[1 - stream]
+                        .is_none_or(|r| tasks[r.0].x != task.x && sf[task.x][tasks[r.0].x].is_finite())
             });
             if let Some(n) = head {
                 queues[tasks[n].x].pop_front();
@@ -574,7 +581,7 @@ pub fn plan(
     };
     let ((ca, order_a, pa), (cb, order_b, pb)) = (stream(a), stream(b));
     let (steps, Evaluation { timing, latency_us: latency, energy_uj: energy }) =
-        best_steps(&ca, &cb, &pa.sf, co.0, mode, obj)?;
+        best_steps(&ca, &cb, &pa.interference(), co.0, mode, obj)?;
     let pus: Vec<String> = ta.soc.pus.iter().map(|p| p.name.clone()).collect();
     let base = serial_baseline(&pa, &pb)?;
     let [ja, jb] = base.pus;

@@ -58,6 +58,9 @@ pub struct Problem {
     pub to_host: Vec<bool>,
     /// `sf[i][j]`: slowdown of PU i while PU j is busy.
     pub sf: Vec<Vec<f64>>,
+    /// `exclusive[i][j]`: PUs i and j share hardware (cores) and never run at once: an op on
+    /// one starts only when the other is idle, and neither slows the other.
+    pub exclusive: Vec<Vec<bool>>,
     /// Phase -> branch -> ops, as partitioned.
     pub phases: Vec<Vec<Vec<usize>>>,
     /// `(phase, branch)` of every op.
@@ -193,6 +196,7 @@ impl Problem {
             from_host: flag(&phased.reads_input),
             to_host: flag(&phased.writes_output),
             sf: t.contention.as_ref().map_or_else(|| vec![vec![1.0; k]; k], |c| c.sf.clone()),
+            exclusive: t.soc.exclusive(),
             phases,
             place,
             prev,
@@ -421,7 +425,8 @@ impl Problem {
                 let worst: Vec<f64> = (0..k)
                     .map(|j| {
                         (0..k)
-                            .filter(|&o| o != j && used.iter().enumerate().any(|(b2, u)| b2 != b && u[o]))
+                            .filter(|&o| o != j && !self.exclusive[j][o])
+                            .filter(|&o| used.iter().enumerate().any(|(b2, u)| b2 != b && u[o]))
                             .map(|o| self.sf[j][o])
                             .fold(1.0, f64::max)
                     })
@@ -484,15 +489,24 @@ impl Problem {
             }
             return Some((now, energy));
         }
-        // list scheduling from the barrier: the earliest-ready branch head goes first
+        // list scheduling from the barrier: the earliest-ready branch head goes first, once its
+        // PU and every PU sharing its hardware are free
         let mut next = vec![0usize; phase.len()];
         let mut ready = vec![at; phase.len()];
         let mut pu_free = vec![at; self.pus()];
+        let free = |pu_free: &[f64], j: usize| {
+            pu_free
+                .iter()
+                .enumerate()
+                .filter(|&(o, _)| o == j || self.exclusive[j][o])
+                .map(|(_, &t)| t)
+                .fold(at, f64::max)
+        };
         let mut end = at;
         loop {
             let pick = (0..phase.len())
                 .filter(|&b| next[b] < phase[b].len())
-                .map(|b| (b, ready[b].max(pu_free[assign[phase[b][next[b]]]])))
+                .map(|b| (b, ready[b].max(free(&pu_free, assign[phase[b][next[b]]]))))
                 .min_by(|x, y| x.1.total_cmp(&y.1));
             let Some((b, start)) = pick else { break };
             let c = phase[b][next[b]];
@@ -539,6 +553,16 @@ impl Problem {
     /// one writes a graph output. None if PU `j` cannot run some op.
     pub fn whole_on(&self, j: usize) -> Option<Timeline> {
         self.evaluate(&vec![j; self.ops()], Schedule::Sequential)
+    }
+
+    /// The contention matrix as the concurrent search reads it: `sf`, with an infinite factor
+    /// where two PUs never run at once (`exclusive`).
+    pub fn interference(&self) -> Vec<Vec<f64>> {
+        self.sf
+            .iter()
+            .zip(&self.exclusive)
+            .map(|(row, ex)| row.iter().zip(ex).map(|(&f, &x)| if x { f64::INFINITY } else { f }).collect())
+            .collect()
     }
 
     /// The objective of one phase run alone (its span, or its energy).

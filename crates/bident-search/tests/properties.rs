@@ -100,6 +100,16 @@ fn problem(shape: &[Vec<usize>], k: usize, r: &mut impl FnMut() -> f64) -> Probl
         from_host,
         to_host,
         sf,
+        // some pairs of PUs share hardware (a quarter of them)
+        exclusive: {
+            let pairs: Vec<(usize, usize)> = (0..k).flat_map(|i| (i + 1..k).map(move |j| (i, j))).collect();
+            let mut x = vec![vec![false; k]; k];
+            for (i, j) in pairs {
+                let e = r() < 0.25;
+                (x[i][j], x[j][i]) = (e, e);
+            }
+            x
+        },
         phases,
         place,
         prev,
@@ -252,18 +262,18 @@ proptest! {
         let pairs_only = |p: &Problem| Problem { segment_cost: Default::default(), ..p.clone() };
         let (ca, cb) = (chain(&pairs_only(&pa)), chain(&pairs_only(&pb)));
         for obj in [Objective::Latency, Objective::Energy] {
-            let steps = concurrent::search(&ca, &cb, &pa.sf, &TimeSlicing, ConcurrentMode::Joint, obj).expect("search");
+            let steps = concurrent::search(&ca, &cb, &pa.interference(), &TimeSlicing, ConcurrentMode::Joint, obj).expect("search");
             let a_ops: Vec<usize> = steps.iter().filter_map(|s| s.0.map(|x| x.0)).collect();
             let b_ops: Vec<usize> = steps.iter().filter_map(|s| s.1.map(|x| x.0)).collect();
             prop_assert_eq!(a_ops, (0..na).collect::<Vec<_>>());
             prop_assert_eq!(b_ops, (0..nb).collect::<Vec<_>>());
-            prop_assert!(concurrent::evaluate(&ca, &cb, &pa.sf, &TimeSlicing, &steps).is_some());
+            prop_assert!(concurrent::evaluate(&ca, &cb, &pa.interference(), &TimeSlicing, &steps).is_some());
             if obj == Objective::Energy {
                 continue;
             }
             for (pa, pb) in [(pairs_only(&pa), pairs_only(&pb)), (pa.clone(), pb.clone())] {
                 let (ca, cb) = (chain(&pa), chain(&pb));
-                let (_, best) = concurrent::best_steps(&ca, &cb, &pa.sf, &TimeSlicing, ConcurrentMode::Joint, obj).expect("plan");
+                let (_, best) = concurrent::best_steps(&ca, &cb, &pa.interference(), &TimeSlicing, ConcurrentMode::Joint, obj).expect("plan");
                 let base = concurrent::serial_baseline(&pa, &pb).expect("baseline");
                 prop_assert!(best.latency_us <= base.latency_us * (1.0 + 1e-9), "{} vs serial baseline {}", best.latency_us, base.latency_us);
             }
@@ -404,4 +414,39 @@ proptest! {
             }
         }
     }
+}
+
+/// Two branches of one phase on two PUs: at once, slowed by their contention factor, where the
+/// PUs are independent; one after the other, unslowed, where they share hardware. The
+/// concurrent evaluator does the same for two streams.
+#[test]
+fn exclusive_pus_never_overlap() {
+    use bident_search::concurrent::{self, TimeSlicing};
+    let mut r = rng(7);
+    let mut p = problem(&[vec![1, 1]], 2, &mut r);
+    p.w = vec![vec![Some(10.0); 2]; 2];
+    p.h2d = vec![vec![0.0; 2]; 2];
+    p.d2h = vec![vec![0.0; 2]; 2];
+    p.accelerator = vec![false; 2];
+    p.saving = vec![vec![0.0; 2]; 2];
+    p.segment_cost.clear();
+    p.sf = vec![vec![1.0, 1.5], vec![1.5, 1.0]];
+    p.exclusive = vec![vec![false; 2]; 2];
+    let split = [0, 1];
+    let tl = p.evaluate(&split, Schedule::Parallel).expect("runs");
+    assert_eq!((tl.latency_us, tl.factor[0]), (15.0, 1.5));
+    p.exclusive = vec![vec![false, true], vec![true, false]];
+    let tl = p.evaluate(&split, Schedule::Parallel).expect("runs");
+    assert_eq!((tl.latency_us, tl.factor.clone()), (20.0, vec![1.0, 1.0]));
+    assert!(tl.start[0] >= tl.finish[1] || tl.start[1] >= tl.finish[0], "{tl:?}");
+    assert!(p.interference()[0][1].is_infinite() && p.interference()[0][0] == 1.0);
+
+    let ca = p.chain(&[0]);
+    let cb = p.chain(&[1]);
+    let both = [(Some((0, 0)), Some((0, 1)))];
+    let sf = vec![vec![1.0, 1.5], vec![1.5, 1.0]];
+    let e = concurrent::evaluate(&ca, &cb, &sf, &TimeSlicing, &both).expect("runs");
+    assert_eq!(e.latency_us, 15.0);
+    let e = concurrent::evaluate(&ca, &cb, &p.interference(), &TimeSlicing, &both).expect("runs");
+    assert_eq!(e.latency_us, 20.0);
 }

@@ -245,7 +245,13 @@ impl Backend for OnnxRuntime {
     }
 
     fn devices(&self) -> Result<Vec<DeviceInfo>, BackendError> {
-        Ok(vec![DeviceInfo { name: DEVICE.into(), kind: PuKind::Cpu, full_name: cpu_name() }])
+        Ok(vec![DeviceInfo {
+            name: DEVICE.into(),
+            kind: PuKind::Cpu,
+            full_name: cpu_name(),
+            // the CPU execution provider computes in the model's own types
+            precision: Some("f32".into()),
+        }])
     }
 
     fn compile(&self, onnx: &[u8], pu: &PuSpec) -> Result<Box<dyn Executable>, BackendError> {

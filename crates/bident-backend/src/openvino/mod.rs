@@ -249,6 +249,7 @@ impl Backend for OpenVino {
             .map(|name| DeviceInfo {
                 kind: PuKind::from_device_name(&name),
                 full_name: self.device_property(&name, "FULL_DEVICE_NAME").unwrap_or_default(),
+                precision: self.device_property(&name, "INFERENCE_PRECISION_HINT").ok().filter(|p| !p.is_empty()),
                 name,
             })
             .collect())
