@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
+use bident_backend::onnxruntime::OnnxRuntime;
 use bident_backend::openvino::OpenVino;
 use bident_ir::FusedGraph;
 use serde::{Deserialize, Serialize};
@@ -21,6 +22,18 @@ pub fn backend() -> Arc<OpenVino> {
         let lib = bident_backend::openvino::install::ensure(&target, &mut |l| eprintln!("{l}"))
             .expect("the OpenVINO runtime is needed by these tests");
         Arc::new(OpenVino::load(&lib).expect("loading OpenVINO"))
+    })
+    .clone()
+}
+
+/// The ONNX Runtime backend, installing the pinned runtime into `target/` on first use.
+pub fn onnxruntime() -> Arc<OnnxRuntime> {
+    static BE: OnceLock<Arc<OnnxRuntime>> = OnceLock::new();
+    BE.get_or_init(|| {
+        let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"));
+        let lib = bident_backend::onnxruntime::install::ensure(&target, &mut |l| eprintln!("{l}"))
+            .expect("the ONNX Runtime library is needed by these tests");
+        Arc::new(OnnxRuntime::load(&lib).expect("loading ONNX Runtime"))
     })
     .clone()
 }

@@ -262,10 +262,25 @@ pub fn backend() -> Result<Arc<OpenVino>> {
 pub fn backends<'a>(named: impl IntoIterator<Item = &'a str>) -> Result<Arc<Backends>> {
     let mut members: Vec<Arc<dyn Backend>> = vec![backend()?];
     if named.into_iter().any(|b| b == "onnxruntime") {
-        let lib = bident_backend::onnxruntime::install::ensure(&target_dir(), &mut |line| eprintln!("{line}"))?;
-        members.push(Arc::new(OnnxRuntime::load(&lib)?));
+        members.push(onnxruntime()?);
     }
     Ok(Arc::new(Backends::new(members)))
+}
+
+/// The ONNX Runtime backend, installing the pinned runtime first if needed.
+pub fn onnxruntime() -> Result<Arc<OnnxRuntime>> {
+    let lib = bident_backend::onnxruntime::install::ensure(&target_dir(), &mut |line| eprintln!("{line}"))?;
+    Ok(Arc::new(OnnxRuntime::load(&lib)?))
+}
+
+/// One backend alone, by name (`openvino` or `onnxruntime`): for commands that compare bident's
+/// path with that backend running a model whole.
+pub fn backend_named(name: &str) -> Result<Arc<dyn Backend>> {
+    Ok(match name {
+        "openvino" => backend()?,
+        "onnxruntime" => onnxruntime()?,
+        other => bail!("unknown backend `{other}` (openvino, onnxruntime)"),
+    })
 }
 
 /// A SoC to plan for: real PUs that are measured (and run the plan), or a virtual SoC whose
