@@ -35,14 +35,27 @@ fn extracted_ops_reproduce_the_whole_model() {
 }
 
 /// Inputs the fuzzer (`cargo xtask fuzz`) once crashed the importer on: each must now import or
-/// fail with an error, and whatever imports must verify and extract.
+/// fail with an error, and whatever imports must verify and extract. Each also goes through ONNX
+/// Runtime's compile path on a PU of its own (the entry as given when it is ONNX, and every
+/// extracted op): compiled or refused with a `BackendError`, never a crash. What each entry gives
+/// is a snapshot.
 #[test]
 fn fuzz_regressions_do_not_panic() {
+    let ort = bident_tests::onnxruntime();
+    let pu = SocSpec::preset("local", ort.as_ref()).expect("local SoC").pus.remove(0);
+    assert_eq!(pu.backend, "onnxruntime");
+    let compile = |model: &[u8]| match ort.compile(model, &pu) {
+        Ok(_) => "compiles".to_string(),
+        Err(e) => format!("refused: {e}"),
+    };
     let dir = bident_tests::root().join("tests/data/fuzz-regressions");
-    let mut n = 0;
-    for e in std::fs::read_dir(&dir).expect("fuzz-regressions") {
-        let path = e.expect("entry").path();
-        let bytes = std::fs::read(&path).expect("read");
+    let mut entries: Vec<_> =
+        std::fs::read_dir(&dir).expect("fuzz-regressions").map(|e| e.expect("entry").path()).collect();
+    entries.sort();
+    let mut outcomes = std::collections::BTreeMap::new();
+    for path in &entries {
+        let bytes = std::fs::read(path).expect("read");
+        let mut row = std::collections::BTreeMap::new();
         // `.ir` inputs are OpenVINO IR: the XML, a zero byte, the weights (as `fuzz/ovir` reads them)
         let imported = if path.extension().is_some_and(|x| x == "ir") {
             let split = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
@@ -50,16 +63,28 @@ fn fuzz_regressions_do_not_panic() {
             let bin = bytes::Bytes::copy_from_slice(bytes.get(split + 1..).unwrap_or(&[]));
             bident_ir::import_openvino_ir_bytes(&xml, bin, "fuzz.xml", &Default::default())
         } else {
+            row.insert("onnxruntime_whole", compile(&bytes));
             bident_ir::import_bytes(&bytes, "fuzz.onnx", None, &Default::default())
         };
-        if let Ok(g) = imported {
-            bident_ir::verify(&g).expect("verifies");
-            let ex = bident_ir::Extractor::new(&g).expect("extractor");
-            for op in 0..g.ops.len() as u32 {
-                ex.extract(op).unwrap_or_else(|e| panic!("{}: op {op}: {e}", path.display()));
+        match imported {
+            Ok(g) => {
+                bident_ir::verify(&g).expect("verifies");
+                let ex = bident_ir::Extractor::new(&g).expect("extractor");
+                let mut compiled = 0;
+                for op in 0..g.ops.len() as u32 {
+                    let model = ex.extract(op).unwrap_or_else(|e| panic!("{}: op {op}: {e}", path.display()));
+                    compiled += (compile(&model) == "compiles") as usize;
+                }
+                row.insert("import", format!("{} fused ops", g.ops.len()));
+                row.insert("onnxruntime_ops", format!("{compiled} of {} compile", g.ops.len()));
+            }
+            Err(e) => {
+                row.insert("import", format!("refused: {e}"));
             }
         }
-        n += 1;
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        outcomes.insert(name, row);
     }
-    assert!(n > 0, "no cases in {}", dir.display());
+    assert!(!outcomes.is_empty(), "no cases in {}", dir.display());
+    insta::assert_yaml_snapshot!("fuzz-regressions", outcomes);
 }

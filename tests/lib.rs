@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
+use bident_backend::onnxruntime::OnnxRuntime;
 use bident_backend::openvino::OpenVino;
 use bident_ir::FusedGraph;
 use serde::{Deserialize, Serialize};
@@ -25,18 +26,22 @@ pub fn backend() -> Arc<OpenVino> {
     .clone()
 }
 
-/// OpenVINO (the default) and ONNX Runtime behind one dispatcher, each installed into
-/// `target/` on first use.
-pub fn both_backends() -> Arc<bident_backend::Backends> {
-    static BE: OnceLock<Arc<bident_backend::Backends>> = OnceLock::new();
+/// The ONNX Runtime backend, installing the pinned runtime into `target/` on first use.
+pub fn onnxruntime() -> Arc<OnnxRuntime> {
+    static BE: OnceLock<Arc<OnnxRuntime>> = OnceLock::new();
     BE.get_or_init(|| {
         let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"));
         let lib = bident_backend::onnxruntime::install::ensure(&target, &mut |l| eprintln!("{l}"))
             .expect("the ONNX Runtime library is needed by these tests");
-        let ort = bident_backend::onnxruntime::OnnxRuntime::load(&lib).expect("loading ONNX Runtime");
-        Arc::new(bident_backend::Backends::new(vec![backend(), Arc::new(ort)]))
+        Arc::new(OnnxRuntime::load(&lib).expect("loading ONNX Runtime"))
     })
     .clone()
+}
+
+/// OpenVINO (the default) and ONNX Runtime behind one dispatcher.
+pub fn both_backends() -> Arc<bident_backend::Backends> {
+    static BE: OnceLock<Arc<bident_backend::Backends>> = OnceLock::new();
+    BE.get_or_init(|| Arc::new(bident_backend::Backends::new(vec![backend(), onnxruntime()]))).clone()
 }
 
 /// A model case: `tests/data/<area>/<name>.yaml`.

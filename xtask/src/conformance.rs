@@ -1,10 +1,11 @@
-//! `cargo xtask conformance`: the ONNX backend node tests through bident's path (import ->
-//! extraction -> every fused op compiled and run on its own) beside OpenVINO running each test
-//! model whole. The test cases are generated from the pinned `onnx` pip package into
-//! `target/conformance/` on first use.
+//! `cargo xtask conformance [--backend openvino|onnxruntime]`: the ONNX backend node tests
+//! through bident's path (import -> extraction -> every fused op compiled and run on its own)
+//! beside the backend running each test model whole, both on the same PU of that backend (the
+//! `local` SoC's CPU, computing in f32). The test cases are generated from the pinned `onnx` pip
+//! package into `target/conformance/` on first use.
 //!
-//! parity = (tests passing through bident's path among those OpenVINO passes whole) / (tests
-//! OpenVINO passes whole): bident must not lose anything the backend can do.
+//! parity = (tests passing through bident's path among those the backend passes whole) / (tests
+//! the backend passes whole): bident must not lose anything the backend can do.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -49,9 +50,22 @@ pub struct ConformanceArgs {
     /// Print a line for every test, not only failures.
     #[arg(long)]
     pub verbose: bool,
-    /// Last stdout line: one JSON object with total, whole_pass, extracted_pass, parity.
+    /// Last stdout line: one JSON object with total, whole_pass, extracted_pass, parity and the
+    /// backend, its version and the PU's precision.
     #[arg(long)]
     pub json: bool,
+    /// The backend of the PU both paths run on: the whole test model, and every fused op.
+    #[arg(long, default_value = "openvino", value_parser = ["openvino", "onnxruntime"])]
+    pub backend: String,
+}
+
+/// How a backend is named in the summary.
+fn display_name(backend: &str) -> &str {
+    match backend {
+        "openvino" => "OpenVINO",
+        "onnxruntime" => "ONNX Runtime",
+        other => other,
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -248,7 +262,7 @@ fn through_bident(
 }
 
 /// A failure reason without the specifics (names, numbers), to group similar failures.
-fn group_key(reason: &str) -> String {
+pub fn group_key(reason: &str) -> String {
     let mut out = String::new();
     let mut in_tick = false;
     for c in reason.chars() {
@@ -305,9 +319,19 @@ pub fn conformance(a: ConformanceArgs) -> Result<()> {
             .collect();
         anyhow::ensure!(missing.is_empty(), "subset names tests that do not exist: {missing:?}");
     }
-    let be = crate::pipeline::backend()?;
+    let be = crate::pipeline::backend_named(&a.backend)?;
     let soc = SocSpec::preset("local", be.as_ref())?;
     let pu = soc.pus.iter().find(|p| p.device == "CPU").context("no CPU device")?.clone();
+    // both paths are judged against the reference's f32 results: a PU computing in less would
+    // lose tests for its precision, not for bident's path
+    let precision = pu.properties.get("INFERENCE_PRECISION_HINT").cloned().unwrap_or_default();
+    anyhow::ensure!(
+        precision == "f32",
+        "{} PU `{}` does not compute in f32 (INFERENCE_PRECISION_HINT `{precision}`)",
+        a.backend,
+        pu.name
+    );
+    let (name, version) = (display_name(&a.backend), be.version());
 
     let (mut whole_pass, mut bident_pass, mut both) = (0usize, 0usize, 0usize);
     let mut groups: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
@@ -355,8 +379,9 @@ pub fn conformance(a: ConformanceArgs) -> Result<()> {
     }
     println!();
     println!(
-        "conformance: {total} tests in {:.0} s; OpenVINO whole: {whole_pass} pass; through bident: {bident_pass} pass; parity {:.4} ({both}/{whole_pass})",
+        "conformance: {total} tests in {:.0} s on {name} {version} (PU `{}`, {precision}); whole: {whole_pass} pass; through bident: {bident_pass} pass; parity {:.4} ({both}/{whole_pass})",
         t0.elapsed().as_secs_f64(),
+        pu.name,
         parity
     );
     if a.json {
@@ -369,6 +394,9 @@ pub fn conformance(a: ConformanceArgs) -> Result<()> {
                 "both_pass": both,
                 "parity": parity,
                 "onnx_version": ONNX_VERSION,
+                "backend": a.backend,
+                "backend_version": version,
+                "precision": precision,
             })
         );
     }

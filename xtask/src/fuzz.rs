@@ -6,6 +6,11 @@
 //! against the `example`'s). The SoC file: `soc` (the spec files of `tests/data/soc` and
 //! `tests/data/bad-soc`). Needs a nightly toolchain (cargo fuzz builds with sanitizers);
 //! installs cargo-fuzz when it is missing. Crashes land in `fuzz/artifacts/<target>/`.
+//!
+//! `--replay` (stable toolchain) seeds the `import` corpus and replays it, with the kept
+//! regressions, through the import path as the target does; with `--backend`, also through that
+//! backend's compile path: every ONNX entry as given and every fused op of what imports, compiled
+//! on the `local` SoC's CPU PU of that backend, must compile or be refused with an error.
 
 use std::path::Path;
 use std::process::Command;
@@ -29,9 +34,23 @@ pub struct FuzzArgs {
     /// `plan`, `cost-table` or `phased-graph`; or `soc` (SoC spec files).
     #[arg(long, default_value = "import", value_parser = ["import", "ovir", "plan", "cost-table", "phased-graph", "soc"])]
     pub target: String,
+    /// Do not fuzz: seed the `import` corpus and replay it (and tests/data/fuzz-regressions)
+    /// through the import path, counting what imports and what is refused.
+    #[arg(long)]
+    pub replay: bool,
+    /// With --replay: also compile every ONNX entry, and every fused op of what imports, on a
+    /// PU of this backend.
+    #[arg(long, requires = "replay", value_parser = ["openvino", "onnxruntime"])]
+    pub backend: Option<String>,
+    /// With --replay: print one JSON object with the counts as the last line of stdout.
+    #[arg(long, requires = "replay")]
+    pub json: bool,
 }
 
 pub fn fuzz(a: FuzzArgs) -> Result<()> {
+    if a.replay {
+        return replay(&a);
+    }
     let root = crate::root();
     let nightly = Command::new("rustup").args(["run", "nightly", "rustc", "--version"]).output();
     if !nightly.is_ok_and(|o| o.status.success()) {
@@ -173,4 +192,188 @@ fn seed_soc(corpus: &Path) -> Result<usize> {
         }
     }
     Ok(n)
+}
+
+/// What one replayed entry gave: import refused or not, and what the backend compiled.
+#[derive(Default)]
+struct Counts {
+    entries: usize,
+    imported: usize,
+    import_refused: usize,
+    whole_compiled: usize,
+    whole_refused: usize,
+    ops: usize,
+    ops_compiled: usize,
+    ops_refused: usize,
+}
+
+/// `--replay`: the `import` corpus and the kept regressions through the import path (import,
+/// verify, extract every op, as the fuzz target does) and, with `--backend`, through that
+/// backend's compile. A panic is caught and reported with its entry; a crash ends the process.
+fn replay(a: &FuzzArgs) -> Result<()> {
+    anyhow::ensure!(a.target == "import", "--replay replays the `import` target's corpus, not `{}`", a.target);
+    let root = crate::root();
+    let corpus = root.join("target/fuzz/corpus/import");
+    let seeds = seed(&corpus)?;
+    let mut entries = vec![];
+    for dir in [corpus.clone(), root.join("tests/data/fuzz-regressions")] {
+        for e in std::fs::read_dir(&dir).with_context(|| dir.display().to_string())? {
+            let path = e?.path();
+            // `.ir` regressions belong to the `ovir` target
+            if path.is_file() && path.extension().is_none_or(|x| x != "ir") {
+                entries.push(path);
+            }
+        }
+    }
+    entries.sort();
+    let backend = a.backend.as_deref().map(crate::pipeline::backend_named).transpose()?;
+    let pu = match &backend {
+        Some(be) => {
+            let soc = bident_backend::SocSpec::preset("local", be.as_ref())?;
+            Some(soc.pus.iter().find(|p| p.device == "CPU").context("no CPU device")?.clone())
+        }
+        None => None,
+    };
+    let target = match (&backend, &pu) {
+        (Some(be), Some(pu)) => Some((be.as_ref(), pu)),
+        _ => None,
+    };
+    eprintln!(
+        "fuzz: replaying {} entries ({seeds} seeds in {}, regressions, what the fuzzer added){}",
+        entries.len(),
+        corpus.display(),
+        match target {
+            Some((be, pu)) => format!(" through import and {} {} PU `{}`", be.name(), be.version(), pu.name),
+            None => " through import".into(),
+        }
+    );
+    let t0 = std::time::Instant::now();
+    let mut c = Counts::default();
+    let mut reasons: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    let mut failures = vec![];
+    for (k, path) in entries.iter().enumerate() {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let bytes = std::fs::read(path).with_context(|| path.display().to_string())?;
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            replay_one(&bytes, target, &mut c, &mut |why| {
+                reasons.entry(crate::conformance::group_key(&why)).or_default().push(name.clone())
+            })
+        }));
+        match outcome {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failures.push(format!("{name}: {e}")),
+            Err(p) => failures.push(format!(
+                "{name}: panicked: {}",
+                p.downcast_ref::<String>().map(String::as_str).or(p.downcast_ref::<&str>().copied()).unwrap_or("?")
+            )),
+        }
+        if !a.json && (k + 1) % 200 == 0 {
+            eprintln!("fuzz: {}/{} entries", k + 1, entries.len());
+        }
+    }
+    c.entries = entries.len();
+    if target.is_some() {
+        println!("backend refusals, grouped (count, reason, examples):");
+        let mut rows: Vec<_> = reasons.into_iter().collect();
+        rows.sort_by(|x, y| y.1.len().cmp(&x.1.len()).then(x.0.cmp(&y.0)));
+        for (key, names) in rows.iter().take(30) {
+            let ex: Vec<&str> = names.iter().take(3).map(String::as_str).collect();
+            println!("{:>5}  {key}  [{}]", names.len(), ex.join(", "));
+        }
+    }
+    for f in &failures {
+        println!("FAIL {f}");
+    }
+    println!(
+        "fuzz replay: {} entries in {:.0} s; import: {} imported, {} refused{}; {} failures",
+        c.entries,
+        t0.elapsed().as_secs_f64(),
+        c.imported,
+        c.import_refused,
+        match target {
+            Some((be, _)) => format!(
+                "; {} whole: {} compile, {} refused; {} fused ops: {} compile, {} refused",
+                be.name(),
+                c.whole_compiled,
+                c.whole_refused,
+                c.ops,
+                c.ops_compiled,
+                c.ops_refused
+            ),
+            None => String::new(),
+        },
+        failures.len()
+    );
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "entries": c.entries,
+                "imported": c.imported,
+                "import_refused": c.import_refused,
+                "backend": target.map(|(be, _)| be.name().to_string()),
+                "backend_version": target.map(|(be, _)| be.version()),
+                "whole_compiled": c.whole_compiled,
+                "whole_refused": c.whole_refused,
+                "ops": c.ops,
+                "ops_compiled": c.ops_compiled,
+                "ops_refused": c.ops_refused,
+                "failures": failures.len(),
+            })
+        );
+    }
+    anyhow::ensure!(
+        failures.is_empty(),
+        "{} of {} entries failed the replay (FAIL lines above)",
+        failures.len(),
+        c.entries
+    );
+    Ok(())
+}
+
+/// One entry: what the fuzz target asserts (an imported graph verifies and every op extracts) and,
+/// with a backend, the entry and every extracted op through its compile; `refused` gets each
+/// backend error.
+fn replay_one(
+    bytes: &[u8],
+    target: Option<(&dyn bident_backend::Backend, &bident_backend::PuSpec)>,
+    c: &mut Counts,
+    refused: &mut dyn FnMut(String),
+) -> Result<()> {
+    let mut compile = |model: &[u8]| -> bool {
+        let Some((be, pu)) = target else { return false };
+        match be.compile(model, pu) {
+            Ok(_) => true,
+            Err(e) => {
+                refused(e.to_string());
+                false
+            }
+        }
+    };
+    if target.is_some() {
+        if compile(bytes) {
+            c.whole_compiled += 1;
+        } else {
+            c.whole_refused += 1;
+        }
+    }
+    let Ok(g) = bident_ir::import_bytes(bytes, "fuzz.onnx", None, &Default::default()) else {
+        c.import_refused += 1;
+        return Ok(());
+    };
+    c.imported += 1;
+    bident_ir::verify(&g).context("an imported graph does not verify")?;
+    let ex = bident_ir::Extractor::new(&g).context("extractor")?;
+    for op in 0..g.ops.len() as u32 {
+        let model = ex.extract(op).with_context(|| format!("op {op} does not extract"))?;
+        if target.is_some() {
+            c.ops += 1;
+            if compile(&model) {
+                c.ops_compiled += 1;
+            } else {
+                c.ops_refused += 1;
+            }
+        }
+    }
+    Ok(())
 }

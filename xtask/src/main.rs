@@ -85,7 +85,8 @@ enum Cmd {
         #[arg(long)]
         check: bool,
     },
-    /// ONNX backend node tests through bident's path beside OpenVINO running them whole.
+    /// ONNX backend node tests through bident's path beside the backend (OpenVINO or ONNX Runtime)
+    /// running them whole.
     Conformance(conformance::ConformanceArgs),
     /// OpenVINO IR import checked against the ONNX it was converted from (ovc; cases in
     /// tests/data/ovir).
@@ -95,7 +96,8 @@ enum Cmd {
         json: bool,
     },
     /// Fuzz a reader (cargo fuzz, nightly): the importers, the artifact readers or the SoC file,
-    /// the corpus seeded with the project's models and artifacts.
+    /// the corpus seeded with the project's models and artifacts (or, with --replay, replay the
+    /// importer's corpus through the import path and a backend's compile).
     Fuzz(fuzz::FuzzArgs),
     /// The pipeline on the third-party models of tests/data/thirdparty (fetched from PyPI).
     Thirdparty {

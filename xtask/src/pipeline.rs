@@ -292,16 +292,21 @@ pub fn onnxruntime() -> Result<Arc<OnnxRuntime>> {
 pub fn backends<'a>(named: impl IntoIterator<Item = &'a str>) -> Result<Arc<Backends>> {
     let mut members: Vec<Arc<dyn Backend>> = vec![];
     for name in named {
-        members.push(match name {
-            "openvino" => backend()?,
-            "onnxruntime" => onnxruntime()?,
-            other => bail!("no backend `{other}` (this build has: {})", bident_backend::built_in().join(", ")),
-        });
+        members.push(backend_named(name)?);
     }
     if members.is_empty() {
         bail!("--backends names no backend");
     }
     Ok(Arc::new(Backends::new(members)))
+}
+
+/// One backend alone, by name (`openvino` or `onnxruntime`).
+pub fn backend_named(name: &str) -> Result<Arc<dyn Backend>> {
+    Ok(match name {
+        "openvino" => backend()?,
+        "onnxruntime" => onnxruntime()?,
+        other => bail!("no backend `{other}` (this build has: {})", bident_backend::built_in().join(", ")),
+    })
 }
 
 /// A SoC to plan for: real PUs that are measured (and run the plan), or a virtual SoC whose

@@ -202,19 +202,50 @@ fn thirdparty_models_run_end_to_end() {
     assert!(reproduced * 10 >= recorded * 9, "{reproduced} of {recorded} recorded layers reproduced");
 }
 
-/// The fixed CI subset of the ONNX backend node tests: every test OpenVINO passes whole must also
-/// pass through bident's path (import, extraction, op-by-op execution).
+/// The fixed CI subset of the ONNX backend node tests, on each backend: every test the backend
+/// passes whole (all but those the subset notes as `# <backend> fails whole`) must also pass
+/// through bident's path (import, extraction, op-by-op execution on a PU of that backend).
 #[test]
 fn conformance_subset_keeps_parity() {
     let subset = root().join("tests/data/conformance/subset.txt");
-    let o = xtask(&["conformance", "--subset", &subset.display().to_string(), "--json"]);
+    let text = std::fs::read_to_string(&subset).expect("subset");
+    let listed: Vec<&str> = text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).collect();
+    for backend in ["openvino", "onnxruntime"] {
+        let fails_whole = listed.iter().filter(|l| l.contains(&format!("# {backend} fails whole:"))).count();
+        let o = xtask(&["conformance", "--backend", backend, "--subset", &subset.display().to_string(), "--json"]);
+        assert!(o.status.success(), "{backend}: {}", stderr(&o));
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        let j: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON");
+        assert_eq!(j["backend"].as_str(), Some(backend), "{stdout}");
+        assert_eq!(j["precision"].as_str(), Some("f32"), "{stdout}");
+        assert_eq!(j["total"].as_u64(), Some(listed.len() as u64), "{stdout}");
+        assert_eq!(
+            j["whole_pass"].as_u64(),
+            Some((listed.len() - fails_whole) as u64),
+            "{backend} changed? (the subset notes {fails_whole} tests it fails whole)\n{stdout}"
+        );
+        assert_eq!(j["parity"].as_f64(), Some(1.0), "{backend}: {stdout}");
+    }
+}
+
+/// The importer's fuzz corpus (seeded: the zoo, the node tests when generated, the kept
+/// regressions) through ONNX Runtime's compile path: every entry and every fused op of what
+/// imports compiles or is refused with an error; nothing panics or crashes.
+#[test]
+fn fuzz_corpus_replays_through_onnxruntime() {
+    let o = xtask(&["fuzz", "--replay", "--backend", "onnxruntime", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
     let j: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON");
-    let listed = std::fs::read_to_string(&subset).expect("subset").lines().filter(|l| !l.starts_with('#')).count();
-    assert_eq!(j["total"].as_u64(), Some(listed as u64), "{stdout}");
-    assert_eq!(j["whole_pass"].as_u64(), Some(listed as u64), "OpenVINO changed?\n{stdout}");
-    assert_eq!(j["parity"].as_f64(), Some(1.0), "{stdout}");
+    let n = |k: &str| j[k].as_u64().unwrap_or_else(|| panic!("{k}: {stdout}"));
+    assert_eq!(j["backend"].as_str(), Some("onnxruntime"), "{stdout}");
+    assert_eq!(n("failures"), 0, "{stdout}");
+    assert_eq!(n("whole_compiled") + n("whole_refused"), n("entries"), "{stdout}");
+    assert_eq!(n("imported") + n("import_refused"), n("entries"), "{stdout}");
+    assert_eq!(n("ops_compiled") + n("ops_refused"), n("ops"), "{stdout}");
+    // the zoo's good models import and compile; its broken ones are refused
+    assert!(n("imported") >= 10 && n("import_refused") >= 10, "{stdout}");
+    assert!(n("ops_compiled") >= 50 && n("whole_refused") >= 3, "{stdout}");
 }
 
 /// OpenVINO IR import: every case of `tests/data/ovir` (converted from ONNX with the pinned ovc)

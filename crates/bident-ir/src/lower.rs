@@ -537,8 +537,8 @@ impl<'o> Lowering<'o> {
 
     /// Control flow whose subgraphs do not declare their output types: infer them inside the
     /// subgraphs. An If's two branches must agree; a Loop's body sees the iteration number, the
-    /// condition and the carried values' initial types. Any other node keeps the reason its rule
-    /// gave.
+    /// condition and the carried values' initial types; a Scan's body its states' types and one
+    /// slice of each scanned input. Any other node keeps the reason its rule gave.
     fn infer_untyped_subgraphs(&self, n: &NodeProto, ctx: &Ctx, reason: String) -> Result<Vec<Fact>, String> {
         let graph = |key: &str| n.attribute.iter().find(|a| a.name() == key).and_then(|a| a.g.as_ref());
         let infer = |g: &GraphProto, inputs: &[Fact], which: &str| {
@@ -572,6 +572,14 @@ impl<'o> Lowering<'o> {
                 let outs = infer(body, &inputs, "loop body")?;
                 ops::control::infer_loop_with(ctx, &|k| {
                     outs.get(k).cloned().ok_or_else(|| format!("the loop body has no output {k}"))
+                })
+            }
+            "Scan" => {
+                let Some(body) = graph("body") else { return Err(reason) };
+                let inputs = ops::control::scan_body_inputs(ctx).map_err(|e| format!("{reason}; {e}"))?;
+                let outs = infer(body, &inputs, "scan body")?;
+                ops::control::infer_scan_with(ctx, &|k| {
+                    outs.get(k).cloned().ok_or_else(|| format!("the scan body has no output {k}"))
                 })
             }
             _ => Err(reason),

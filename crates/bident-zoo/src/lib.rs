@@ -45,6 +45,11 @@ pub const MODELS: &[(&str, &str)] = &[
         "control-if-untyped",
         "control-if with branches that declare no output types, one computing a Reshape target from Shape",
     ),
+    (
+        "control-scan-untyped",
+        "a Scan (running sum over the rows) whose body declares no output types, its stacked output reshaped \
+         to a target that Split and Concat compute from its Shape",
+    ),
     ("bad-dangling-input", "a node reads a tensor nothing produces"),
     ("bad-cycle", "two nodes feed each other"),
     ("bad-unknown-op", "an op bident does not know, with no value_info for its output"),
@@ -251,6 +256,7 @@ pub fn build(name: &str, seed: u64) -> Option<ModelProto> {
         "control-loop" => control_loop(seed),
         "control-if" => control_if(seed, true),
         "control-if-untyped" => control_if(seed, false),
+        "control-scan-untyped" => control_scan(seed),
         "bad-external-absolute" => external_ref(ExternalPlace::Main, "/etc/passwd", seed),
         "bad-external-if" => external_ref(ExternalPlace::IfBranch, "../outside.bin", seed),
         "bad-external-loop-constant" => external_ref(ExternalPlace::LoopConstant, "/etc/passwd", seed),
@@ -641,6 +647,34 @@ fn control_loop(seed: u64) -> ModelProto {
     b.output("y_final");
     b.output(&z);
     b.finish("control_loop")
+}
+
+fn control_scan(seed: u64) -> ModelProto {
+    use builder::Attr;
+    let mut b = Builder::new(seed);
+    let x = b.input("x", &[4, 8]);
+    let w = b.weight("w", &[8]);
+    let h = b.node("Relu", &[&x], &[]);
+    // the body reads `w` from the enclosing graph and declares none of its outputs' types
+    let mut body = Builder::new(seed);
+    body.input_typed("s_in", DType::F32, &[Some(8)], "");
+    body.input_typed("x_t", DType::F32, &[Some(8)], "");
+    body.node_named("acc", "Add", &["s_in", "x_t"], &["s_out"], &[]);
+    body.node_named("scale", "Mul", &["s_out", &w], &["y_t"], &[]);
+    for o in ["s_out", "y_t"] {
+        body.output_untyped(o);
+    }
+    let scan_body = ("body", Attr::Graph(Box::new(body.finish_graph("body"))));
+    b.node_named("scan", "Scan", &[&w, &h], &["s_final", "ys"], &[scan_body, ("num_scan_inputs", Attr::Int(1))]);
+    // Reshape([4, 8] -> [8, 4]) with the target swapped from Shape: Split, then Concat
+    let shape = b.node("Shape", &["ys"], &[]);
+    b.node_named("halves", "Split", &[&shape], &["rows", "cols"], &[]);
+    let target = b.node("Concat", &["cols", "rows"], &[("axis", Attr::Int(0))]);
+    let r = b.node("Reshape", &["ys", &target], &[]);
+    let z = b.node("Sigmoid", &[&r], &[]);
+    b.output("s_final");
+    b.output(&z);
+    b.finish("control_scan")
 }
 
 fn mlp_builder(seed: u64, batch: Option<u64>) -> Builder {

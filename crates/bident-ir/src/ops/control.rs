@@ -65,7 +65,7 @@ fn infer_if(c: &Ctx) -> Result<Vec<Fact>, String> {
         .collect()
 }
 
-/// Output types of a subgraph (an If branch, a Loop body) that does not declare them, inferred
+/// Output types of a subgraph (an If branch, a Loop or Scan body) that does not declare them, inferred
 /// node by node (constants folded on the way, for shape arithmetic) from the types of its formal
 /// inputs (`inputs`, in order) and the types and values of the tensors it reads from the
 /// enclosing graph. Nested control flow must declare its types.
@@ -202,12 +202,43 @@ fn passes_cond_through(body: &GraphProto) -> bool {
 /// then K stacked scan outputs, stacked along `scan_output_axes` (default 0).
 fn infer_scan(c: &Ctx) -> Result<Vec<Fact>, String> {
     let body = graph_attr(c, "body")?;
-    if c.opset < 9 {
-        return infer_scan8(c, body);
-    }
+    infer_scan_with(c, &|k| static_output(body, k))
+}
+
+/// The number of states and scanned inputs of a Scan (opset 9+) and the axes it scans along.
+fn scan_inputs(c: &Ctx) -> Result<(usize, Vec<i64>), String> {
     let m = c.attr_i("num_scan_inputs", 0) as usize;
     let n = c.inputs.len().checked_sub(m).ok_or("num_scan_inputs exceeds the inputs")?;
-    let in_axes = c.attr_ints("scan_input_axes").unwrap_or_else(|| vec![0; m]);
+    Ok((n, c.attr_ints("scan_input_axes").unwrap_or_else(|| vec![0; m])))
+}
+
+/// The types a Scan's body is given (opset 9+): each state's, then one slice of each scanned
+/// input (its scan axis removed).
+pub(crate) fn scan_body_inputs(c: &Ctx) -> Result<Vec<Fact>, String> {
+    if c.opset < 9 {
+        return Err("a Scan-8 body must declare its output types".into());
+    }
+    let (n, in_axes) = scan_inputs(c)?;
+    let mut out: Vec<Fact> = (0..n).map(|k| c.input(k).cloned()).collect::<Result<_, _>>()?;
+    for k in n..c.inputs.len() {
+        let x = c.input(k)?;
+        let a = axis(*in_axes.get(k - n).unwrap_or(&0), x.shape.len())?;
+        let mut shape = x.shape.clone();
+        shape.remove(a);
+        out.push(Fact::new(x.dtype, shape));
+    }
+    Ok(out)
+}
+
+/// [`infer_scan`] with the types of the body's outputs (states..., scan outputs...) given.
+pub(crate) fn infer_scan_with(
+    c: &Ctx,
+    body_output: &dyn Fn(usize) -> Result<Fact, String>,
+) -> Result<Vec<Fact>, String> {
+    if c.opset < 9 {
+        return infer_scan8(c, body_output);
+    }
+    let (n, in_axes) = scan_inputs(c)?;
     let out_axes = c.attr_ints("scan_output_axes");
     let first_scan = c.shape(n).map_err(|_| "Scan has no scanned input".to_string())?;
     let seq = first_scan[axis(*in_axes.first().unwrap_or(&0), first_scan.len())?];
@@ -216,7 +247,7 @@ fn infer_scan(c: &Ctx) -> Result<Vec<Fact>, String> {
         if k < n {
             out.push(c.input(k)?.clone());
         } else {
-            let per_iter = static_output(body, k)?;
+            let per_iter = body_output(k)?;
             let rank = per_iter.shape.len() + 1;
             let a = out_axes.as_ref().and_then(|v| v.get(k - n)).copied().unwrap_or(0);
             let a = axis(a, rank)?;
@@ -230,7 +261,7 @@ fn infer_scan(c: &Ctx) -> Result<Vec<Fact>, String> {
 
 /// Scan-8: input 0 is the optional `sequence_lens`, then N states [batch, ...] and M sequences
 /// [batch, seq, ...]; scan outputs are [batch, seq, ...].
-fn infer_scan8(c: &Ctx, body: &GraphProto) -> Result<Vec<Fact>, String> {
+fn infer_scan8(c: &Ctx, body_output: &dyn Fn(usize) -> Result<Fact, String>) -> Result<Vec<Fact>, String> {
     let m = c.attr_i("num_scan_inputs", 0) as usize;
     let n = c.inputs.len().checked_sub(1 + m).ok_or("num_scan_inputs exceeds the inputs")?;
     let first_scan = c.shape(1 + n).map_err(|_| "Scan has no scanned input".to_string())?;
@@ -243,7 +274,7 @@ fn infer_scan8(c: &Ctx, body: &GraphProto) -> Result<Vec<Fact>, String> {
             if k < n {
                 Ok(c.input(1 + k)?.clone())
             } else {
-                let per_iter = static_output(body, k)?;
+                let per_iter = body_output(k)?;
                 let mut shape = vec![batch, seq];
                 shape.extend(per_iter.shape);
                 Ok(Fact::new(per_iter.dtype, shape))

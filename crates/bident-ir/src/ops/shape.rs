@@ -15,7 +15,7 @@ pub(super) fn register(r: &mut Registry) {
     r.add(&["Squeeze"], (Role::Plain, OpClass::Movement), infer_squeeze, Some(eval_reshape));
     r.add(&["Unsqueeze"], (Role::Plain, OpClass::Movement), infer_unsqueeze, Some(eval_reshape));
     r.add(&["Concat"], (Role::Plain, OpClass::Movement), infer_concat, Some(eval_concat));
-    r.add(&["Split"], (Role::Plain, OpClass::Movement), infer_split, None);
+    r.add(&["Split"], (Role::Plain, OpClass::Movement), infer_split, Some(eval_split));
     r.add(&["Slice"], (Role::Plain, OpClass::Movement), infer_slice, Some(eval_slice));
     r.add(&["Gather"], (Role::Plain, OpClass::Gather), infer_gather, Some(eval_gather));
     r.add(
@@ -261,6 +261,27 @@ fn infer_split(c: &Ctx) -> Result<Vec<Fact>, String> {
             Fact { dtype: c.input(0).map(|f| f.dtype).unwrap_or(DType::F32), shape: sh }
         })
         .collect())
+}
+
+fn eval_split(c: &Ctx) -> Result<Vec<HostTensor>, String> {
+    let x = c.const_at(0).ok_or("not constant")?;
+    let outs = infer_split(c)?;
+    let ax = axis(c.attr_i("axis", 0), x.shape.len())?;
+    let outer = x.shape[..ax].iter().product::<u64>() as usize;
+    let inner = x.shape[ax + 1..].iter().product::<u64>() as usize * x.dtype.size();
+    let row = x.shape[ax] as usize * inner;
+    let mut start = 0;
+    let mut res = Vec::with_capacity(outs.len());
+    for f in outs {
+        let chunk = f.shape[ax] as usize * inner;
+        let mut data = Vec::with_capacity(outer * chunk);
+        for o in 0..outer {
+            data.extend_from_slice(x.data.get(o * row + start..o * row + start + chunk).ok_or("input too short")?);
+        }
+        start += chunk;
+        res.push(HostTensor { dtype: x.dtype, shape: f.shape, data });
+    }
+    Ok(res)
 }
 
 /// Resolved (start, step, count) per axis of a Slice.
