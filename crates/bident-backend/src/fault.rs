@@ -92,6 +92,9 @@ impl Backend for FaultyBackend {
     fn devices_of(&self, backend: &str) -> Result<Vec<DeviceInfo>, BackendError> {
         self.inner.devices_of(backend)
     }
+    fn pu_kind(&self, pu: &PuSpec, device: &DeviceInfo) -> crate::PuKind {
+        self.inner.pu_kind(pu, device)
+    }
 }
 
 impl FaultyBackend {

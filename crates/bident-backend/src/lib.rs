@@ -146,6 +146,13 @@ pub trait Backend: Send + Sync {
         self.check_backend(backend)?;
         Ok(format!("{} {}", self.name(), self.version()))
     }
+    /// The kind of PU `pu` makes of `device`, one of its backend's devices: the device's own,
+    /// unless the PU's properties pick other hardware (an ONNX Runtime execution provider's
+    /// options can, e.g. QNN's `backend_type`). A SoC file's PU must declare this kind.
+    fn pu_kind(&self, pu: &PuSpec, device: &DeviceInfo) -> PuKind {
+        let _ = pu;
+        device.kind
+    }
     /// The devices of the backend named `backend` (what a PU naming it may use).
     fn devices_of(&self, backend: &str) -> Result<Vec<DeviceInfo>, BackendError> {
         self.check_backend(backend)?;

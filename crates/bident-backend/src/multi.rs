@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::{Backend, BackendError, DeviceInfo, Executable, PuSpec};
+use crate::{Backend, BackendError, DeviceInfo, Executable, PuKind, PuSpec};
 
 /// A dispatcher over backends of distinct names; the first is the default one (presets, and the
 /// PUs of a SoC file that name none). With one member it behaves exactly like that member.
@@ -98,12 +98,19 @@ impl Backend for Backends {
     fn devices_of(&self, backend: &str) -> Result<Vec<DeviceInfo>, BackendError> {
         self.member(backend)?.devices()
     }
+
+    fn pu_kind(&self, pu: &PuSpec, device: &DeviceInfo) -> PuKind {
+        match self.member(&pu.backend) {
+            Ok(m) => m.pu_kind(pu, device),
+            Err(_) => device.kind,
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{PuKind, SocSpec};
+    use crate::SocSpec;
 
     /// A backend with one CPU that compiles nothing, saying in its refusal who it is.
     struct Fake(&'static str, &'static str);

@@ -90,7 +90,8 @@ impl PuSpec {
         Self {
             name: format!("{device} (backend defaults)"),
             backend: of.backend.clone(),
-            kind: PuKind::from_device_name(device),
+            // the PU's: a backend's device names need not say the kind (ONNX Runtime's `CUDA`)
+            kind: of.kind,
             device: device.to_string(),
             properties: BTreeMap::new(),
             cores: vec![],
@@ -464,12 +465,13 @@ impl SocSpec {
                 let seen: Vec<&str> = devices.iter().map(|d| d.name.as_str()).collect();
                 at(format!("unknown device `{}` (this machine has: {} on {pu_backend})", pu.device, seen.join(", ")))
             })?;
-            if device.kind != pu.kind {
+            let kind = backend.pu_kind(&pu.spec(&file.backend), device);
+            if kind != pu.kind {
                 return Err(at(format!(
                     "kind `{}` does not match device `{}`, a {}",
                     pu.kind.name(),
                     pu.device,
-                    device.kind.name()
+                    kind.name()
                 )));
             }
             for &c in &pu.cores {
@@ -490,19 +492,7 @@ impl SocSpec {
             name: file.name,
             backend: file.backend.clone(),
             simulated: false,
-            pus: file
-                .pu
-                .into_iter()
-                .map(|p| PuSpec {
-                    name: p.name,
-                    backend: p.backend.unwrap_or_else(|| file.backend.clone()),
-                    kind: p.kind,
-                    device: p.device,
-                    properties: p.properties,
-                    cores: p.cores,
-                    declared_power_w: p.declared_power_w,
-                })
-                .collect(),
+            pus: file.pu.into_iter().map(|p| p.spec(&file.backend)).collect(),
         };
         soc.validate().map_err(|e| bad(e.to_string()))?;
         Ok(soc)
@@ -581,6 +571,21 @@ pub struct PuFile {
     pub declared_power_w: f64,
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+}
+
+impl PuFile {
+    /// The PU this entry describes; `backend`: the file's, where the entry names none.
+    fn spec(&self, backend: &str) -> PuSpec {
+        PuSpec {
+            name: self.name.clone(),
+            backend: self.backend.clone().unwrap_or_else(|| backend.to_string()),
+            kind: self.kind,
+            device: self.device.clone(),
+            properties: self.properties.clone(),
+            cores: self.cores.clone(),
+            declared_power_w: self.declared_power_w,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -123,6 +123,7 @@ fn profiled_run_lists_layers() {
         let layers = exe.layers().expect("layers");
         assert!(layers.len() >= 3, "{layers:?}");
         assert!(layers.iter().all(|l| l.status == LayerStatus::Executed && !l.layer_type.is_empty()), "{layers:?}");
+        // read back: every node ran on the PU's provider
         assert!(layers.iter().all(|l| l.exec_type == "CPUExecutionProvider"), "{layers:?}");
         assert!(layers.iter().any(|l| l.layer_type == "Conv" || l.layer_type == "FusedConv"), "{layers:?}");
         assert!(layers.iter().all(|l| !l.real_time.is_zero()), "{layers:?}");
@@ -166,16 +167,94 @@ fn properties_are_checked() {
     }
     let ok = [("INTRA_OP_NUM_THREADS", "2"), ("GRAPH_OPTIMIZATION_LEVEL", "DISABLE_ALL")];
     assert!(ort().compile(&onnx, &cpu(&ok)).is_ok());
-    let mut gpu = cpu(&[]);
-    gpu.device = "GPU".into();
-    assert!(matches!(ort().compile(&onnx, &gpu), Err(BackendError::Compile { .. })));
+    // provider options: the CPU provider takes none, and an option needs a name and a value
+    for props in [&[("EP.use_arena", "1")][..], &[("EP.", "1")], &[("EP.device_id", "")]] {
+        match ort().compile(&onnx, &cpu(props)) {
+            Err(BackendError::PropertyIgnored { key, .. }) => assert_eq!(key, props[0].0),
+            other => panic!("{props:?}: {:?}", other.map(|_| "compiled")),
+        }
+    }
+}
+
+/// The providers this library lacks: every one bident knows but `devices` does not list.
+fn lacking() -> Vec<&'static str> {
+    let have: Vec<String> = ort().devices().expect("devices").into_iter().map(|d| d.name).collect();
+    ["CUDA", "TensorRT", "DirectML", "MIGraphX", "WebGPU", "QNN", "CoreML", "OpenVINO", "XNNPACK", "VitisAI"]
+        .into_iter()
+        .filter(|p| !have.iter().any(|h| h == p))
+        .collect()
+}
+
+/// A PU naming an execution provider the library lacks, or one bident does not know, is one
+/// line listing the providers the library has, before anything is built (its options are not
+/// even looked at).
+#[test]
+fn missing_execution_provider_is_one_line() {
+    let onnx = model("mlp");
+    let have: Vec<String> = ort().devices().expect("devices").into_iter().map(|d| d.name).collect();
+    let lacking = lacking();
+    assert!(!lacking.is_empty(), "this test needs a library without some provider: {have:?}");
+    for device in lacking.iter().copied().chain(["GPU", "cuda"]) {
+        let mut pu = cpu(&[("EP.device_id", "0"), ("INTRA_OP_NUM_THREADS", "1")]);
+        (pu.name, pu.device, pu.kind) = ("gpu".into(), device.into(), PuKind::Gpu);
+        let err = ort().compile(&onnx, &pu).err().map(|e| e.to_string()).expect("refused");
+        let head = format!(
+            "PU `gpu`: cannot compile: ONNX Runtime {} here has execution providers {} (",
+            ort().version(),
+            have.join(", ")
+        );
+        assert!(err.starts_with(&head) && !err.contains('\n'), "{err}");
+        let why = if lacking.contains(&device) {
+            format!("this build lacks `{device}`)")
+        } else {
+            format!("`{device}` is not an execution provider bident knows: CPU, CUDA, TensorRT, ")
+        };
+        assert!(err[head.len()..].starts_with(&why), "{err}");
+    }
+}
+
+/// A SoC file is checked against the providers: one naming a provider the library lacks is
+/// refused when it is loaded, and a PU's kind follows its provider's options.
+#[test]
+fn soc_files_name_providers() {
+    let soc = |device: &str, kind: &str, props: &str| {
+        let text = format!(
+            "name = \"ep\"\nbackend = \"onnxruntime\"\n[[pu]]\nname = \"pu\"\nkind = \"{kind}\"\ndevice = \"{device}\"\n\
+             declared_power_w = 5.0\n[pu.properties]\n{props}\n"
+        );
+        bident_backend::SocSpec::from_toml(&text, Path::new("ep.toml"), ort()).map_err(|e| e.to_string())
+    };
+    let loaded = soc("CPU", "cpu", "INTRA_OP_NUM_THREADS = \"1\"").expect("a CPU PU");
+    assert_eq!(loaded.pus[0].device, "CPU");
+    assert!(soc("CPU", "gpu", "").is_err_and(|e| e.contains("kind `gpu` does not match device `CPU`, a cpu")));
+    let device = lacking()[0];
+    let err = soc(device, "gpu", "\"EP.device_id\" = \"0\"").expect_err("lacking provider");
+    assert_eq!(err, format!("ep.toml: PU `pu`: unknown device `{device}` (this machine has: CPU on onnxruntime)"));
+    // the kind a provider makes, with and without the options that pick the hardware
+    let info = |name: &str, kind| bident_backend::DeviceInfo {
+        name: name.into(),
+        kind,
+        full_name: name.into(),
+        precision: None,
+    };
+    let kind_of = |device: &str, kind, props: &[(&str, &str)]| ort().pu_kind(&cpu(props), &info(device, kind));
+    assert_eq!(kind_of("QNN", PuKind::Npu, &[]), PuKind::Npu);
+    assert_eq!(kind_of("QNN", PuKind::Npu, &[("EP.backend_type", "gpu")]), PuKind::Gpu);
+    assert_eq!(kind_of("OpenVINO", PuKind::Cpu, &[("EP.device_type", "NPU")]), PuKind::Npu);
+    assert_eq!(kind_of("CUDA", PuKind::Gpu, &[("EP.device_id", "1")]), PuKind::Gpu);
+    assert_eq!(kind_of("CPU", PuKind::Cpu, &[]), PuKind::Cpu);
 }
 
 #[test]
 fn devices_and_version() {
     let devices = ort().devices().expect("devices");
-    assert_eq!(devices.len(), 1);
+    // the pip wheel has the CPU provider (and Azure's, which is no PU)
     assert_eq!((devices[0].name.as_str(), devices[0].kind), ("CPU", PuKind::Cpu));
+    assert!(
+        devices[1..]
+            .iter()
+            .all(|d| !lacking().contains(&d.name.as_str()) && d.full_name.ends_with("ExecutionProvider"))
+    );
     assert_eq!(ort().version(), bident_backend::onnxruntime::install::ONNXRUNTIME_VERSION);
     assert_eq!(ort().name(), "onnxruntime");
 }

@@ -1,7 +1,24 @@
-//! The ONNX Runtime backend: its CPU execution provider, through the `ort` crate with the
-//! library loaded at run time from the pinned wheel ([`install`]).
+//! The ONNX Runtime backend, through the `ort` crate with the library loaded at run time from
+//! the pinned wheel ([`install`]).
+//!
+//! A PU's `device` names its execution provider: `CPU` (the CPU execution provider, always
+//! there), `CUDA`, `TensorRT`, `DirectML`, `MIGraphX`, `WebGPU`, `QNN`, `CoreML`,
+//! `OpenVINO`, `XNNPACK` or `VitisAI`. Which of them the loaded library has is asked of it
+//! (`GetAvailableProviders`): [`Backend::devices`] lists those it has, so a SoC file naming
+//! another is refused when it is loaded, and compiling for one is refused with one line naming
+//! the providers the library does have. CUDA and TensorRT are appended through their V2 options
+//! (`SessionOptionsAppendExecutionProvider_CUDA_V2`, `.._TensorRT_V2`), the others by name
+//! (`SessionOptionsAppendExecutionProvider`); ONNX Runtime keeps the CPU provider behind the
+//! PU's for the nodes its provider does not take, and a profile shows them (below).
 //!
 //! PU properties (`PuSpec.properties`; any other key is refused):
+//! - `EP.<option>`: an option of the PU's execution provider, passed as the string `<option>` =
+//!   value (`EP.device_id = "0"`, `EP.trt_fp16_enable = "1"`, `EP.backend_type = "htp"`).
+//!   ONNX Runtime checks them when the provider is appended and refuses unknown ones; the CPU
+//!   provider takes none. The PU's kind follows the provider (CUDA, TensorRT, DirectML, MIGraphX,
+//!   WebGPU: `gpu`; QNN, CoreML, VitisAI: `npu`; XNNPACK, OpenVINO: `cpu`) unless an option picks
+//!   the hardware: QNN's `backend_type`/`backend_path`, OpenVINO's `device_type`, CoreML's
+//!   `MLComputeUnits` ([`Backend::pu_kind`]).
 //! - `INTRA_OP_NUM_THREADS`: threads of the session's intra-op pool, a positive integer. `1`
 //!   runs every kernel on the calling thread (the one the profiler and the runtime pin); absent,
 //!   ONNX Runtime uses one thread per physical core.
@@ -10,18 +27,21 @@
 //! - `INFERENCE_PRECISION_HINT`: only `f32`. The CPU execution provider computes in the model's
 //!   own types; the key is accepted so that OpenVINO's CPU presets describe an ONNX Runtime PU.
 //!
-//! ONNX Runtime has no getter for a session's thread count or optimisation level: a value is
-//! checked before it is set and a refusal from ONNX Runtime is an error. What a session does
-//! report, in its profile, is read back by [`Executable::layers`]: every node ran on the CPU
-//! execution provider, on the calling thread plus exactly `INTRA_OP_NUM_THREADS - 1` pool
-//! threads (a mismatch is [`BackendError::PropertyIgnored`]). The optimisation level cannot be
-//! read back.
+//! ONNX Runtime has no getter for a session's thread count, optimisation level or provider
+//! options: a value is checked before it is set and a refusal from ONNX Runtime is an error.
+//! What a session does report, in its profile, is read back by [`Executable::layers`]: every
+//! node ran on the PU's execution provider (a node left to the CPU provider behind a GPU's is
+//! an error: its cost would not be the PU's), and every CPU node on the calling thread plus
+//! exactly `INTRA_OP_NUM_THREADS - 1` pool threads (a mismatch is
+//! [`BackendError::PropertyIgnored`]). The optimisation level and the options cannot be read
+//! back.
 //!
-//! What the timing parts mean on an ONNX Runtime CPU PU (host memory; inputs are not copied):
+//! What the timing parts mean (host memory; inputs are not copied by bident):
 //! - `h2d`: wrapping each host input buffer as an `OrtValue` and binding it (I/O binding);
 //! - `infer`: the synchronous `RunWithBinding` call, i.e. dispatch and execution, writing into
-//!   outputs preallocated at compile time where their shapes are static;
-//! - `d2h`: copying each output's bytes into host memory.
+//!   host outputs preallocated at compile time where their shapes are static; on a provider
+//!   other than the CPU's, ONNX Runtime's copies to and from the device happen inside it;
+//! - `d2h`: copying each output's bytes into the returned host tensor.
 //!
 //! Per-layer profiles come from ONNX Runtime's own profiler, one per run
 //! (`RunOptionsEnableProfiling`, ONNX Runtime 1.25 and newer): a profiled executable writes one
@@ -30,6 +50,7 @@
 //! (the only way to get its file) cannot be undone, and callers time a profiled executable and
 //! read its layers run after run.
 
+mod ep;
 pub mod install;
 mod profile;
 
@@ -49,19 +70,25 @@ use crate::{
     Backend, BackendError, DType, DeviceInfo, Executable, HostTensor, Layer, PortInfo, PuKind, PuSpec, RunTiming,
 };
 
-/// The only device: the CPU execution provider.
-pub const DEVICE: &str = "CPU";
+/// ONNX Runtime's name of the CPU execution provider.
+const CPU_PROVIDER: &str = "CPUExecutionProvider";
+
+/// The PU properties passed to its execution provider as options: `EP.<option>`.
+pub const PROVIDER_OPTION_PREFIX: &str = ep::OPTION_PREFIX;
 
 /// The ONNX Runtime library, loaded once per process, and its one environment.
+#[derive(Clone)]
 pub struct OnnxRuntime {
     env: Environment,
     library: PathBuf,
     version: String,
+    /// The execution providers the library has, by ONNX Runtime's names.
+    providers: Vec<String>,
 }
 
 /// `ort` keeps the first library it loads for the whole process and allows one environment:
 /// both are kept here, so a second backend shares them and another library is refused.
-static LOADED: Mutex<Option<(PathBuf, Environment, String)>> = Mutex::new(None);
+static LOADED: Mutex<Option<OnnxRuntime>> = Mutex::new(None);
 
 impl OnnxRuntime {
     /// Load the library from its full path (the wheel ships only the versioned name) and create
@@ -70,15 +97,15 @@ impl OnnxRuntime {
     pub fn load(library: &Path) -> Result<Self, BackendError> {
         let lib_err = |reason: String| BackendError::Library(format!("{}: {reason}", library.display()));
         let mut loaded = LOADED.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((first, env, version)) = loaded.as_ref() {
-            if first != library {
+        if let Some(first) = loaded.as_ref() {
+            if first.library != library {
                 return Err(BackendError::Library(format!(
                     "{} is already loaded in this process; cannot also load {}",
-                    first.display(),
+                    first.library.display(),
                     library.display()
                 )));
             }
-            return Ok(Self { env: env.clone(), library: first.clone(), version: version.clone() });
+            return Ok(first.clone());
         }
         // ort would try a path relative to the executable for a missing file: refuse it here
         if !library.is_file() {
@@ -90,8 +117,35 @@ impl OnnxRuntime {
         let env = builder.with_name("bident").build().map_err(|e| lib_err(e.to_string()))?;
         // ONNX Runtime warns about things bident's cut models do on purpose (unused initialisers)
         env.set_log_level(ort::logging::LogLevel::Error);
-        *loaded = Some((library.to_path_buf(), env.clone(), version.clone()));
-        Ok(Self { env, library: library.to_path_buf(), version })
+        let providers = ep::available().map_err(|e| lib_err(format!("listing its execution providers: {e}")))?;
+        let this = Self { env, library: library.to_path_buf(), version, providers };
+        *loaded = Some(this.clone());
+        Ok(this)
+    }
+
+    /// The execution providers the library has that bident can append, by device name.
+    fn usable(&self) -> impl Iterator<Item = &'static ep::Provider> {
+        ep::PROVIDERS.iter().filter(|p| self.providers.iter().any(|have| have == p.ort_name))
+    }
+
+    /// The execution provider a PU names, if the library has it; else the one-line refusal.
+    fn provider(&self, pu: &PuSpec) -> Result<&'static ep::Provider, BackendError> {
+        if let Some(p) = self.usable().find(|p| p.device == pu.device) {
+            return Ok(p);
+        }
+        let have: Vec<&str> = self.usable().map(|p| p.device).collect();
+        let why = match ep::by_device(&pu.device) {
+            Some(_) => format!("this build lacks `{}`", pu.device),
+            None => format!(
+                "`{}` is not an execution provider bident knows: {}",
+                pu.device,
+                ep::PROVIDERS.iter().map(|p| p.device).collect::<Vec<_>>().join(", ")
+            ),
+        };
+        Err(BackendError::Compile {
+            pu: pu.name.clone(),
+            reason: format!("ONNX Runtime {} here has execution providers {} ({why})", self.version, have.join(", ")),
+        })
     }
 
     pub fn library(&self) -> &Path {
@@ -180,6 +234,8 @@ fn from_ort(t: TensorElementType) -> Option<DType> {
 struct Options {
     intra_threads: Option<usize>,
     level: GraphOptimizationLevel,
+    /// The execution provider's options (`EP.<option>` properties), in key order.
+    provider: Vec<(String, String)>,
 }
 
 fn options(pu: &PuSpec) -> Result<Options, BackendError> {
@@ -189,8 +245,15 @@ fn options(pu: &PuSpec) -> Result<Options, BackendError> {
         value: value.to_string(),
         actual: why.to_string(),
     };
-    let mut o = Options { intra_threads: None, level: GraphOptimizationLevel::All };
+    let mut o = Options { intra_threads: None, level: GraphOptimizationLevel::All, provider: vec![] };
     for (key, value) in &pu.properties {
+        if let Some(option) = key.strip_prefix(ep::OPTION_PREFIX) {
+            if option.is_empty() || value.is_empty() {
+                return Err(refuse(key, value, "<an execution provider option needs a name and a value>"));
+            }
+            o.provider.push((option.to_string(), value.clone()));
+            continue;
+        }
         match key.as_str() {
             "INTRA_OP_NUM_THREADS" => {
                 let n = value.parse::<usize>().ok().filter(|&n| (1..=4096).contains(&n));
@@ -208,13 +271,14 @@ fn options(pu: &PuSpec) -> Result<Options, BackendError> {
             }
             "INFERENCE_PRECISION_HINT" if value.eq_ignore_ascii_case("f32") => {}
             "INFERENCE_PRECISION_HINT" => {
-                return Err(refuse(key, value, "f32 (the CPU execution provider computes in the model's types)"));
+                return Err(refuse(key, value, "f32 (ONNX Runtime computes in the model's types)"));
             }
             _ => {
                 return Err(refuse(
                     key,
                     value,
-                    "<unknown to ONNX Runtime: INTRA_OP_NUM_THREADS, GRAPH_OPTIMIZATION_LEVEL, INFERENCE_PRECISION_HINT>",
+                    "<unknown to ONNX Runtime: INTRA_OP_NUM_THREADS, GRAPH_OPTIMIZATION_LEVEL, INFERENCE_PRECISION_HINT, \
+                     EP.<execution provider option>>",
                 ));
             }
         }
@@ -244,14 +308,26 @@ impl Backend for OnnxRuntime {
         self.version.clone()
     }
 
+    /// The execution providers the library has and bident can append, CPU first.
     fn devices(&self) -> Result<Vec<DeviceInfo>, BackendError> {
-        Ok(vec![DeviceInfo {
-            name: DEVICE.into(),
-            kind: PuKind::Cpu,
-            full_name: cpu_name(),
-            // the CPU execution provider computes in the model's own types
-            precision: Some("f32".into()),
-        }])
+        Ok(self
+            .usable()
+            .map(|p| DeviceInfo {
+                name: p.device.into(),
+                kind: p.kind,
+                full_name: if p.is_cpu() { cpu_name() } else { p.ort_name.into() },
+                // the CPU execution provider computes in the model's own types; others say
+                // nothing bident reads
+                precision: p.is_cpu().then(|| "f32".into()),
+            })
+            .collect())
+    }
+
+    fn pu_kind(&self, pu: &PuSpec, device: &DeviceInfo) -> PuKind {
+        match ep::by_device(&device.name) {
+            Some(p) => p.kind(&ep::options_of(&pu.properties)),
+            None => device.kind,
+        }
     }
 
     fn compile(&self, onnx: &[u8], pu: &PuSpec) -> Result<Box<dyn Executable>, BackendError> {
@@ -262,29 +338,45 @@ impl Backend for OnnxRuntime {
         self.compile_with(onnx, pu, true).map(|e| Box::new(e) as Box<dyn Executable>)
     }
 
-    fn timing_meaning(&self, _pu: &PuSpec) -> String {
-        "h2d = wrapping each host input as an OrtValue and binding it; infer = the synchronous RunWithBinding \
-         call (outputs preallocated where static); d2h = copying each output's bytes to host memory (CPU: \
-         host memory, no device copies)"
-            .into()
+    fn timing_meaning(&self, pu: &PuSpec) -> String {
+        let common = "h2d = wrapping each host input as an OrtValue and binding it; infer = the synchronous \
+                      RunWithBinding call (host outputs preallocated where static)";
+        match ep::by_device(&pu.device) {
+            Some(p) if !p.is_cpu() => format!(
+                "{common}, including ONNX Runtime's copies to and from the {} device; d2h = copying each output's \
+                 bytes into the returned host tensor",
+                p.device
+            ),
+            _ => format!(
+                "{common}; d2h = copying each output's bytes to host memory (CPU: host memory, no device copies)"
+            ),
+        }
     }
 }
 
 impl OnnxRuntime {
     fn compile_with(&self, onnx: &[u8], pu: &PuSpec, profiled: bool) -> Result<OrtExecutable, BackendError> {
         let fail = |reason: String| BackendError::Compile { pu: pu.name.clone(), reason };
-        if pu.device != DEVICE {
-            return Err(fail(format!(
-                "ONNX Runtime here has the CPU execution provider only (device `{DEVICE}`), not `{}`",
-                pu.device
-            )));
-        }
+        let provider = self.provider(pu)?;
         if crate::model_check::names_a_file(onnx) {
             return Err(fail(crate::model_check::NAMES_A_FILE.into()));
         }
         let o = options(pu)?;
+        if provider.is_cpu()
+            && let Some((option, value)) = o.provider.first()
+        {
+            return Err(BackendError::PropertyIgnored {
+                pu: pu.name.clone(),
+                key: format!("{}{option}", ep::OPTION_PREFIX),
+                value: value.clone(),
+                actual: "<the CPU execution provider takes no options>".into(),
+            });
+        }
         let ort_fail = |e: ort::Error| fail(first_lines(&e.to_string()));
         let mut builder = Session::builder(&self.env).map_err(ort_fail)?;
+        provider
+            .append(builder.ptr_mut(), &o.provider)
+            .map_err(|e| fail(format!("appending the {} execution provider: {e}", provider.device)))?;
         if let Some(n) = o.intra_threads {
             builder = builder.with_intra_threads(n).map_err(|e| fail(first_lines(&e.to_string())))?;
         }
@@ -341,6 +433,7 @@ impl OnnxRuntime {
         };
         Ok(OrtExecutable {
             pu: pu.name.clone(),
+            provider: provider.ort_name,
             intra_threads: o.intra_threads,
             session,
             binding,
@@ -382,6 +475,8 @@ struct Profiling {
 
 struct OrtExecutable {
     pu: String,
+    /// ONNX Runtime's name of the PU's execution provider, checked against the profile.
+    provider: &'static str,
     /// As requested, checked against the profile.
     intra_threads: Option<usize>,
     session: Session,
@@ -519,11 +614,12 @@ impl OrtExecutable {
         let file = last_profile(p.dir.path()).map_err(err)?;
         let text = std::fs::read_to_string(&file).map_err(|e| err(format!("{}: {e}", file.display())))?;
         let nodes = profile::parse(&text).map_err(|e| err(format!("{}: {e}", file.display())))?;
-        if let Some(n) = nodes.iter().find(|n| n.provider != "CPUExecutionProvider") {
-            return Err(err(format!("node `{}` ran on {}, not on the CPU execution provider", n.name, n.provider)));
+        if let Some(n) = nodes.iter().find(|n| n.provider != self.provider) {
+            return Err(err(format!("node `{}` ran on {}, not on the PU's {}", n.name, n.provider, self.provider)));
         }
+        // the intra-op pool is the CPU provider's; other providers' nodes report no threads
         if let Some(want) = self.intra_threads
-            && let Some(n) = nodes.iter().find(|n| n.threads != want)
+            && let Some(n) = nodes.iter().find(|n| n.provider == CPU_PROVIDER && n.threads != want)
         {
             return Err(BackendError::PropertyIgnored {
                 pu: self.pu.clone(),
