@@ -36,9 +36,18 @@ pub struct EvalArgs {
     /// Only these families (default: all ten).
     #[arg(long)]
     pub only: Vec<String>,
-    /// Output folder (default: target/bident/eval/<soc>-<size>/).
+    /// Output folder (default: target/bident/eval/<soc>-<size>/, with --engines
+    /// target/bident/eval/engines-<size>/).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Instead of the paper's tables: the engines, precisions and cores table (measured, on the
+    /// `all` SoC; `--soc` is not used), one row per family (its first configuration).
+    #[arg(long)]
+    pub engines: bool,
+    /// With --engines: also the third-party models of `cargo xtask thirdparty` (all, or these
+    /// cases; repeatable).
+    #[arg(long, num_args = 0.., requires = "engines")]
+    pub thirdparty: Option<Vec<String>>,
 }
 
 /// One of the paper's configurations: a family at a precision.
@@ -83,6 +92,9 @@ struct Row {
 
 pub fn eval(a: EvalArgs) -> Result<()> {
     anyhow::ensure!(a.size == "tiny" || a.size == "full", "--size is tiny or full, not `{}`", a.size);
+    if a.engines {
+        return engines(&a);
+    }
     let soc = Soc::load(&crate::pipeline::SocArgs::named(&a.soc))?;
     let simulated = matches!(soc, Soc::Virtual(_));
     let label = if simulated { "SIMULATED" } else { "measured" };
@@ -127,6 +139,45 @@ pub fn eval(a: EvalArgs) -> Result<()> {
         out.join("report.md").display()
     );
     Ok(())
+}
+
+/// `--engines`: the first configuration of each family, then the third-party models asked for.
+fn engines(a: &EvalArgs) -> Result<()> {
+    let mut targets = vec![];
+    let mut seen = std::collections::BTreeSet::new();
+    for c in configs(&a.size, &a.only) {
+        if !seen.insert(c.label.split(' ').next().unwrap_or_default().to_string()) {
+            continue;
+        }
+        let bytes = bident_zoo::build_bytes(&c.model, 0).with_context(|| format!("no zoo model {}", c.model))?;
+        let path = target_dir().join("bident/zoo").join(format!("{}.onnx", c.model));
+        std::fs::create_dir_all(target_dir().join("bident/zoo"))?;
+        std::fs::write(&path, bytes)?;
+        targets.push(crate::engines::Target {
+            label: c.model.clone(),
+            model: path,
+            input_shape: vec![],
+            input_value: vec![],
+            fusion: "rules",
+        });
+    }
+    if let Some(only) = &a.thirdparty {
+        for name in crate::thirdparty::case_names()? {
+            if only.is_empty() || only.contains(&name) {
+                let (model, input_shape, input_value) = crate::thirdparty::case_inputs(&name)?;
+                targets.push(crate::engines::Target {
+                    label: name,
+                    model,
+                    input_shape,
+                    input_value,
+                    fusion: "backend",
+                });
+            }
+        }
+    }
+    anyhow::ensure!(!targets.is_empty(), "no model matches --only {:?} / --thirdparty {:?}", a.only, a.thirdparty);
+    let out = a.out.clone().unwrap_or_else(|| target_dir().join("bident/eval").join(format!("engines-{}", a.size)));
+    crate::engines::engines(&targets, a.runs, &out)
 }
 
 fn progress(done: usize, total: usize, what: &str, t0: std::time::Instant) {

@@ -4,6 +4,7 @@
 
 mod codegen;
 mod conformance;
+mod engines;
 mod eval;
 mod fuzz;
 mod ovir;

@@ -25,7 +25,7 @@ use clap::Args;
 
 const FUSED: &str = "fused-graph.bin";
 const PHASED: &str = "phased-graph.bin";
-const COSTS: &str = "cost-table.bin";
+pub(crate) const COSTS: &str = "cost-table.bin";
 const PLAN: &str = "plan.bin";
 const REPORT: &str = "run-report.bin";
 
@@ -189,6 +189,9 @@ pub struct RunOpts {
     /// measured what that saves and the plan counts on it).
     #[arg(long)]
     pub op_by_op: bool,
+    /// Also run the model whole on this PU, timed in the same run as the plan (repeatable).
+    #[arg(long = "measure-whole", value_name = "PU")]
+    pub measure_whole: Vec<String>,
 }
 
 impl RunOpts {
@@ -197,6 +200,7 @@ impl RunOpts {
             runs: self.runs,
             op_timeout: std::time::Duration::from_secs(self.timeout),
             grouping: if self.op_by_op { Grouping::PerOp } else { Grouping::Merged },
+            whole_on: self.measure_whole.clone(),
             ..Default::default()
         }
     }
@@ -204,11 +208,14 @@ impl RunOpts {
     /// Options that name a PU must name one of the SoC's: an injected fault on a PU the SoC
     /// does not have would inject nothing.
     fn check(&self, soc: &SocSpec) -> Result<()> {
+        let known = || soc.pus.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ");
         if let Some(f) = &self.inject_fault
             && soc.pu(&f.pu).is_none()
         {
-            let known: Vec<&str> = soc.pus.iter().map(|p| p.name.as_str()).collect();
-            bail!("--inject-fault: SoC `{}` has no PU `{}` (it has {})", soc.name, f.pu, known.join(", "));
+            bail!("--inject-fault: SoC `{}` has no PU `{}` (it has {})", soc.name, f.pu, known());
+        }
+        if let Some(pu) = self.measure_whole.iter().find(|pu| soc.pu(pu).is_none()) {
+            bail!("--measure-whole: SoC `{}` has no PU `{pu}` (it has {})", soc.name, known());
         }
         Ok(())
     }
@@ -1419,6 +1426,11 @@ fn measured_json(r: &RunReport) -> serde_json::Map<String, serde_json::Value> {
             .map(|d| (d.backend.clone(), serde_json::json!(d.precision)))
             .collect::<serde_json::Map<_, _>>(),
         "speedup_vs_best_default": r.speedup_vs_best_default(),
+        "measured_whole": r
+            .measured_whole
+            .iter()
+            .map(|w| (w.pu.clone(), serde_json::json!(w.measured_us)))
+            .collect::<serde_json::Map<_, _>>(),
         "overhead_us_per_op": r.overhead_us_per_op,
         "compile_ms": r.compile_ms,
         "max_abs_err": r.max_abs_err,

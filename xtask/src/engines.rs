@@ -1,0 +1,229 @@
+//! `cargo xtask eval --engines`: engines, precisions and cores. Every model runs through the
+//! pipeline on the `all` SoC (each backend on the whole CPU at its defaults and in f32, and on
+//! each core alone; PUs that share cores never run at once), latency objective, parallel mode.
+//! Beside bident's plan, in the same run: each backend's whole-model defaults, and the whole
+//! model on one pinned core under each backend. Everything is measured on this machine.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use bident_runtime::RunReport;
+use bident_search::Plan;
+
+use crate::pipeline::{ImportArgs, PipelineArgs, PlanArgs, RunOpts, SocArgs, target_dir};
+
+/// A model of the table: a zoo family's tiny model or a third-party model.
+pub struct Target {
+    pub label: String,
+    pub model: PathBuf,
+    pub input_shape: Vec<String>,
+    pub input_value: Vec<String>,
+    /// `rules` or `backend`.
+    pub fusion: &'static str,
+}
+
+/// What one model measured.
+struct Row {
+    label: String,
+    ops: usize,
+    /// Per backend: ops of the plan on its PUs.
+    ops_per_backend: BTreeMap<String, u32>,
+    /// Per backend: ops whose cheapest entry in the cost table is on that backend's PUs.
+    ops_won: BTreeMap<String, u32>,
+    schedule: String,
+    report: RunReport,
+}
+
+impl Row {
+    fn default_of(&self, backend: &str) -> Option<f64> {
+        self.report.backend_defaults.iter().find(|d| d.backend == backend).and_then(|d| d.measured_us)
+    }
+
+    fn whole_on(&self, pu: &str) -> Option<f64> {
+        self.report.measured_whole.iter().find(|w| w.pu == pu).and_then(|w| w.measured_us)
+    }
+
+    fn best_core(&self, cores: &[String]) -> Option<f64> {
+        cores.iter().filter_map(|pu| self.whole_on(pu)).min_by(f64::total_cmp)
+    }
+}
+
+/// The PUs of one pinned core under each backend, as the `all` preset names them.
+fn one_core_pus() -> Vec<String> {
+    let c = bident_backend::allowed_cpus().first().copied().unwrap_or(0);
+    vec![format!("core{c}"), format!("core{c}.ort")]
+}
+
+pub fn engines(targets: &[Target], runs: u32, out: &std::path::Path) -> Result<()> {
+    std::fs::create_dir_all(out).with_context(|| out.display().to_string())?;
+    let cores = one_core_pus();
+    let t0 = std::time::Instant::now();
+    let mut rows = vec![];
+    for (k, t) in targets.iter().enumerate() {
+        eprintln!("engines: [{}/{}] {} ({:.0} s)", k + 1, targets.len(), t.label, t0.elapsed().as_secs_f64());
+        let args = PipelineArgs {
+            import: ImportArgs {
+                model: Some(t.model.display().to_string()),
+                input_shape: t.input_shape.clone(),
+                input_value: t.input_value.clone(),
+                out: Some(target_dir().join("bident/engines").join(&t.label)),
+                fusion: t.fusion.to_string(),
+            },
+            soc: SocArgs::named("all"),
+            plan: PlanArgs {
+                objective: "latency".into(),
+                mode: "parallel".into(),
+                pin: vec![],
+                forbid: vec![],
+                exclude_pu: vec![],
+            },
+            profile_runs: bident_profile::ProfileConfig::default().runs,
+            fixed_runs: false,
+            no_cache: false,
+            run: RunOpts {
+                runs,
+                fallback: false,
+                inject_fault: None,
+                timeout: 60,
+                op_by_op: false,
+                measure_whole: cores.clone(),
+            },
+            json: false,
+            with: None,
+            with_input_shape: vec![],
+            with_input_value: vec![],
+            aligned: false,
+        };
+        let (g, plan, report) = crate::pipeline::run_stages(&args).with_context(|| t.label.clone())?;
+        let report = report.context("the `all` SoC is measured")?;
+        let costs: bident_profile::CostTable =
+            bident_artifact::read(&target_dir().join("bident/engines").join(&t.label).join(crate::pipeline::COSTS))?
+                .value;
+        rows.push(Row {
+            label: t.label.clone(),
+            ops: g.ops.len(),
+            ops_per_backend: ops_per_backend(&plan, &costs),
+            ops_won: ops_won(&costs),
+            schedule: plan.schedule.name().to_string(),
+            report,
+        });
+    }
+    let table = table(&rows, &cores);
+    std::fs::write(out.join("engines.md"), &table)?;
+    print!("{table}");
+    eprintln!(
+        "engines: {} models in {:.0} s [measured] -> {}",
+        rows.len(),
+        t0.elapsed().as_secs_f64(),
+        out.join("engines.md").display()
+    );
+    Ok(())
+}
+
+/// The plan's ops per backend of the PUs they sit on.
+fn ops_per_backend(plan: &Plan, costs: &bident_profile::CostTable) -> BTreeMap<String, u32> {
+    let mut out = BTreeMap::new();
+    for (pu, n) in &plan.ops_per_pu {
+        if let Some(p) = costs.soc.pu(pu) {
+            *out.entry(p.backend.clone()).or_insert(0) += n;
+        }
+    }
+    out
+}
+
+/// Per backend, the ops whose cheapest profiled entry (dispatch + execution) is on its PUs.
+fn ops_won(costs: &bident_profile::CostTable) -> BTreeMap<String, u32> {
+    let mut out = BTreeMap::new();
+    for op in &costs.ops {
+        let best = op
+            .per_pu
+            .iter()
+            .enumerate()
+            .filter_map(|(j, c)| c.as_ref().map(|c| (j, c.dispatch_us + c.exec_us)))
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        if let Some((j, _)) = best {
+            *out.entry(costs.soc.pus[j].backend.clone()).or_insert(0) += 1;
+        }
+    }
+    out
+}
+
+fn us(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.1}"))
+}
+
+fn ratio(a: Option<f64>, b: f64) -> Option<f64> {
+    a.map(|a| a / b)
+}
+
+fn geomean(v: &[f64]) -> f64 {
+    (v.iter().map(|x| x.ln()).sum::<f64>() / v.len().max(1) as f64).exp()
+}
+
+fn table(rows: &[Row], cores: &[String]) -> String {
+    let mut s = String::new();
+    let machine = rows.first().map_or_else(bident_profile::host_description, |r| r.report.measured_on.clone());
+    let precision = |b: &str| {
+        rows.iter()
+            .flat_map(|r| &r.report.backend_defaults)
+            .find(|d| d.backend == b)
+            .and_then(|d| d.precision.clone())
+            .unwrap_or_else(|| "?".into())
+    };
+    let _ = writeln!(s, "## Engines, precisions and cores (measured on {machine})\n");
+    let _ = writeln!(
+        s,
+        "Every figure is a median latency in µs, measured in one run per model: bident's plan on the `all` SoC \
+         (latency, parallel mode) and, beside it, each backend whole at its own defaults (every core, not pinned; \
+         OpenVINO in {}, ONNX Runtime in {}) and whole on one pinned core ({}). Speedups are over the faster \
+         default and over the faster single-core run. `won` counts the ops whose cheapest profiled entry is on \
+         that backend.\n",
+        precision("openvino"),
+        precision("onnxruntime"),
+        cores.join(", ")
+    );
+    let _ = writeln!(
+        s,
+        "| model | ops | OpenVINO defaults | ONNX Runtime defaults | OpenVINO 1 core | ONNX Runtime 1 core | \
+         plan: ops OV/ORT | won OV/ORT | schedule | plan | vs best default | vs best 1 core |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let (mut vs_default, mut vs_core) = (vec![], vec![]);
+    for r in rows {
+        let m = r.report.measured_us;
+        let d = r.report.speedup_vs_best_default();
+        let c = ratio(r.best_core(cores), m);
+        vs_default.push(d);
+        if let Some(c) = c {
+            vs_core.push(c);
+        }
+        let n = |map: &BTreeMap<String, u32>, b: &str| map.get(b).copied().unwrap_or(0);
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {}/{} | {}/{} | {} | {:.1} | {d:.2}x | {} |",
+            r.label,
+            r.ops,
+            us(r.default_of("openvino")),
+            us(r.default_of("onnxruntime")),
+            us(r.whole_on(&cores[0])),
+            us(cores.get(1).and_then(|c| r.whole_on(c))),
+            n(&r.ops_per_backend, "openvino"),
+            n(&r.ops_per_backend, "onnxruntime"),
+            n(&r.ops_won, "openvino"),
+            n(&r.ops_won, "onnxruntime"),
+            r.schedule,
+            m,
+            c.map_or("-".into(), |c| format!("{c:.2}x")),
+        );
+    }
+    let worst = vs_default.iter().copied().fold(f64::INFINITY, f64::min);
+    let _ = writeln!(
+        s,
+        "\nOver the best default: geomean {:.2}x, lowest {worst:.2}x; over the best single core: geomean {:.2}x.",
+        geomean(&vs_default),
+        geomean(&vs_core)
+    );
+    s
+}
