@@ -983,10 +983,30 @@ fn run_stage(
 ) -> Result<(Plan, RunReport)> {
     let be = opts.backend(be);
     let cfg = opts.config();
+    let mut fell_back = false;
     loop {
         artifact::remove(&dir.join(REPORT))?;
         let err = match bident_runtime::run(g, &plan.0, soc, be.clone(), &cfg) {
             Ok(report) => {
+                // a plan that measured slower than an engine's own defaults beside it gives way
+                // to that engine's PU running the whole model, when the SoC has it and no pin
+                // says otherwise
+                if !fell_back
+                    && report.speedup_vs_best_default() < 1.0
+                    && plan.0.constraints.pin.is_empty()
+                    && let Some(pu) = default_pu(soc, &report, &plan.0)
+                {
+                    eprintln!(
+                        "run: the plan measured {:.1} µs, slower than {} at {:.1} µs beside it; planning the whole \
+                         model on `{pu}` (that engine at its defaults) instead",
+                        report.measured_us, report.backend_default, report.measured_backend_default_us
+                    );
+                    let mut c = plan.0.constraints.clone();
+                    c.pin = g.ops.iter().map(|op| (op.name.clone(), pu.clone())).collect();
+                    plan = replan(&c)?;
+                    fell_back = true;
+                    continue;
+                }
                 write(dir, REPORT, &report, bident_runtime::input_hash(plan.1, &cfg))?;
                 write_pictures(dir, &report)?;
                 return Ok((plan.0, report));
@@ -1015,6 +1035,27 @@ fn run_stage(
         }
         plan = replan(&c)?;
     }
+}
+
+/// The PU of `soc` that is the fastest backend default of `report`: that backend's device,
+/// whole (not pinned), asking for nothing but the device's default precision; None when the SoC
+/// has no such PU, the plan excludes it or already runs everything on it.
+fn default_pu(soc: &SocSpec, report: &RunReport, plan: &Plan) -> Option<String> {
+    let d = report.backend_defaults.iter().find(|d| d.description == report.backend_default)?;
+    let reference = soc.pu(report.best_single_pu.first()?)?;
+    let pu = soc.pus.iter().find(|p| {
+        p.backend == d.backend
+            && p.kind == reference.kind
+            && p.device == reference.device
+            && p.cores.is_empty()
+            && p.properties.iter().all(|(k, v)| {
+                k == bident_backend::soc::PRECISION_KEY
+                    && d.precision.as_ref().is_some_and(|dp| dp.eq_ignore_ascii_case(v))
+            })
+    })?;
+    let excluded = plan.constraints.exclude.contains(&pu.name);
+    let already = plan.ops_per_pu.len() == 1 && plan.ops_per_pu.contains_key(&pu.name);
+    (!excluded && !already).then(|| pu.name.clone())
 }
 
 /// What ran where, next to the run report: `trace.json` (Chrome trace, opens in Perfetto) and

@@ -47,7 +47,9 @@ impl CostCache {
     ) -> ContentHash {
         let types = format!("{:?}", inputs.iter().map(|t| (t.dtype, &t.shape)).collect::<Vec<_>>());
         let pu = format!("{:?} {} {:?} {:?}", pu.kind, pu.device, pu.properties, pu.cores);
-        let protocol = format!("{} {} {} {} {}", cfg.warmup, cfg.runs, cfg.adaptive, cfg.min_runs, cfg.rel_ci);
+        // `plain-timed`: timed without per-layer profiling (entries timed with it are stale)
+        let protocol =
+            format!("plain-timed {} {} {} {} {}", cfg.warmup, cfg.runs, cfg.adaptive, cfg.min_runs, cfg.rel_ci);
         ContentHash::of_parts(&[
             model,
             types.as_bytes(),

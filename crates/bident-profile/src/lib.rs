@@ -506,6 +506,9 @@ pub fn measure_segments(
         .collect())
 }
 
+/// Profiled runs per op that split its inference call into dispatch and execution.
+const SPLIT_RUNS: usize = 5;
+
 /// One PU's column of the table: a cost, or the backend's reason, per op; `Err` when the PU
 /// itself cannot be used.
 fn profile_pu(
@@ -521,18 +524,24 @@ fn profile_pu(
         let worker = s.spawn(move || -> Result<Vec<Result<Cost, String>>, BackendError> {
             bident_backend::pin_current_thread(&pu.name, &pu.cores)?;
             let n = models.len();
+            // timed: the plain executable (a backend's per-layer profiling may slow a run down,
+            // ONNX Runtime's writes a file per run); the profiled one only splits the time into
+            // dispatch and execution, from a few runs of its own
             let mut exes: Vec<Result<Box<dyn Executable>, String>> = Vec::with_capacity(n);
+            let mut profiled: Vec<Option<Box<dyn Executable>>> = Vec::with_capacity(n);
             for (i, m) in models.iter().enumerate() {
                 let _ = tx.send(("compiling", i, n));
-                // per-layer times split execution from dispatch
-                exes.push(backend.compile_profiled(m, pu).map_err(|e| e.to_string()));
+                exes.push(backend.compile(m, pu).map_err(|e| e.to_string()));
+                profiled.push(exes[i].is_ok().then(|| backend.compile_profiled(m, pu).ok()).flatten());
             }
             let cap = cfg.runs.max(1);
             let rounds = cfg.warmup + cap;
             let rapl = power::Rapl::open();
             let mut energy = None;
-            // samples[i] = [h2d, dispatch, exec, d2h] per measured run
-            let mut samples: Vec<[Vec<f64>; 4]> = vec![Default::default(); n];
+            // samples[i] = [h2d, infer, d2h] per measured run; split[i]: execution's share of a
+            // profiled run's inference call
+            let mut samples: Vec<[Vec<f64>; 3]> = vec![Default::default(); n];
+            let mut split: Vec<Vec<f64>> = vec![vec![]; n];
             let mut failed: Vec<Option<String>> = vec![None; n];
             let mut done = vec![false; n];
             for r in 0..rounds {
@@ -546,22 +555,26 @@ fn profile_pu(
                         continue;
                     }
                     let refs: Vec<&HostTensor> = inputs[i].iter().collect();
+                    if r >= cfg.warmup
+                        && split[i].len() < SPLIT_RUNS
+                        && let Some(p) = profiled[i].as_mut()
+                        && let Ok((_, t)) = p.run_timed(&refs)
+                        && let Ok(layers) = p.layers()
+                    {
+                        let infer = t.infer.as_secs_f64();
+                        let exec: f64 = layers.iter().map(|l| l.real_time.as_secs_f64()).sum();
+                        if infer > 0.0 && exec > 0.0 {
+                            split[i].push((exec / infer).min(1.0));
+                        }
+                    }
                     match exe.run_timed(&refs) {
                         Ok((_, t)) if r >= cfg.warmup => {
-                            let infer = t.infer.as_secs_f64() * 1e6;
-                            let exec = exe
-                                .layers()
-                                .ok()
-                                .map(|ls| ls.iter().map(|l| l.real_time.as_secs_f64() * 1e6).sum::<f64>())
-                                .filter(|&e| e > 0.0)
-                                .map_or(infer, |e| e.min(infer));
                             let s = &mut samples[i];
                             s[0].push(t.h2d.as_secs_f64() * 1e6);
-                            s[1].push(infer - exec);
-                            s[2].push(exec);
-                            s[3].push(t.d2h.as_secs_f64() * 1e6);
-                            if cfg.adaptive && s[2].len() as u32 >= cfg.min_runs.max(3) {
-                                let mut w: Vec<f64> = s[1].iter().zip(&s[2]).map(|(a, b)| a + b).collect();
+                            s[1].push(t.infer.as_secs_f64() * 1e6);
+                            s[2].push(t.d2h.as_secs_f64() * 1e6);
+                            if cfg.adaptive && s[1].len() as u32 >= cfg.min_runs.max(3) {
+                                let mut w = s[1].clone();
                                 w.sort_by(f64::total_cmp);
                                 done[i] = median_rel_ci(&w) <= cfg.rel_ci;
                             }
@@ -581,17 +594,20 @@ fn profile_pu(
             Ok(exes
                 .into_iter()
                 .zip(samples)
+                .zip(split)
                 .zip(failed)
-                .map(|((exe, mut parts), failed)| {
+                .map(|(((exe, [h2d, infer, d2h]), mut split), failed)| {
                     exe?;
                     if let Some(e) = failed {
                         return Err(e);
                     }
+                    // without a profile the whole call counts as execution
+                    let share = if split.is_empty() { 1.0 } else { quantile(&mut split, 0.5) };
+                    let dispatch = infer.iter().map(|t| t * (1.0 - share)).collect();
+                    let exec = infer.iter().map(|t| t * share).collect();
+                    let mut parts = [h2d, dispatch, exec, d2h];
                     let runs = parts[2].len() as u32;
-                    let stop_check = (!cfg.adaptive).then(|| {
-                        let w: Vec<f64> = parts[1].iter().zip(&parts[2]).map(|(a, b)| a + b).collect();
-                        replay_stop(&w, cfg)
-                    });
+                    let stop_check = (!cfg.adaptive).then(|| replay_stop(&infer, cfg));
                     let mut q = |k: usize, p: f64| quantile(&mut parts[k], p);
                     let median = [q(0, 0.5), q(1, 0.5), q(2, 0.5), q(3, 0.5)];
                     Ok(Cost {
