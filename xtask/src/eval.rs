@@ -41,7 +41,7 @@ pub struct EvalArgs {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Instead of the paper's tables: the engines, precisions and cores table (measured, on the
-    /// `all` SoC; `--soc` is not used), one row per family (its first configuration).
+    /// `all` SoC; `--soc` is not used), one row per family in fp32.
     #[arg(long)]
     pub engines: bool,
     /// With --engines: also the third-party models of `cargo xtask thirdparty` (all, or these
@@ -141,20 +141,21 @@ pub fn eval(a: EvalArgs) -> Result<()> {
     Ok(())
 }
 
-/// `--engines`: the first configuration of each family, then the third-party models asked for.
+/// `--engines`: each family in fp32 (both engines compute it exactly), then the third-party
+/// models asked for.
 fn engines(a: &EvalArgs) -> Result<()> {
     let mut targets = vec![];
-    let mut seen = std::collections::BTreeSet::new();
-    for c in configs(&a.size, &a.only) {
-        if !seen.insert(c.label.split(' ').next().unwrap_or_default().to_string()) {
+    for (family, _) in bident_zoo::families::FAMILIES {
+        if !a.only.is_empty() && !a.only.iter().any(|o| o == family) {
             continue;
         }
-        let bytes = bident_zoo::build_bytes(&c.model, 0).with_context(|| format!("no zoo model {}", c.model))?;
-        let path = target_dir().join("bident/zoo").join(format!("{}.onnx", c.model));
+        let model = format!("{family}-{}-fp32", a.size);
+        let bytes = bident_zoo::build_bytes(&model, 0).with_context(|| format!("no zoo model {model}"))?;
+        let path = target_dir().join("bident/zoo").join(format!("{model}.onnx"));
         std::fs::create_dir_all(target_dir().join("bident/zoo"))?;
         std::fs::write(&path, bytes)?;
         targets.push(crate::engines::Target {
-            label: c.model.clone(),
+            label: model,
             model: path,
             input_shape: vec![],
             input_value: vec![],

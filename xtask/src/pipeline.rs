@@ -983,7 +983,8 @@ fn run_stage(
 ) -> Result<(Plan, RunReport)> {
     let be = opts.backend(be);
     let cfg = opts.config();
-    let mut fell_back = false;
+    // the engines' whole-model PUs a slower plan already gave way to
+    let mut tried: Vec<String> = vec![];
     loop {
         artifact::remove(&dir.join(REPORT))?;
         let err = match bident_runtime::run(g, &plan.0, soc, be.clone(), &cfg) {
@@ -991,10 +992,9 @@ fn run_stage(
                 // a plan that measured slower than an engine's own defaults beside it gives way
                 // to that engine's PU running the whole model, when the SoC has it and no pin
                 // says otherwise
-                if !fell_back
-                    && report.speedup_vs_best_default() < 1.0
-                    && plan.0.constraints.pin.is_empty()
-                    && let Some(pu) = default_pu(soc, &report, &plan.0)
+                if report.speedup_vs_best_default() < 1.0
+                    && (plan.0.constraints.pin.is_empty() || !tried.is_empty())
+                    && let Some(pu) = default_pu(soc, &report, &plan.0).filter(|pu| !tried.contains(pu))
                 {
                     eprintln!(
                         "run: the plan measured {:.1} µs, slower than {} at {:.1} µs beside it; planning the whole \
@@ -1004,7 +1004,7 @@ fn run_stage(
                     let mut c = plan.0.constraints.clone();
                     c.pin = g.ops.iter().map(|op| (op.name.clone(), pu.clone())).collect();
                     plan = replan(&c)?;
-                    fell_back = true;
+                    tried.push(pu);
                     continue;
                 }
                 write(dir, REPORT, &report, bident_runtime::input_hash(plan.1, &cfg))?;
@@ -1366,7 +1366,15 @@ pub fn pipeline(a: PipelineArgs) -> Result<()> {
 }
 
 fn print_summary(g: &FusedGraph, plan: &Plan, r: Option<&RunReport>) {
-    let mix: Vec<String> = plan.ops_per_pu.iter().map(|(pu, n)| format!("{n} on {pu}")).collect();
+    let precision = |pu: &str| plan.pus.iter().position(|p| p == pu).and_then(|i| plan.pu_precisions.get(i));
+    let mix: Vec<String> = plan
+        .ops_per_pu
+        .iter()
+        .map(|(pu, n)| match precision(pu) {
+            Some(p) => format!("{n} on {pu} ({p})"),
+            None => format!("{n} on {pu}"),
+        })
+        .collect();
     let label = if plan.simulated { "simulated" } else { "measured" };
     println!("model      {} ({} fused ops from {} ONNX nodes)", g.name, g.ops.len(), g.source.nodes);
     println!("soc        {} [{}], PUs: {}", plan.soc, label, plan.pus.join(", "));

@@ -287,7 +287,15 @@ pub fn run(
     cfg: &RunConfig,
 ) -> Result<RunReport, RuntimeError> {
     let best = reference_pu(plan, soc).ok_or(RuntimeError::NoBaseline)?;
-    let session = Session::load(Program::from_plan(g, plan, soc, cfg.grouping)?, soc, backend.clone(), cfg.op_timeout)?;
+    let (program, mut bytes) = Program::from_plan(g, plan, soc, cfg.grouping)?;
+    // a plan that is the whole model on one PU compiles the model itself, as the baselines do
+    // (not its ops extracted and put back together, which an engine may optimise differently)
+    if let [task] = &program.tasks[..]
+        && task.ops.len() == g.ops.len()
+    {
+        bytes = vec![g.reference_model()?];
+    }
+    let session = Session::load((program, bytes), soc, backend.clone(), cfg.op_timeout)?;
     measure(&[g], &session, &[best], soc, backend, cfg)
 }
 

@@ -43,6 +43,8 @@ impl Worker {
         let (tx, rx) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = mpsc::channel();
         let spec = pu.clone();
+        // a PU on every core leaves them to its engine's threads: its worker sleeps when idle
+        let idle_spin = if pu.cores.is_empty() { Duration::ZERO } else { IDLE_SPIN };
         let lost = || RuntimeError::Worker { pu: pu.name.clone(), why: "could not start".into() };
         let handle = std::thread::Builder::new()
             .name(format!("pu-{}", pu.name))
@@ -59,7 +61,7 @@ impl Worker {
                     // spin a little before sleeping: back-to-back inferences then start at once
                     let job = match rx.try_recv() {
                         Ok(job) => job,
-                        Err(mpsc::TryRecvError::Empty) if idle_since.elapsed() < IDLE_SPIN => {
+                        Err(mpsc::TryRecvError::Empty) if idle_since.elapsed() < idle_spin => {
                             // yield: another thread pinned here (another session's worker) runs
                             std::thread::yield_now();
                             continue;
@@ -227,6 +229,15 @@ struct Flight {
 /// costs about one. Polling yields so that a thread sharing the core (the caller is not
 /// pinned; another session's worker may be pinned there) is never starved for a time slice.
 const SPIN: Duration = Duration::from_millis(5);
+
+/// How long the caller and the workers poll before they sleep: [`SPIN`] where every PU the
+/// program uses is pinned to cores of its own, none where one runs on every core (the engine's
+/// own threads need them: a polling thread beside a multi-threaded engine on 2 cores stalled ONNX
+/// Runtime's default inference from ~150 µs to ~4 ms, a scheduler tick, now and then).
+fn spin_for(soc: &SocSpec, used: &[bool]) -> Duration {
+    let pinned = soc.pus.iter().zip(used).filter(|(_, u)| **u).all(|(p, _)| !p.cores.is_empty());
+    if pinned { SPIN } else { Duration::ZERO }
+}
 pub(crate) const IDLE_SPIN: Duration = Duration::from_micros(500);
 
 /// A task's failure, reported by its worker.
@@ -244,6 +255,8 @@ pub struct Session {
     pus: Vec<PuSpec>,
     workers: Vec<Option<Worker>>,
     hardware: Arc<Hardware>,
+    /// How long to poll before sleeping ([`spin_for`]).
+    spin: Duration,
     timeout: Duration,
     turn: Mutex<()>,
     /// Why the session can no longer run (a worker hung), once it cannot.
@@ -317,6 +330,7 @@ impl Session {
         let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
         let used: Vec<bool> = program.queues.iter().map(|q| !q.is_empty()).collect();
         Ok(Self {
+            spin: spin_for(soc, &used),
             hardware: Arc::new(Hardware::new(soc, &used)),
             program: Arc::new(program),
             pus: soc.pus.clone(),
@@ -373,9 +387,10 @@ impl Session {
         let mut posted = 0;
         for pu in 0..p.queues.len() {
             let Some(w) = &self.workers[pu] else { continue };
-            let (program, flight, tx, hw) = (p.clone(), flight.clone(), tx.clone(), self.hardware.clone());
+            let (program, flight, tx, hw, spin) =
+                (p.clone(), flight.clone(), tx.clone(), self.hardware.clone(), self.spin);
             w.post(Box::new(move |exes| {
-                let _ = tx.send(run_queue(exes, &program, pu, &flight, &hw));
+                let _ = tx.send(run_queue(exes, &program, pu, &flight, &hw, spin));
             }))?;
             posted += 1;
         }
@@ -384,7 +399,7 @@ impl Session {
         let mut spans = vec![];
         let mut failure = None;
         let mut seen_done = 0;
-        let mut spin_until = Instant::now() + SPIN;
+        let mut spin_until = Instant::now() + self.spin;
         while posted > 0 {
             // spin for the workers' answers first: waking this thread costs tens of µs
             let answer = loop {
@@ -398,7 +413,7 @@ impl Session {
             match answer {
                 Ok(r) => {
                     posted -= 1;
-                    spin_until = Instant::now() + SPIN;
+                    spin_until = Instant::now() + self.spin;
                     match r {
                         Ok(s) => spans.extend(s),
                         Err(Failure::Stopped) => {}
@@ -487,12 +502,13 @@ fn run_queue(
     pu: usize,
     flight: &Flight,
     hw: &Hardware,
+    spin: Duration,
 ) -> Result<Vec<Span>, Failure> {
     let mut spans = Vec::with_capacity(p.queues[pu].len());
     let us = |t: Instant| t.duration_since(flight.t0).as_secs_f64() * 1e6;
     for &t in &p.queues[pu] {
         let task = &p.tasks[t];
-        let spin_until = Instant::now() + SPIN;
+        let spin_until = Instant::now() + spin;
         let (inputs, ready) = {
             let mut st = lock(&flight.slots);
             loop {

@@ -248,6 +248,9 @@ pub struct Plan {
     pub soc: String,
     pub simulated: bool,
     pub pus: Vec<String>,
+    /// Per PU (like `pus`): the precision it computes in as its spec asks and its backend read
+    /// back when it compiled (`f32`, `bf16`, ...), `default` where the device picks.
+    pub pu_precisions: Vec<String>,
     /// What the search was allowed to use, and how the chosen plan runs (a parallel search may
     /// find that running one op at a time is best).
     pub mode: Mode,
@@ -314,7 +317,7 @@ impl Plan {
 
 impl Artifact for Plan {
     const KIND: &'static str = "plan";
-    const SCHEMA_VERSION: u32 = 4;
+    const SCHEMA_VERSION: u32 = 5;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -539,6 +542,7 @@ fn build_plan(
     pinned: &[bool],
 ) -> Result<Plan, SearchError> {
     let pus: Vec<String> = costs.soc.pus.iter().map(|pu| pu.name.clone()).collect();
+    let pu_precisions = precisions(costs);
     let assign = &best.assign;
     let tl = p.evaluate(assign, best.schedule).ok_or(SearchError::Empty)?;
     let alone = |c: usize, j: usize| {
@@ -607,6 +611,7 @@ fn build_plan(
         soc: costs.soc.name.clone(),
         simulated: costs.simulated,
         pus,
+        pu_precisions,
         mode: cfg.mode,
         schedule: best.schedule,
         objective: cfg.objective,
@@ -626,6 +631,11 @@ fn build_plan(
     })
 }
 
+/// The precision of each PU of the cost table's SoC, as a plan records it.
+fn precisions(costs: &CostTable) -> Vec<String> {
+    costs.soc.pus.iter().map(|p| p.precision().unwrap_or("default").to_ascii_lowercase()).collect()
+}
+
 /// Check a plan against its inputs: every op mapped once in the phased order, each to a PU
 /// that has a cost entry for it, and the predicted figures and timings equal to the evaluator's.
 pub fn check_plan(plan: &Plan, phased: &PhasedGraph, costs: &CostTable) -> Result<(), SearchError> {
@@ -634,15 +644,21 @@ pub fn check_plan(plan: &Plan, phased: &PhasedGraph, costs: &CostTable) -> Resul
     // the plan's SoC fields are copies of the cost table's, whose spec the plan's input hash
     // covers: an edited copy would label figures with the wrong SoC or the wrong provenance
     let pus: Vec<&str> = costs.soc.pus.iter().map(|p| p.name.as_str()).collect();
-    if plan.soc != costs.soc.name || plan.simulated != costs.simulated || plan.pus != pus {
+    if plan.soc != costs.soc.name
+        || plan.simulated != costs.simulated
+        || plan.pus != pus
+        || plan.pu_precisions != precisions(costs)
+    {
         return bad(format!(
-            "the plan says SoC `{}` ({}, PUs {}) but its cost table is for `{}` ({}, PUs {})",
+            "the plan says SoC `{}` ({}, PUs {} in {}) but its cost table is for `{}` ({}, PUs {} in {})",
             plan.soc,
             if plan.simulated { "simulated" } else { "measured" },
             plan.pus.join(", "),
+            plan.pu_precisions.join(", "),
             costs.soc.name,
             if costs.simulated { "simulated" } else { "measured" },
-            pus.join(", ")
+            pus.join(", "),
+            precisions(costs).join(", ")
         ));
     }
     if plan.graph != costs.graph {
