@@ -287,15 +287,19 @@ pub fn run(
     cfg: &RunConfig,
 ) -> Result<RunReport, RuntimeError> {
     let best = reference_pu(plan, soc).ok_or(RuntimeError::NoBaseline)?;
-    let (program, mut bytes) = Program::from_plan(g, plan, soc, cfg.grouping)?;
-    // a plan that is the whole model on one PU compiles the model itself, as the baselines do
-    // (not its ops extracted and put back together, which an engine may optimise differently)
-    if let [task] = &program.tasks[..]
+    let mut built = Program::from_plan(g, plan, soc, cfg.grouping)?;
+    // a plan that is the whole model on one PU runs the model itself, as the baselines do (not
+    // its ops extracted and put back together, which an engine may optimise differently)
+    if let [task] = &built.0.tasks[..]
         && task.ops.len() == g.ops.len()
     {
-        bytes = vec![g.reference_model()?];
+        let (ops, name, predicted) = (task.ops.clone(), task.name.clone(), task.predicted);
+        let (program, bytes) = Program::whole(g, soc, task.pu, g.reference_model()?)?;
+        let schedule = built.0.schedule.clone();
+        built = (Program { schedule, predicted_us: built.0.predicted_us, ..program }, bytes);
+        built.0.tasks[0] = Task { ops, name, predicted, ..built.0.tasks[0].clone() };
     }
-    let session = Session::load((program, bytes), soc, backend.clone(), cfg.op_timeout)?;
+    let session = Session::load(built, soc, backend.clone(), cfg.op_timeout)?;
     measure(&[g], &session, &[best], soc, backend, cfg)
 }
 
