@@ -480,19 +480,28 @@ fn measure(
     // a session's workers spin a little after each inference; let them go idle before the
     // next session runs on the same cores
     let settle = || std::thread::sleep(2 * session::IDLE_SPIN);
+    let mut turn = 0;
     while done < runs {
         let block = BLOCK.min(runs - done);
-        settle();
-        for r in 0..cfg.warmup + block {
-            let inf = session.run(&inputs)?;
-            if r >= cfg.warmup {
-                totals.push(inf.total_us);
-                overheads.push(inf.overhead_us_per_task(program));
-                for s in &inf.spans {
-                    task_us[s.task].push(s.finish_us - s.start_us);
+        let mut plan_block = || -> Result<(), RuntimeError> {
+            settle();
+            for r in 0..cfg.warmup + block {
+                let inf = session.run(&inputs)?;
+                if r >= cfg.warmup {
+                    totals.push(inf.total_us);
+                    overheads.push(inf.overhead_us_per_task(program));
+                    for s in &inf.spans {
+                        task_us[s.task].push(s.finish_us - s.start_us);
+                    }
+                    kept.push(inf);
                 }
-                kept.push(inf);
             }
+            Ok(())
+        };
+        // the plan goes first in even turns and last in odd ones: no session always follows
+        // the same one
+        if turn % 2 == 0 {
+            plan_block()?;
         }
         let baselines = std::iter::once((&mono, &mut mono_us))
             .chain(defaults.iter().map(|d| &d.1).zip(default_us.iter_mut()))
@@ -511,6 +520,10 @@ fn measure(
             }
             times.extend(sums);
         }
+        if turn % 2 == 1 {
+            plan_block()?;
+        }
+        turn += 1;
         done += block;
     }
     // every run's outputs against the whole model's, with the same inputs

@@ -39,12 +39,11 @@ struct Worker {
 }
 
 impl Worker {
-    fn spawn(pu: &PuSpec) -> Result<Self, RuntimeError> {
+    /// `idle_spin`: how long the worker polls for its next job before it sleeps.
+    fn spawn(pu: &PuSpec, idle_spin: Duration) -> Result<Self, RuntimeError> {
         let (tx, rx) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = mpsc::channel();
         let spec = pu.clone();
-        // a PU on every core leaves them to its engine's threads: its worker sleeps when idle
-        let idle_spin = if pu.cores.is_empty() { Duration::ZERO } else { IDLE_SPIN };
         let lost = || RuntimeError::Worker { pu: pu.name.clone(), why: "could not start".into() };
         let handle = std::thread::Builder::new()
             .name(format!("pu-{}", pu.name))
@@ -231,12 +230,17 @@ struct Flight {
 const SPIN: Duration = Duration::from_millis(5);
 
 /// How long the caller and the workers poll before they sleep: [`SPIN`] where every PU the
-/// program uses is pinned to cores of its own, none where one runs on every core (the engine's
-/// own threads need them: a polling thread beside a multi-threaded engine on 2 cores stalled ONNX
-/// Runtime's default inference from ~150 µs to ~4 ms, a scheduler tick, now and then).
+/// program uses is pinned to cores of its own, none where one runs on every core or two share
+/// a core. A polling thread takes the core from whoever needs it there: beside a multi-threaded
+/// engine on 2 cores it stalled ONNX Runtime's default inference from ~150 µs to ~4 ms (a
+/// scheduler tick) now and then, and a worker polling for its inputs on the core its producer
+/// ran on stalled plans the same way.
 fn spin_for(soc: &SocSpec, used: &[bool]) -> Duration {
-    let pinned = soc.pus.iter().zip(used).filter(|(_, u)| **u).all(|(p, _)| !p.cores.is_empty());
-    if pinned { SPIN } else { Duration::ZERO }
+    let exclusive = soc.exclusive();
+    let n = soc.pus.len();
+    let pinned = (0..n).filter(|&i| used[i]).all(|i| !soc.pus[i].cores.is_empty());
+    let apart = (0..n).all(|i| !used[i] || (0..n).all(|j| !used[j] || !exclusive[i][j]));
+    if pinned && apart { SPIN } else { Duration::ZERO }
 }
 pub(crate) const IDLE_SPIN: Duration = Duration::from_micros(500);
 
@@ -273,10 +277,13 @@ impl Session {
         backend: Arc<dyn Backend>,
         timeout: Duration,
     ) -> Result<Self, RuntimeError> {
+        let used: Vec<bool> = program.queues.iter().map(|q| !q.is_empty()).collect();
+        let spin = spin_for(soc, &used);
+        let idle_spin = if spin.is_zero() { Duration::ZERO } else { IDLE_SPIN };
         let mut workers: Vec<Option<Worker>> = (0..soc.pus.len()).map(|_| None).collect();
         for (pu, q) in program.queues.iter().enumerate() {
             if !q.is_empty() {
-                workers[pu] = Some(Worker::spawn(&soc.pus[pu])?);
+                workers[pu] = Some(Worker::spawn(&soc.pus[pu], idle_spin)?);
             }
         }
         let t0 = Instant::now();
@@ -328,9 +335,8 @@ impl Session {
             left -= 1;
         }
         let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
-        let used: Vec<bool> = program.queues.iter().map(|q| !q.is_empty()).collect();
         Ok(Self {
-            spin: spin_for(soc, &used),
+            spin,
             hardware: Arc::new(Hardware::new(soc, &used)),
             program: Arc::new(program),
             pus: soc.pus.clone(),
