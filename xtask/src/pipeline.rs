@@ -985,6 +985,8 @@ fn run_stage(
     let cfg = opts.config();
     // the engines' whole-model PUs a slower plan already gave way to
     let mut tried: Vec<String> = vec![];
+    // the best measured so far among the plans that gave way: (speedup, its constraints, report)
+    let mut best: Option<(f64, bident_search::Constraints, RunReport)> = None;
     loop {
         artifact::remove(&dir.join(REPORT))?;
         let err = match bident_runtime::run(g, &plan.0, soc, be.clone(), &cfg) {
@@ -1003,9 +1005,28 @@ fn run_stage(
                     );
                     let mut c = plan.0.constraints.clone();
                     c.pin = g.ops.iter().map(|op| (op.name.clone(), pu.clone())).collect();
+                    let speedup = report.speedup_vs_best_default();
+                    if best.as_ref().is_none_or(|b| speedup > b.0) {
+                        best = Some((speedup, plan.0.constraints.clone(), report));
+                    }
                     plan = replan(&c)?;
                     tried.push(pu);
                     continue;
+                }
+                // an engine's PU that measured no better than a plan before it gives the plan back
+                // (the search is deterministic: planning again writes the same plan)
+                let mut report = report;
+                if let Some((speedup, c, earlier)) = best.take()
+                    && speedup > report.speedup_vs_best_default()
+                {
+                    eprintln!(
+                        "run: the whole model on `{}` measured {:.2}x of the best default, the plan before it {speedup:.2}x: \
+                         keeping that plan",
+                        tried.last().map_or("?", String::as_str),
+                        report.speedup_vs_best_default()
+                    );
+                    plan = replan(&c)?;
+                    report = earlier;
                 }
                 write(dir, REPORT, &report, bident_runtime::input_hash(plan.1, &cfg))?;
                 write_pictures(dir, &report)?;
