@@ -229,8 +229,8 @@ fn conformance_subset_keeps_parity() {
 }
 
 /// The importer's fuzz corpus (seeded: the zoo, the node tests when generated, the kept
-/// regressions) through ONNX Runtime's compile path: every entry and every fused op of what
-/// imports compiles or is refused with an error; nothing panics or crashes.
+/// regressions) through ONNX Runtime's compile path: every entry bident imports, and every fused
+/// op of it, compiles or is refused with an error; nothing panics or crashes.
 #[test]
 fn fuzz_corpus_replays_through_onnxruntime() {
     let o = xtask(&["fuzz", "--replay", "--backend", "onnxruntime", "--json"]);
@@ -240,12 +240,13 @@ fn fuzz_corpus_replays_through_onnxruntime() {
     let n = |k: &str| j[k].as_u64().unwrap_or_else(|| panic!("{k}: {stdout}"));
     assert_eq!(j["backend"].as_str(), Some("onnxruntime"), "{stdout}");
     assert_eq!(n("failures"), 0, "{stdout}");
-    assert_eq!(n("whole_compiled") + n("whole_refused"), n("entries"), "{stdout}");
+    // an engine sees only what bident imports
+    assert_eq!(n("whole_compiled") + n("whole_refused"), n("imported"), "{stdout}");
     assert_eq!(n("imported") + n("import_refused"), n("entries"), "{stdout}");
     assert_eq!(n("ops_compiled") + n("ops_refused"), n("ops"), "{stdout}");
     // the zoo's good models import and compile; its broken ones are refused
     assert!(n("imported") >= 10 && n("import_refused") >= 10, "{stdout}");
-    assert!(n("ops_compiled") >= 50 && n("whole_refused") >= 3, "{stdout}");
+    assert!(n("ops_compiled") >= 50 && n("whole_compiled") >= 10, "{stdout}");
 }
 
 /// OpenVINO IR import: every case of `tests/data/ovir` (converted from ONNX with the pinned ovc)
@@ -581,7 +582,9 @@ fn fallback_replans_without_a_failing_pu() {
         serde_norway::from_str(&std::fs::read_to_string(tmp.path().join("plan.yaml")).expect("plan.yaml"))
             .expect("YAML");
     let steps = plan["payload"]["steps"].as_sequence().expect("steps");
-    assert!(!steps.is_empty() && steps.iter().all(|s| s["pu"].as_str() == Some("core0")), "{steps:?}");
+    assert!(!steps.is_empty() && steps.iter().all(|s| s["pu"].as_str() != Some("core1")), "{steps:?}");
+    let excluded = plan["payload"]["constraints"]["exclude"].as_sequence().expect("exclude");
+    assert_eq!(excluded.iter().filter_map(|e| e.as_str()).collect::<Vec<_>>(), ["core1"]);
 }
 
 /// The paper's ten families, tiny, in fp32, fp16 and int8: bident's path (every fused op alone)
