@@ -306,6 +306,9 @@ pub fn run(
 /// Inferences of the plan, then of each baseline, in one turn of the measurement.
 const BLOCK: u32 = 5;
 
+/// The pause before each session's block in a measurement turn.
+const SETTLE: Duration = Duration::from_millis(20);
+
 /// The PU the whole model runs on as reference and baseline: the plan's best single PU, unless
 /// the plan excludes it (a fallback plan), then the best single PU it allows.
 /// Among exact (f32) PUs where the SoC has one: a reduced-precision PU is no reference.
@@ -477,9 +480,12 @@ fn measure(
     let mut max_abs_err = 0.0f64;
     let reduced = reduced_precision(soc, program);
     let mut done = 0;
-    // a session's workers spin a little after each inference; let them go idle before the
-    // next session runs on the same cores
-    let settle = || std::thread::sleep(2 * session::IDLE_SPIN);
+    // let the previous session's threads go idle before the next session's block: its workers
+    // poll a little after each inference and a multi-threaded engine's pool spins for a while
+    // (after 1 ms, ONNX Runtime's default on both cores was measured at ~100 or ~140 µs on the
+    // example depending on whose block came before; after 20 ms, at ~140 µs beside the same
+    // configuration's ~145)
+    let settle = || std::thread::sleep(SETTLE);
     let mut turn = 0;
     while done < runs {
         let block = BLOCK.min(runs - done);

@@ -242,7 +242,7 @@ fn spin_for(soc: &SocSpec, used: &[bool]) -> Duration {
     let apart = (0..n).all(|i| !used[i] || (0..n).all(|j| !used[j] || !exclusive[i][j]));
     if pinned && apart { SPIN } else { Duration::ZERO }
 }
-pub(crate) const IDLE_SPIN: Duration = Duration::from_micros(500);
+const IDLE_SPIN: Duration = Duration::from_micros(500);
 
 /// A task's failure, reported by its worker.
 enum Failure {
