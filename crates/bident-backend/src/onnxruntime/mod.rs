@@ -114,7 +114,11 @@ impl OnnxRuntime {
         let version = library_version(library).map_err(lib_err)?;
         // a failed load is not kept by ort, so a later call with the right path still works
         let builder = ort::init_from(library).map_err(|e| lib_err(e.to_string()))?;
-        let env = builder.with_name("bident").build().map_err(|e| lib_err(e.to_string()))?;
+        // `ort` turns ONNX Runtime's telemetry on unless told otherwise, and from 1.32 the
+        // official Linux build has some: it kept a 2.5 MB event store and a device id in
+        // ~/.cache/Microsoft/DeveloperTools/.onnxruntime/. Off here, and `ORT_DISABLE_TELEMETRY`
+        // (set for cargo's processes in .cargo/config.toml) keeps it from starting at all.
+        let env = builder.with_name("bident").with_telemetry(false).build().map_err(|e| lib_err(e.to_string()))?;
         // ONNX Runtime warns about things bident's cut models do on purpose (unused initialisers)
         env.set_log_level(ort::logging::LogLevel::Error);
         let providers = ep::available().map_err(|e| lib_err(format!("listing its execution providers: {e}")))?;
