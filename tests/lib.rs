@@ -14,12 +14,16 @@ pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
 }
 
+/// Cargo's target folder, where the engines are installed.
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))
+}
+
 /// The OpenVINO backend, installing the pinned runtime into `target/` on first use.
 pub fn backend() -> Arc<OpenVino> {
     static BE: OnceLock<Arc<OpenVino>> = OnceLock::new();
     BE.get_or_init(|| {
-        let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"));
-        let lib = bident_backend::openvino::install::ensure(&target, &mut |l| eprintln!("{l}"))
+        let lib = bident_backend::openvino::install::ensure(&target_dir(), &mut |l| eprintln!("{l}"))
             .expect("the OpenVINO runtime is needed by these tests");
         Arc::new(OpenVino::load(&lib).expect("loading OpenVINO"))
     })
@@ -30,8 +34,7 @@ pub fn backend() -> Arc<OpenVino> {
 pub fn onnxruntime() -> Arc<OnnxRuntime> {
     static BE: OnceLock<Arc<OnnxRuntime>> = OnceLock::new();
     BE.get_or_init(|| {
-        let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"));
-        let lib = bident_backend::onnxruntime::install::ensure(&target, &mut |l| eprintln!("{l}"))
+        let lib = bident_backend::onnxruntime::install::ensure(&target_dir(), &mut |l| eprintln!("{l}"))
             .expect("the ONNX Runtime library is needed by these tests");
         Arc::new(OnnxRuntime::load(&lib).expect("loading ONNX Runtime"))
     })

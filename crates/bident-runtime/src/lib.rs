@@ -163,13 +163,13 @@ impl RunReport {
     pub fn measured_speedup(&self) -> f64 {
         self.measured_best_single_pu_us / self.measured_us
     }
-    /// Over the faster backend default (the same as [`RunReport::speedup_vs_best_default`]).
-    pub fn speedup_vs_backend_default(&self) -> f64 {
-        self.measured_backend_default_us / self.measured_us
-    }
     /// Over the fastest of every backend's whole-model defaults.
     pub fn speedup_vs_best_default(&self) -> f64 {
-        self.speedup_vs_backend_default()
+        self.measured_backend_default_us / self.measured_us
+    }
+    /// The fastest of [`RunReport::backend_defaults`] (the one `backend_default` describes).
+    pub fn best_default(&self) -> Option<&BackendDefault> {
+        fastest(&self.backend_defaults).map(|(d, _)| d)
     }
     /// How pictures and listings name PU `i`: its name, with its backend where the PUs have
     /// more than one (`core1 (onnxruntime)`).
@@ -287,18 +287,7 @@ pub fn run(
     cfg: &RunConfig,
 ) -> Result<RunReport, RuntimeError> {
     let best = reference_pu(plan, soc).ok_or(RuntimeError::NoBaseline)?;
-    let mut built = Program::from_plan(g, plan, soc, cfg.grouping)?;
-    // a plan that is the whole model on one PU runs the model itself, as the baselines do (not
-    // its ops extracted and put back together, which an engine may optimise differently)
-    if let [task] = &built.0.tasks[..]
-        && task.ops.len() == g.ops.len()
-    {
-        let (ops, name, predicted) = (task.ops.clone(), task.name.clone(), task.predicted);
-        let (program, bytes) = Program::whole(g, soc, task.pu, g.reference_model()?)?;
-        let schedule = built.0.schedule.clone();
-        built = (Program { schedule, predicted_us: built.0.predicted_us, ..program }, bytes);
-        built.0.tasks[0] = Task { ops, name, predicted, ..built.0.tasks[0].clone() };
-    }
+    let built = Program::from_plan(g, plan, soc, cfg.grouping)?;
     let session = Session::load(built, soc, backend.clone(), cfg.op_timeout)?;
     measure(&[g], &session, &[best], soc, backend, cfg)
 }
@@ -375,6 +364,11 @@ fn whole(
             e => e,
         }
     })
+}
+
+/// The measured default with the lowest latency, and that latency.
+fn fastest(defaults: &[BackendDefault]) -> Option<(&BackendDefault, f64)> {
+    defaults.iter().filter_map(|d| d.measured_us.map(|us| (d, us))).min_by(|a, b| a.1.total_cmp(&b.1))
 }
 
 /// Backend `b`'s whole-model defaults for each of `graphs`, on the device of its reference PU:
@@ -551,12 +545,9 @@ fn measure(
         .zip(&mut whole_us)
         .map(|((w, s), us)| WholeRun { measured_us: (!s.is_empty()).then(|| q(us, 0.5)), ..w })
         .collect();
-    let fastest = backend_defaults
-        .iter()
-        .filter_map(|d| d.measured_us.map(|us| (d, us)))
-        .min_by(|a, b| a.1.total_cmp(&b.1))
-        .ok_or_else(|| RuntimeError::Program("no backend default was measured".into()))?;
-    let (backend_default, measured_backend_default_us) = (fastest.0.description.clone(), fastest.1);
+    let (fast, measured_backend_default_us) =
+        fastest(&backend_defaults).ok_or_else(|| RuntimeError::Program("no backend default was measured".into()))?;
+    let backend_default = fast.description.clone();
     let typical = kept
         .iter()
         .min_by(|a, b| (a.total_us - measured_us).abs().total_cmp(&(b.total_us - measured_us).abs()))

@@ -185,6 +185,24 @@ fn check_graph(g: &FusedGraph, want: &bident_artifact::ContentHash) -> Result<()
     Ok(())
 }
 
+/// Model `g` whole as one task on PU `pu` (stream 0), fed and read under its graph's names.
+fn whole_task(g: &FusedGraph, pu: usize, ops: Vec<u32>, predicted: (f64, f64)) -> Task {
+    let s = stream(g, 0);
+    let name_of = |t: &u32| g.tensor(*t).name.clone();
+    Task {
+        stream: 0,
+        ops,
+        name: g.name.clone(),
+        pu,
+        inputs: s.inputs,
+        input_names: g.inputs.iter().map(name_of).collect(),
+        outputs: s.outputs,
+        output_names: g.outputs.iter().map(name_of).collect(),
+        output_types: g.outputs.iter().map(|&t| (g.tensor(t).dtype, g.tensor(t).shape.clone())).collect(),
+        predicted,
+    }
+}
+
 impl Program {
     /// A single model's plan: each PU runs its tasks in the order of their predicted start.
     pub fn from_plan(g: &FusedGraph, plan: &Plan, soc: &SocSpec, grouping: Grouping) -> Result<Built, RuntimeError> {
@@ -204,7 +222,16 @@ impl Program {
                 })
             })
             .collect::<Result<Vec<_>, RuntimeError>>()?;
-        let (tasks, bytes) = tasks_of(&[g], &[0], &planned, grouping)?;
+        let (mut tasks, mut bytes) = tasks_of(&[g], &[0], &planned, grouping)?;
+        // the whole model on one PU runs the model itself, as the baselines do (not its ops
+        // extracted and put back together, which an engine may optimise differently, under
+        // port names the source model need not have)
+        if let [t] = &tasks[..]
+            && t.ops.len() == g.ops.len()
+        {
+            tasks = vec![Task { name: t.name.clone(), ..whole_task(g, t.pu, t.ops.clone(), t.predicted) }];
+            bytes = vec![g.reference_model()?];
+        }
         let p =
             Self::assemble(tasks, soc, vec![stream(g, 0)], g.tensors.len(), plan.schedule.name(), plan.predicted_us)?;
         Ok((p, bytes))
@@ -240,21 +267,8 @@ impl Program {
 
     /// The whole model as one task on PU `pu` of `soc` (`bytes`: the model to compile).
     pub fn whole(g: &FusedGraph, soc: &SocSpec, pu: usize, bytes: Vec<u8>) -> Result<Built, RuntimeError> {
-        let s = stream(g, 0);
-        let name_of = |t: &u32| g.tensor(*t).name.clone();
-        let task = Task {
-            stream: 0,
-            ops: vec![],
-            name: g.name.clone(),
-            pu,
-            inputs: s.inputs.clone(),
-            input_names: g.inputs.iter().map(name_of).collect(),
-            outputs: s.outputs.clone(),
-            output_names: g.outputs.iter().map(name_of).collect(),
-            output_types: g.outputs.iter().map(|&t| (g.tensor(t).dtype, g.tensor(t).shape.clone())).collect(),
-            predicted: (0.0, 0.0),
-        };
-        let p = Self::assemble(vec![task], soc, vec![s], g.tensors.len(), "whole", 0.0)?;
+        let task = whole_task(g, pu, vec![], (0.0, 0.0));
+        let p = Self::assemble(vec![task], soc, vec![stream(g, 0)], g.tensors.len(), "whole", 0.0)?;
         Ok((p, vec![bytes]))
     }
 

@@ -114,8 +114,7 @@ struct Hardware {
 }
 
 impl Hardware {
-    fn new(soc: &SocSpec, used: &[bool]) -> Self {
-        let exclusive = soc.exclusive();
+    fn new(soc: &SocSpec, used: &[bool], exclusive: &[Vec<bool>]) -> Self {
         let n = soc.pus.len();
         let shares = (0..n).any(|i| used[i] && (0..n).any(|j| used[j] && exclusive[i][j]));
         if !shares {
@@ -235,8 +234,7 @@ const SPIN: Duration = Duration::from_millis(5);
 /// engine on 2 cores it stalled ONNX Runtime's default inference from ~150 µs to ~4 ms (a
 /// scheduler tick) now and then, and a worker polling for its inputs on the core its producer
 /// ran on stalled plans the same way.
-fn spin_for(soc: &SocSpec, used: &[bool]) -> Duration {
-    let exclusive = soc.exclusive();
+fn spin_for(soc: &SocSpec, used: &[bool], exclusive: &[Vec<bool>]) -> Duration {
     let n = soc.pus.len();
     let pinned = (0..n).filter(|&i| used[i]).all(|i| !soc.pus[i].cores.is_empty());
     let apart = (0..n).all(|i| !used[i] || (0..n).all(|j| !used[j] || !exclusive[i][j]));
@@ -282,7 +280,8 @@ impl Session {
         timeout: Duration,
     ) -> Result<Self, RuntimeError> {
         let used: Vec<bool> = program.queues.iter().map(|q| !q.is_empty()).collect();
-        let spin = spin_for(soc, &used);
+        let exclusive = soc.exclusive();
+        let spin = spin_for(soc, &used, &exclusive);
         let idle_spin = if spin.is_zero() { Duration::ZERO } else { IDLE_SPIN };
         let mut workers: Vec<Option<Worker>> = (0..soc.pus.len()).map(|_| None).collect();
         for (pu, q) in program.queues.iter().enumerate() {
@@ -347,7 +346,7 @@ impl Session {
         Ok(Self {
             caller_spin: if free_core { spin } else { Duration::ZERO },
             spin,
-            hardware: Arc::new(Hardware::new(soc, &used)),
+            hardware: Arc::new(Hardware::new(soc, &used, &exclusive)),
             program: Arc::new(program),
             pus: soc.pus.clone(),
             workers,
