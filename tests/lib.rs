@@ -15,7 +15,7 @@ pub fn root() -> PathBuf {
 }
 
 /// Cargo's target folder, where the engines are installed.
-fn target_dir() -> PathBuf {
+pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))
 }
 

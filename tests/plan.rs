@@ -162,31 +162,31 @@ fn plans_on_lunar_lake() {
     }
 }
 
-/// The example model, imported and partitioned.
-fn example() -> (bident_ir::FusedGraph, bident_partition::PhasedGraph) {
-    let path = root().join("tests/data/import/example.yaml");
-    let case: ModelCase = read_case(&path);
-    let g = import(&case, &path);
-    let phased = bident_partition::partition(&g).expect("partition");
-    (g, phased)
-}
-
-/// Profile, search and run the example on a preset SoC of this machine, 3 measured runs each.
+/// The example through the driver's pipeline on a preset SoC of this machine (OpenVINO's f32 PUs),
+/// 3 timed runs per (op, PU), 3 measured inferences, into a folder of its own.
 fn measure_example(
     soc: &str,
 ) -> (bident_ir::FusedGraph, SocSpec, bident_profile::CostTable, bident_runtime::RunReport) {
-    let (g, phased) = example();
-    let be = backend();
-    let soc = SocSpec::preset(soc, be.as_ref()).expect("SoC preset");
-    let cfg = bident_profile::ProfileConfig { warmup: 1, runs: 3, adaptive: false, ..Default::default() };
-    let costs = bident_profile::profile(&g, &soc, be.as_ref(), &cfg, None, &mut |_| {}).expect("profile");
-    let plan = bident_search::search(&phased, &costs, &Default::default()).expect("search");
-    assert_eq!(plan.steps.len(), g.ops.len());
-    let run_cfg = bident_runtime::RunConfig { warmup: 1, runs: 3, ..Default::default() };
-    let report = bident_runtime::run(&g, &plan, &soc, be, &run_cfg).expect("run");
+    use bident_driver::{BackendName, Driver, Measuring, Model, Options, Passes};
+    let out = tempfile::tempdir().expect("temp dir");
+    let mut o = Options::new(Model::Zoo("example".into()), soc);
+    o.out = Some(out.path().to_path_buf());
+    o.soc.backends = vec![BackendName::OpenVino];
+    // exact f32 only: the outputs are checked to 1e-4 below
+    o.soc.precisions = bident_backend::soc::Precisions::Exact;
+    o.measuring = Measuring { runs: 3, adaptive: false, cache: false };
+    o.run.config.warmup = 1;
+    o.run.config.runs = 3;
+    let d = Driver::new(bident_tests::target_dir(), Passes::default(), &|_| {});
+    let r = d.pipeline(&o).expect("pipeline");
+    assert_eq!(r.plan.steps.len(), r.graph.ops.len());
+    let report = r.report.expect("a measured SoC runs the plan");
     assert!(report.max_abs_err <= 1e-4, "max abs err {}", report.max_abs_err);
     assert!(!report.simulated);
-    (g, soc, costs, report)
+    // every artifact is in the folder, and reads back through its verifier
+    let planned = bident_driver::Folder::new(out.path()).planned().expect("the folder's artifacts");
+    assert_eq!(planned.plan, r.plan);
+    (r.graph, r.costs.soc.clone(), r.costs, report)
 }
 
 /// The example on this machine's `local` SoC, measured: profile, search, run; the outputs of

@@ -6,22 +6,19 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use bident_runtime::RunReport;
 use bident_search::Plan;
 
-use crate::pipeline::{ImportArgs, PipelineArgs, PlanArgs, RunOpts, SocArgs, target_dir};
+use bident_driver::{ImportSpec, Options};
+
+use crate::pipeline::{driver, target_dir};
 
 /// A model of the table: a zoo family's tiny model or a third-party model.
 pub struct Target {
     pub label: String,
-    pub model: PathBuf,
-    pub input_shape: Vec<String>,
-    pub input_value: Vec<String>,
-    /// `rules` or `backend`.
-    pub fusion: &'static str,
+    pub import: ImportSpec,
 }
 
 /// What one model measured.
@@ -63,44 +60,15 @@ pub fn engines(targets: &[Target], runs: u32, out: &std::path::Path) -> Result<(
     let mut rows = vec![];
     for (k, t) in targets.iter().enumerate() {
         eprintln!("engines: [{}/{}] {} ({:.0} s)", k + 1, targets.len(), t.label, t0.elapsed().as_secs_f64());
-        let args = PipelineArgs {
-            import: ImportArgs {
-                model: Some(t.model.display().to_string()),
-                input_shape: t.input_shape.clone(),
-                input_value: t.input_value.clone(),
-                out: Some(target_dir().join("bident/engines").join(&t.label)),
-                fusion: t.fusion.to_string(),
-            },
-            soc: SocArgs::named("all"),
-            plan: PlanArgs {
-                objective: "latency".into(),
-                mode: "parallel".into(),
-                pin: vec![],
-                forbid: vec![],
-                exclude_pu: vec![],
-            },
-            profile_runs: bident_profile::ProfileConfig::default().runs,
-            fixed_runs: false,
-            no_cache: false,
-            run: RunOpts {
-                runs,
-                fallback: false,
-                inject_fault: None,
-                timeout: 60,
-                op_by_op: false,
-                measure_whole: cores.clone(),
-            },
-            json: false,
-            with: None,
-            with_input_shape: vec![],
-            with_input_value: vec![],
-            aligned: false,
-        };
-        let (g, plan, report) = crate::pipeline::run_stages(&args).with_context(|| t.label.clone())?;
+        let mut o = Options::new(t.import.model.clone(), "all");
+        o.import = t.import.clone();
+        o.out = Some(target_dir().join("bident/engines").join(&t.label));
+        o.plan.mode = bident_search::Mode::Parallel;
+        o.run.config.runs = runs;
+        o.run.config.whole_on = cores.clone();
+        let out = driver().pipeline(&o).with_context(|| t.label.clone())?;
+        let (g, plan, report, costs) = (out.graph, out.plan, out.report, out.costs);
         let report = report.context("the `all` SoC is measured")?;
-        let costs: bident_profile::CostTable =
-            bident_artifact::read(&target_dir().join("bident/engines").join(&t.label).join(crate::pipeline::COSTS))?
-                .value;
         rows.push(Row {
             label: t.label.clone(),
             ops: g.ops.len(),

@@ -19,7 +19,9 @@ use bident_search::concurrent::{self, ConcurrentMode, TimeSlicing};
 use bident_search::{Mode, Objective, Plan, SearchConfig};
 use clap::Args;
 
-use crate::pipeline::{Soc, target_dir};
+use bident_driver::Soc;
+
+use crate::pipeline::{driver, target_dir};
 use crate::svg;
 
 #[derive(Args)]
@@ -95,7 +97,7 @@ pub fn eval(a: EvalArgs) -> Result<()> {
     if a.engines {
         return engines(&a);
     }
-    let soc = Soc::load(&crate::pipeline::SocArgs::named(&a.soc))?;
+    let soc = driver().soc(&bident_driver::SocChoice::named(&a.soc))?;
     let simulated = matches!(soc, Soc::Virtual(_));
     let label = if simulated { "SIMULATED" } else { "measured" };
     let out = a.out.clone().unwrap_or_else(|| target_dir().join("bident/eval").join(format!("{}-{}", a.soc, a.size)));
@@ -104,8 +106,8 @@ pub fn eval(a: EvalArgs) -> Result<()> {
     anyhow::ensure!(!configs.is_empty(), "no family matches --only {:?}", a.only);
     let t0 = std::time::Instant::now();
     let contention = match &soc {
-        Soc::Measured(spec, be) if crate::pipeline::independent_pus(spec) => {
-            Some(crate::pipeline::measure_contention(spec, be.as_ref())?)
+        Soc::Measured(spec, be) if bident_driver::independent_pus(spec) => {
+            Some(driver().measure_contention(spec, be.as_ref())?)
         }
         _ => None,
     };
@@ -156,23 +158,13 @@ fn engines(a: &EvalArgs) -> Result<()> {
         std::fs::write(&path, bytes)?;
         targets.push(crate::engines::Target {
             label: model,
-            model: path,
-            input_shape: vec![],
-            input_value: vec![],
-            fusion: "rules",
+            import: bident_driver::ImportSpec::new(bident_driver::Model::File(path)),
         });
     }
     if let Some(only) = &a.thirdparty {
         for name in crate::thirdparty::case_names()? {
             if only.is_empty() || only.contains(&name) {
-                let (model, input_shape, input_value) = crate::thirdparty::case_inputs(&name)?;
-                targets.push(crate::engines::Target {
-                    label: name,
-                    model,
-                    input_shape,
-                    input_value,
-                    fusion: "backend",
-                });
+                targets.push(crate::engines::Target { import: crate::thirdparty::case_import(&name)?, label: name });
             }
         }
     }
@@ -219,25 +211,16 @@ fn evaluate(c: &Config, soc: &Soc, contention: Option<&bident_profile::Contentio
     };
     let mut lat = search(&costs, Objective::Latency, Mode::Sequential)?;
     if let Soc::Measured(spec, be) = soc {
-        // the plan's segments measured whole, as the pipeline's refine stage does
-        let cache = bident_profile::cache::CostCache::new(target_dir().join("bident/cache/costs"));
-        for _ in 0..crate::pipeline::REFINE_ROUNDS {
-            let wanted = crate::pipeline::segments_to_measure(&lat, &costs, &phased);
-            if wanted.is_empty() {
-                break;
-            }
-            let found = bident_profile::measure_segments(
-                &g,
-                spec,
-                be.as_ref(),
-                &ProfileConfig::default(),
-                Some(&cache),
-                &wanted,
-                &mut |_| {},
-            )?;
-            costs.segments.extend(found);
-            lat = search(&costs, Objective::Latency, Mode::Sequential)?;
-        }
+        // the plan's segments measured whole: the pipeline's refine stage
+        lat = driver().refine_costs(
+            &g,
+            &phased,
+            &mut costs,
+            lat,
+            (spec, be.as_ref()),
+            bident_driver::Measuring::default(),
+            &mut |costs| Ok(search(costs, Objective::Latency, Mode::Sequential)?),
+        )?;
     }
     let energy = search(&costs, Objective::Energy, Mode::Sequential)?;
     let par = search(&costs, Objective::Latency, Mode::Parallel)?;

@@ -1,14 +1,17 @@
-//! `cargo xtask`: bident's command surface. The pipeline's stages are listed in order in one
-//! place, [`pipeline::run_stages`]; every stage also has its own subcommand that reads the
-//! previous artifact and writes its own.
+//! `cargo xtask`: bident's command surface: argument parsing and printing over
+//! `bident_driver`, which lists the stages in order and runs them. Every stage also has its own
+//! subcommand that reads the previous artifact and writes its own.
 
+mod args;
 mod codegen;
 mod conformance;
 mod engines;
 mod eval;
 mod fuzz;
+mod inspect;
 mod ovir;
 mod pipeline;
+mod print;
 mod svg;
 mod thirdparty;
 mod zoocheck;
@@ -32,24 +35,36 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run every stage on a model: import, partition, profile, search, run.
-    Pipeline(Box<pipeline::PipelineArgs>),
+    Pipeline(Box<args::PipelineArgs>),
     /// Stage 1: ONNX -> fused-graph.bin
-    Import(pipeline::ImportArgs),
+    Import(args::ImportArgs),
     /// Stage 2: fused-graph.bin -> phased-graph.bin
-    Partition(pipeline::DirArgs),
+    Partition(args::PartitionArgs),
     /// Stage 3: fused-graph.bin -> cost-table.bin (measures on the SoC's PUs)
-    Profile(pipeline::ProfileArgs),
+    Profile(args::ProfileArgs),
     /// Stage 4: phased-graph.bin + cost-table.bin -> plan.bin
-    Search(pipeline::SearchArgs),
+    Search(args::SearchArgs),
     /// Stage 5: fused-graph.bin + plan.bin -> run-report.bin (executes on the PUs)
-    Run(pipeline::RunArgs),
+    Run(args::RunArgs),
+    /// Plans written by other tools: `plan import FILE DIR`.
+    Plan {
+        #[command(subcommand)]
+        cmd: pipeline::PlanCmd,
+    },
+    /// Phased graphs written by other tools: `phases import FILE DIR`.
+    Phases {
+        #[command(subcommand)]
+        cmd: pipeline::PhasesCmd,
+    },
+    /// The partition passes and mapping searches `--partition` and `--search` can name.
+    Passes,
     /// Co-execution costs of two imported models' ops sharing each PU (for concurrent search).
-    Coexec(pipeline::CoexecArgs),
+    Coexec(inspect::CoexecArgs),
     /// Cost tables to and from JSON or CSV (by extension): profile on one machine, plan on
     /// another.
     Costs {
         #[command(subcommand)]
-        cmd: pipeline::CostsCmd,
+        cmd: inspect::CostsCmd,
     },
     /// What moved between two plans of one model, and the predicted change.
     PlanDiff { a: PathBuf, b: PathBuf },
@@ -59,7 +74,7 @@ enum Cmd {
     Soc { spec: String },
     /// Write one fused op of an imported model as a standalone ONNX model (or, with
     /// `--lowered`, the whole lowered model its ops index into).
-    Extract(pipeline::ExtractArgs),
+    Extract(inspect::ExtractArgs),
     /// Write a model the project builds itself as .onnx (list them without NAME).
     Zoo {
         name: Option<String>,
@@ -106,8 +121,8 @@ enum Cmd {
         soc: String,
         /// Fusion source of the runs; with `backend` the table also shows the rules' op count
         /// and how far the two agree.
-        #[arg(long, default_value = "backend", value_parser = ["rules", "backend"])]
-        fusion: String,
+        #[arg(long, value_enum, default_value_t = args::Fusion::Backend)]
+        fusion: args::Fusion,
         #[arg(long, default_value_t = bident_runtime::RunConfig::default().runs)]
         runs: u32,
         #[arg(long, default_value_t = bident_profile::ProfileConfig::default().runs)]
@@ -138,18 +153,21 @@ fn main() {
     };
     let result = match cli.cmd {
         Cmd::Pipeline(a) => pipeline::pipeline(*a),
-        Cmd::Import(a) => pipeline::import_cmd(a).map(|_| ()),
+        Cmd::Import(a) => pipeline::import_cmd(a),
         Cmd::Partition(a) => pipeline::partition_cmd(a),
         Cmd::Profile(a) => pipeline::profile_cmd(a),
         Cmd::Search(a) => pipeline::search_cmd(a),
         Cmd::Run(a) => pipeline::run_cmd(a),
-        Cmd::Costs { cmd } => pipeline::costs(cmd),
-        Cmd::Coexec(a) => pipeline::coexec(a),
-        Cmd::PlanDiff { a, b } => pipeline::plan_diff(&a, &b),
-        Cmd::Show { file } => pipeline::show(&file),
-        Cmd::Extract(a) => pipeline::extract(a),
-        Cmd::Soc { spec } => pipeline::soc(&spec),
-        Cmd::Zoo { name, out, seed, external_data } => pipeline::zoo(name.as_deref(), &out, seed, external_data),
+        Cmd::Plan { cmd: pipeline::PlanCmd::Import { file, dir } } => pipeline::import_plan(&file, &dir),
+        Cmd::Phases { cmd: pipeline::PhasesCmd::Import { file, dir } } => pipeline::import_phases(&file, &dir),
+        Cmd::Passes => pipeline::passes_cmd(),
+        Cmd::Costs { cmd } => inspect::costs(cmd),
+        Cmd::Coexec(a) => inspect::coexec(a),
+        Cmd::PlanDiff { a, b } => inspect::plan_diff(&a, &b),
+        Cmd::Show { file } => inspect::show(&file),
+        Cmd::Extract(a) => inspect::extract(a),
+        Cmd::Soc { spec } => inspect::soc(&spec),
+        Cmd::Zoo { name, out, seed, external_data } => inspect::zoo(name.as_deref(), &out, seed, external_data),
         Cmd::ZooCheck { names, seed } => zoocheck::check(&names, seed),
         Cmd::Eval(a) => eval::eval(a),
         Cmd::Codegen { check } => codegen::codegen(check),
@@ -157,15 +175,21 @@ fn main() {
         Cmd::Fuzz(a) => fuzz::fuzz(a),
         Cmd::Ovir { json } => ovir::ovir(json),
         Cmd::Thirdparty { soc, fusion, runs, profile_runs, json } => {
-            thirdparty::thirdparty(&soc, &fusion, runs, profile_runs, json)
+            thirdparty::thirdparty(&soc, fusion.source(), runs, profile_runs, json)
         }
-        Cmd::Setup => pipeline::backend().map(|_| ()),
+        Cmd::Setup => setup(),
         Cmd::Ci => ci(),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
+}
+
+/// Install both backends' pinned runtimes (each loaded once to check it).
+fn setup() -> Result<()> {
+    pipeline::driver().backends(&bident_driver::BackendName::ALL)?;
+    Ok(())
 }
 
 /// Workspace root.
@@ -194,7 +218,7 @@ fn ci() -> Result<()> {
         anyhow::ensure!(st.success(), "{name} failed");
         Ok(())
     };
-    pipeline::backend()?;
+    setup()?;
     codegen::codegen(true)?;
     step("format", Command::new("cargo").args(["fmt", "--all", "--", "--check"]))?;
     step("clippy", Command::new("cargo").args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;

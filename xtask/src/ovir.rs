@@ -30,7 +30,7 @@ const NUMPY: &str = "numpy==2.4.6";
 
 pub fn ovir(json: bool) -> Result<()> {
     let root = crate::root();
-    let be = crate::pipeline::backend()?;
+    let be = crate::pipeline::openvino()?;
     let pu = SocSpec::preset("local", be.as_ref())?.pus.remove(0);
     let python = python()?;
     let cases = crate::case_files("ovir")?;
@@ -87,7 +87,7 @@ pub fn ovir(json: bool) -> Result<()> {
         // grouped as OpenVINO fuses them, the two sources should come close
         let backend_ops = |p: &Path| -> Result<usize> {
             let mut o = opts.clone();
-            Ok(crate::pipeline::import_backend_fused(p, &mut o, be.as_ref())?.ops.len())
+            Ok(crate::pipeline::driver().import_backend_fused(p, &mut o, be.as_ref())?.ops.len())
         };
         let (onnx_backend, ir_backend) = (backend_ops(&onnx)?, backend_ops(&xml)?);
         eprintln!(

@@ -10,7 +10,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
 
-use crate::pipeline::{ImportArgs, PipelineArgs, SocArgs};
+use bident_driver::{FusionSource, ImportSpec, Model, Options};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -28,7 +28,10 @@ struct Case {
 
 /// The model file of third-party case `name` (fetched if needed).
 pub fn model_of(name: &str) -> Result<PathBuf> {
-    Ok(case_inputs(name)?.0)
+    match case_import(name)?.model {
+        Model::File(path) => Ok(path),
+        Model::Zoo(z) => bail!("third-party case `{name}` names zoo model `{z}`"),
+    }
 }
 
 /// The third-party cases, by name.
@@ -36,15 +39,18 @@ pub fn case_names() -> Result<Vec<String>> {
     Ok(crate::case_files("thirdparty")?.iter().map(|p| name_of(p)).collect())
 }
 
-/// Case `name`'s model file (fetched if needed) and its pinned input shapes and values, as
-/// `--input-shape` / `--input-value` take them.
-pub fn case_inputs(name: &str) -> Result<(PathBuf, Vec<String>, Vec<String>)> {
+/// Case `name`'s model file (fetched if needed) with its pinned input shapes and values, fused
+/// by the backend.
+pub fn case_import(name: &str) -> Result<ImportSpec> {
     let path = crate::root().join("tests/data/thirdparty").join(format!("{name}.yaml"));
     let c: Case = serde_norway::from_str(&std::fs::read_to_string(&path).with_context(|| path.display().to_string())?)
         .with_context(|| path.display().to_string())?;
-    let shapes = c.input_shape.iter().map(|(k, v)| format!("{k}={}", join(v))).collect();
-    let values = c.input_value.iter().map(|(k, v)| format!("{k}={}", join(v))).collect();
-    Ok((fetch(&c)?, shapes, values))
+    Ok(ImportSpec {
+        model: Model::File(fetch(&c)?),
+        input_shapes: c.input_shape,
+        input_values: c.input_value,
+        fusion: FusionSource::Backend,
+    })
 }
 
 /// Path of the model file, fetching the wheel first when it is not cached.
@@ -82,7 +88,7 @@ fn fetch(c: &Case) -> Result<PathBuf> {
     Ok(file)
 }
 
-pub fn thirdparty(soc: &str, fusion: &str, runs: u32, profile_runs: u32, json: bool) -> Result<()> {
+pub fn thirdparty(soc: &str, fusion: FusionSource, runs: u32, profile_runs: u32, json: bool) -> Result<()> {
     let cases = crate::case_files("thirdparty")?;
     let mut rows = vec![];
     for path in &cases {
@@ -90,40 +96,14 @@ pub fn thirdparty(soc: &str, fusion: &str, runs: u32, profile_runs: u32, json: b
             serde_norway::from_str(&std::fs::read_to_string(path)?).with_context(|| path.display().to_string())?;
         let model = fetch(&c)?;
         eprintln!("== {}: {}", name_of(path), c.what);
-        let args = PipelineArgs {
-            import: ImportArgs {
-                model: Some(model.display().to_string()),
-                input_shape: c.input_shape.iter().map(|(k, v)| format!("{k}={}", join(v))).collect(),
-                input_value: c.input_value.iter().map(|(k, v)| format!("{k}={}", join(v))).collect(),
-                out: None,
-                fusion: fusion.to_string(),
-            },
-            soc: SocArgs::named(soc),
-            plan: crate::pipeline::PlanArgs {
-                objective: "latency".into(),
-                mode: "sequential".into(),
-                pin: vec![],
-                forbid: vec![],
-                exclude_pu: vec![],
-            },
-            profile_runs,
-            fixed_runs: false,
-            no_cache: false,
-            run: crate::pipeline::RunOpts {
-                runs,
-                fallback: false,
-                inject_fault: None,
-                timeout: 60,
-                op_by_op: false,
-                measure_whole: vec![],
-            },
-            json: false,
-            with: None,
-            with_input_shape: vec![],
-            with_input_value: vec![],
-            aligned: false,
-        };
-        let (g, plan, report) = crate::pipeline::run_stages(&args)?;
+        let mut o = Options::new(Model::File(model), soc);
+        o.import.input_shapes = c.input_shape.clone();
+        o.import.input_values = c.input_value.clone();
+        o.import.fusion = fusion;
+        o.measuring.runs = profile_runs;
+        o.run.config.runs = runs;
+        let out = crate::pipeline::driver().pipeline(&o)?;
+        let (g, plan, report) = (out.graph, out.plan, out.report);
         let report = report.context("thirdparty checks outputs: it needs a measured SoC, not a virtual one")?;
         // the derivation of backend fusion against OpenVINO's own record of what it fused
         let record = match g.fusion.source.as_str() {
@@ -134,6 +114,15 @@ pub fn thirdparty(soc: &str, fusion: &str, runs: u32, profile_runs: u32, json: b
             }
             _ => None,
         };
+        // the precision of every PU the plan uses: outputs are checked against f32 within that
+        // precision's tolerance
+        let precisions: std::collections::BTreeSet<&str> = plan
+            .pus
+            .iter()
+            .zip(&plan.pu_precisions)
+            .filter(|(pu, _)| plan.ops_per_pu.get(*pu).is_some_and(|&n| n > 0))
+            .map(|(_, p)| p.as_str())
+            .collect();
         rows.push(serde_json::json!({
             "case": name_of(path),
             "model": g.name,
@@ -149,6 +138,8 @@ pub fn thirdparty(soc: &str, fusion: &str, runs: u32, profile_runs: u32, json: b
             "measured_us": report.measured_us,
             "measured_best_single_pu_us": report.measured_best_single_pu_us,
             "max_abs_err": report.max_abs_err,
+            "precisions": precisions,
+            "tolerance": report.tolerance,
             "soc": plan.soc,
             "measured_on": report.measured_on,
         }));
@@ -184,8 +175,4 @@ pub fn thirdparty(soc: &str, fusion: &str, runs: u32, profile_runs: u32, json: b
 
 fn name_of(p: &Path) -> String {
     p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
-}
-
-fn join<T: ToString>(v: &[T]) -> String {
-    v.iter().map(T::to_string).collect::<Vec<_>>().join(",")
 }

@@ -44,7 +44,7 @@ pub fn check(names: &[String], seed: u64) -> Result<()> {
     };
     let python = crate::conformance::onnx_python()?;
     let script = crate::root().join("xtask/zoo/reference.py");
-    let be = crate::pipeline::backend()?;
+    let be = crate::pipeline::openvino()?;
     let pu = SocSpec::preset("local", be.as_ref())?.pus.remove(0);
     // kept for inspection: the model, its seeded inputs and the reference outputs
     let base = crate::pipeline::target_dir().join("bident/zoo-check");

@@ -105,7 +105,12 @@ fn pipeline_end_to_end_on_the_example() {
     assert_eq!(j["simulated"].as_bool(), Some(false));
     assert_eq!(j["mode"].as_str(), Some("sequential"));
     assert_eq!(j["fused_ops"].as_u64(), Some(10));
-    assert!(j["max_abs_err"].as_f64().is_some_and(|e| e <= 1e-4), "{last}");
+    // exact where every op ran in f32; where the CPU computes in bf16 by default (AVX512-BF16),
+    // `local` offers that PU too, and the report states the looser tolerance it checked
+    let tolerance = j["tolerance"].as_str().unwrap_or_default();
+    let bound = if tolerance.contains("every op runs in f32") { 1e-4 } else { 5e-2 };
+    assert!(tolerance.contains("f32") || tolerance.contains("bf16"), "{last}");
+    assert!(j["max_abs_err"].as_f64().is_some_and(|e| e <= bound), "{last}");
     assert!(j["measured_us"].as_f64().is_some_and(|t| t > 0.0), "{last}");
     for f in ["fused-graph", "phased-graph", "cost-table", "plan", "run-report"] {
         assert!(tmp.path().join(format!("{f}.bin")).exists(), "{f}.bin");
@@ -187,7 +192,13 @@ fn thirdparty_models_run_end_to_end() {
     for r in rows {
         let case = r["case"].as_str().unwrap_or("?");
         let err = r["max_abs_err"].as_f64().expect("max_abs_err");
-        assert!(err <= 1e-3, "{case}: max abs err {err}");
+        // every run was checked against the f32 whole model within its precision's tolerance
+        // (relative to each output's scale); a plan all in f32 is also close in absolute terms
+        let tolerance = r["tolerance"].as_str().expect("tolerance");
+        match r["precisions"].as_sequence().expect("precisions").iter().find(|p| p.as_str() != Some("f32")) {
+            None => assert!(err <= 1e-3, "{case}: max abs err {err}"),
+            Some(p) => assert!(tolerance.contains(p.as_str().unwrap_or("?")), "{case}: {p:?} not in `{tolerance}`"),
+        }
         // backend fusion by default: both groupings are reported
         let (rules, backend) = (r["rule_ops"].as_u64().expect("rule_ops"), r["backend_ops"].as_u64().expect("ops"));
         assert!(backend >= 10 && rules >= 10, "{case}: {backend} backend ops, {rules} by rules");
@@ -619,4 +630,84 @@ fn eval_reproduces_the_protocol_on_the_virtual_soc() {
         let svg = std::fs::read_to_string(tmp.path().join(chart)).expect(chart);
         assert!(svg.starts_with("<svg") && svg.contains("SIMULATED"), "{chart}");
     }
+}
+
+/// Plans from anywhere: a Python script places the example's ops from the exported cost table,
+/// `plan import` prices and checks the placement, `run` executes it; the plan's own YAML twin
+/// imports back unchanged, and a placement on a PU that does not exist fails with one line.
+#[test]
+fn a_plan_written_by_a_python_script_runs() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("example");
+    let d = dir.display().to_string();
+    let o = xtask(&[
+        "pipeline",
+        "--out",
+        &d,
+        "--soc",
+        "cores",
+        "--backends",
+        "openvino",
+        "--profile-runs",
+        "3",
+        "--fixed-runs",
+        "--runs",
+        "3",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let costs = tmp.path().join("costs.json");
+    assert!(xtask(&["costs", "export", &d, &costs.display().to_string()]).status.success());
+    let placement = tmp.path().join("placement.json");
+    let st = Command::new("python3")
+        .arg(root().join("tests/data/plan-import/cheapest.py"))
+        .args([&costs, &placement])
+        .status()
+        .expect("python3 runs");
+    assert!(st.success());
+    let o = xtask(&["plan", "import", &placement.display().to_string(), &d]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("search `placement`"), "{}", stderr(&o));
+    let o = xtask(&["run", &d, "--runs", "3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("measured ") && out.contains("max abs error"), "{out}");
+    // the twin of a whole plan reads back as the same plan
+    let twin = dir.join("plan.yaml");
+    let before = std::fs::read(dir.join("plan.bin")).expect("plan");
+    let o = xtask(&["plan", "import", &twin.display().to_string(), &d]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(dir.join("plan.bin")).expect("plan"), before);
+    // a PU the SoC does not have
+    let text = std::fs::read_to_string(&placement).expect("placement");
+    let bad = tmp.path().join("bad.json");
+    std::fs::write(&bad, text.replacen("\"core", "\"tpu", 1)).expect("write");
+    let o = xtask(&["plan", "import", &bad.display().to_string(), &d]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.lines().count() == 1 && err.contains("no PU named `tpu"), "{err}");
+}
+
+/// A search from outside bident's crates (`examples/custom-search`), registered with the
+/// driver, selected by name; `passes` lists it; an unknown name is one line listing the known.
+#[test]
+fn a_custom_search_runs_through_the_driver() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = tmp.path().display().to_string();
+    let o = xtask(&["pipeline", "--out", &d, "--soc", "lunar-lake", "--search", "cheapest-run", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let j: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON");
+    assert_eq!(j["search"].as_str(), Some("cheapest-run"), "{stdout}");
+    let o = xtask(&["passes"]);
+    let listed = String::from_utf8_lossy(&o.stdout);
+    for name in ["phases", "chain", "bident", "greedy", "cheapest-run"] {
+        assert!(listed.contains(name), "{name} not listed:\n{listed}");
+    }
+    let o = xtask(&["pipeline", "--out", &d, "--soc", "lunar-lake", "--search", "nope"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("no search named `nope` (registered: bident, greedy, cheapest-run)"), "{err}");
+    let o = xtask(&["pipeline", "--out", &d, "--soc", "lunar-lake", "--partition", "chain", "--mode", "parallel"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("1 phases, 0 with parallel branches (chain)"), "{}", stderr(&o));
 }

@@ -47,6 +47,13 @@ impl ContentHash {
         Self(*blake3::hash(bytes).as_bytes())
     }
 
+    /// Hash of a value's canonical bytes (its postcard encoding, the artifacts' own format):
+    /// what input hashes are built from. Debug strings are no format: they change with the
+    /// compiler and with every field's formatting.
+    pub fn of_value<T: Serialize>(value: &T) -> Result<Self, ArtifactError> {
+        payload_hash(value).map_err(|reason| ArtifactError::Encode { kind: "input hash", reason })
+    }
+
     pub fn of(bytes: &[u8]) -> Self {
         Self::of_parts(&[bytes])
     }

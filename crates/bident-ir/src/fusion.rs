@@ -43,7 +43,7 @@ pub struct BackendLayer {
 }
 
 /// Which grouping an import uses (`--fusion rules|backend`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub enum Fusion {
     /// bident's rules: an anchor (Conv, MatMul, ...) absorbs single-consumer affine ops with
     /// constant operands, then one activation.

@@ -51,16 +51,22 @@ impl Default for ImportOptions {
 }
 
 impl ImportOptions {
-    /// Hash of the options, part of the fused graph's input hash.
-    pub fn hash_bytes(&self) -> Vec<u8> {
-        let mut out =
-            format!("{:?}|{}|{:?}|{:?}", self.input_shapes, self.fold_limit, self.fusion, self.input_literals)
-                .into_bytes();
-        for (name, v) in &self.input_values {
-            out.extend_from_slice(format!("|{name}:{}{:?}:", v.dtype, v.shape).as_bytes());
-            out.extend_from_slice(&v.data);
-        }
-        out
+    /// The fused graph's input hash: the source model's hash and these options, in their
+    /// canonical bytes.
+    pub fn input_hash(
+        &self,
+        source: bident_artifact::ContentHash,
+    ) -> Result<bident_artifact::ContentHash, bident_artifact::ArtifactError> {
+        let values: Vec<(&String, String, &Vec<u64>, &Vec<u8>)> =
+            self.input_values.iter().map(|(name, v)| (name, v.dtype.to_string(), &v.shape, &v.data)).collect();
+        bident_artifact::ContentHash::of_value(&(
+            source,
+            &self.input_shapes,
+            &self.input_literals,
+            self.fold_limit as u64,
+            &self.fusion,
+            values,
+        ))
     }
 }
 

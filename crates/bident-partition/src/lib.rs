@@ -74,6 +74,52 @@ pub enum PartitionError {
     Ir(#[from] bident_ir::IrError),
 }
 
+/// A partition pass, selectable by name (`--partition NAME`): fused graph in, phased graph out.
+/// The driver runs [`verify`] on whatever a pass returns.
+pub trait PartitionPass: Send + Sync {
+    /// The name it is selected by.
+    fn name(&self) -> &str;
+    /// One line saying what it does.
+    fn about(&self) -> &str;
+    fn partition(&self, g: &FusedGraph) -> Result<PhasedGraph, PartitionError>;
+}
+
+/// The paper's phases and branches ([`partition`]).
+pub struct Phases;
+
+impl PartitionPass for Phases {
+    fn name(&self) -> &str {
+        "phases"
+    }
+    fn about(&self) -> &str {
+        "the paper's phases (a boundary after every fork and before every join) and branches (components)"
+    }
+    fn partition(&self, g: &FusedGraph) -> Result<PhasedGraph, PartitionError> {
+        partition(g)
+    }
+}
+
+/// One phase of one branch in topological order: no op overlaps another, whatever the mode.
+pub struct Chain;
+
+impl PartitionPass for Chain {
+    fn name(&self) -> &str {
+        "chain"
+    }
+    fn about(&self) -> &str {
+        "the whole graph as one chain in topological order (no parallel branches)"
+    }
+    fn partition(&self, g: &FusedGraph) -> Result<PhasedGraph, PartitionError> {
+        let ops: Vec<OpId> = (0..g.ops.len() as OpId).collect();
+        phased(g, vec![Phase { branches: vec![Branch { ops }] }])
+    }
+}
+
+/// The partition passes bident ships, the default first.
+pub fn builtin() -> Vec<Box<dyn PartitionPass>> {
+    vec![Box::new(Phases), Box::new(Chain)]
+}
+
 /// Partition a fused graph into phases and branches.
 pub fn partition(g: &FusedGraph) -> Result<PhasedGraph, PartitionError> {
     let n = g.ops.len();
@@ -134,11 +180,16 @@ pub fn partition(g: &FusedGraph) -> Result<PhasedGraph, PartitionError> {
             _ => phases.push(Phase { branches }),
         }
     }
+    phased(g, phases)
+}
+
+/// The phased graph of `g` with these phases (checked).
+fn phased(g: &FusedGraph, phases: Vec<Phase>) -> Result<PhasedGraph, PartitionError> {
     let (edges, reads_input, writes_output) = dataflow(g);
     let out = PhasedGraph {
         model: g.name.clone(),
         graph: g.content_hash()?,
-        op_count: n as u32,
+        op_count: g.ops.len() as u32,
         phases,
         edges,
         reads_input,

@@ -76,7 +76,7 @@ impl Artifact for CoExecTable {
     const SCHEMA_VERSION: u32 = 2;
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Serialize)]
 pub struct CoExecConfig {
     /// Measure every pair up to this many, else a sample of this many.
     pub max_pairs: usize,
@@ -276,8 +276,13 @@ fn fit(pairs: &[PairCost]) -> Option<CoExecFit> {
 }
 
 /// Input hash of a co-execution table: both graphs, the SoC, the protocol.
-pub fn input_hash(a: ContentHash, b: ContentHash, soc: &SocSpec, cfg: &CoExecConfig) -> ContentHash {
-    ContentHash::of_parts(&[&a.0, &b.0, format!("{soc:?}").as_bytes(), format!("{cfg:?}").as_bytes()])
+pub fn input_hash(
+    a: ContentHash,
+    b: ContentHash,
+    soc: &SocSpec,
+    cfg: &CoExecConfig,
+) -> Result<ContentHash, bident_artifact::ArtifactError> {
+    ContentHash::of_value(&(a, b, soc, cfg))
 }
 
 #[cfg(test)]

@@ -216,7 +216,7 @@ impl CostTable {
     }
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize)]
 pub struct ProfileConfig {
     pub warmup: u32,
     /// Measured runs per (op, PU): the cap when `adaptive`, else exactly this many.
@@ -661,8 +661,12 @@ pub fn host_description() -> String {
 }
 
 /// Input hash of a cost table: the fused graph, the SoC and the protocol.
-pub fn input_hash(graph: ContentHash, soc: &SocSpec, cfg: &ProfileConfig) -> ContentHash {
-    ContentHash::of_parts(&[&graph.0, format!("{soc:?}").as_bytes(), format!("{cfg:?}").as_bytes()])
+pub fn input_hash(
+    graph: ContentHash,
+    soc: &SocSpec,
+    cfg: &ProfileConfig,
+) -> Result<ContentHash, bident_artifact::ArtifactError> {
+    ContentHash::of_value(&(graph, soc, cfg))
 }
 
 #[cfg(test)]

@@ -61,7 +61,7 @@ pub struct VirtualPu {
 }
 
 /// A virtual SoC: the spec every stage sees, and the model of each PU (same order).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct VirtualSoc {
     pub spec: SocSpec,
     pub pus: Vec<VirtualPu>,
@@ -233,8 +233,11 @@ impl VirtualPu {
 }
 
 /// Input hash of a simulated cost table: the fused graph, the SoC and its model.
-pub fn input_hash(graph: bident_artifact::ContentHash, soc: &VirtualSoc) -> bident_artifact::ContentHash {
-    bident_artifact::ContentHash::of_parts(&[&graph.0, format!("{soc:?}").as_bytes()])
+pub fn input_hash(
+    graph: bident_artifact::ContentHash,
+    soc: &VirtualSoc,
+) -> Result<bident_artifact::ContentHash, bident_artifact::ArtifactError> {
+    bident_artifact::ContentHash::of_value(&(graph, soc))
 }
 
 /// The cost table of `g` on a virtual SoC: every figure simulated.

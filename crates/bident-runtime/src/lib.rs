@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 pub use program::{Grouping, Program, Task};
 pub use session::{Inference, Session, Span};
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize)]
 pub struct RunConfig {
     pub warmup: u32,
     pub runs: u32,
@@ -106,6 +106,14 @@ pub struct RunReport {
     pub measured_p90_us: f64,
     /// |measured - predicted| / measured.
     pub prediction_error: f64,
+    /// The spread of the prediction error over the measured blocks (each block's median
+    /// against the prediction): p10, median, p90.
+    pub prediction_error_blocks: [f64; 3],
+    /// measured / the fastest of every other candidate measured in the same run (each PU whole,
+    /// each backend's defaults) - 1, at least 0: how much faster the best alternative was.
+    pub regret: f64,
+    /// That fastest alternative, in words.
+    pub fastest_candidate: String,
     /// Per model, the PU whose whole-model run is the reference and the single-PU baseline.
     pub best_single_pu: Vec<String>,
     /// Median latency of each whole model compiled on its best single PU, summed (one model
@@ -156,7 +164,7 @@ pub struct BackendDefault {
 
 impl Artifact for RunReport {
     const KIND: &'static str = "run-report";
-    const SCHEMA_VERSION: u32 = 4;
+    const SCHEMA_VERSION: u32 = 5;
 }
 
 impl RunReport {
@@ -468,6 +476,7 @@ fn measure(
     let mut overheads = vec![];
     let mut task_us: Vec<Vec<f64>> = vec![vec![]; program.tasks.len()];
     let mut kept: Vec<Inference> = vec![];
+    let mut block_medians: Vec<f64> = vec![];
     let mut mono_us = vec![];
     let mut default_us: Vec<Vec<f64>> = vec![vec![]; defaults.len()];
     let mut whole_us: Vec<Vec<f64>> = vec![vec![]; wholes.len()];
@@ -485,10 +494,12 @@ fn measure(
         let block = BLOCK.min(runs - done);
         let mut plan_block = || -> Result<(), RuntimeError> {
             settle();
+            let mut this_block = vec![];
             for r in 0..cfg.warmup + block {
                 let inf = session.run(&inputs)?;
                 if r >= cfg.warmup {
                     totals.push(inf.total_us);
+                    this_block.push(inf.total_us);
                     overheads.push(inf.overhead_us_per_task(program));
                     for s in &inf.spans {
                         task_us[s.task].push(s.finish_us - s.start_us);
@@ -496,6 +507,7 @@ fn measure(
                     kept.push(inf);
                 }
             }
+            block_medians.push(bident_profile::quantile(&mut this_block, 0.5));
             Ok(())
         };
         // the plan goes first in even turns and last in odd ones: no session always follows
@@ -548,6 +560,16 @@ fn measure(
     let (fast, measured_backend_default_us) =
         fastest(&backend_defaults).ok_or_else(|| RuntimeError::Program("no backend default was measured".into()))?;
     let backend_default = fast.description.clone();
+    let measured_best_single_pu_us = q(&mut mono_us, 0.5);
+    let candidates =
+        std::iter::once((format!("the whole model on {}", best.join(" then ")), measured_best_single_pu_us))
+            .chain(backend_defaults.iter().filter_map(|d| Some((d.description.clone(), d.measured_us?))))
+            .chain(
+                measured_whole.iter().filter_map(|w| Some((format!("the whole model on {}", w.pu), w.measured_us?))),
+            );
+    let (fastest_candidate, fastest_us) =
+        candidates.min_by(|a, b| a.1.total_cmp(&b.1)).unwrap_or_else(|| (backend_default.clone(), measured_us));
+    let mut block_errors: Vec<f64> = block_medians.iter().map(|&m| (m - program.predicted_us).abs() / m).collect();
     let typical = kept
         .iter()
         .min_by(|a, b| (a.total_us - measured_us).abs().total_cmp(&(b.total_us - measured_us).abs()))
@@ -569,8 +591,11 @@ fn measure(
         measured_p10_us: q(&mut totals.clone(), 0.1),
         measured_p90_us: q(&mut totals, 0.9),
         prediction_error: (measured_us - program.predicted_us).abs() / measured_us,
+        prediction_error_blocks: [q(&mut block_errors, 0.1), q(&mut block_errors, 0.5), q(&mut block_errors, 0.9)],
+        regret: (measured_us / fastest_us - 1.0).max(0.0),
+        fastest_candidate,
         best_single_pu: best.to_vec(),
-        measured_best_single_pu_us: q(&mut mono_us, 0.5),
+        measured_best_single_pu_us,
         backend_default,
         measured_backend_default_us,
         backend_defaults,
@@ -661,6 +686,6 @@ fn check_outputs(
 }
 
 /// Input hash of a run report: the plan it executed.
-pub fn input_hash(plan_hash: ContentHash, cfg: &RunConfig) -> ContentHash {
-    ContentHash::of_parts(&[&plan_hash.0, format!("{cfg:?}").as_bytes()])
+pub fn input_hash(plan_hash: ContentHash, cfg: &RunConfig) -> Result<ContentHash, bident_artifact::ArtifactError> {
+    ContentHash::of_value(&(plan_hash, cfg))
 }

@@ -78,7 +78,7 @@ fn pu_index(soc: &SocSpec, name: &str, op: u32) -> Result<usize, RuntimeError> {
 /// keeps its own layouts between them, as it does for the whole model. The search counts on
 /// the measured saving (`CostTable::segments`) under the same rule: in a parallel plan only
 /// neighbours that overlap nothing else (same branch, or both in single-branch phases) join.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum Grouping {
     PerOp,
     Merged,

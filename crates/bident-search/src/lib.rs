@@ -18,6 +18,7 @@
 
 pub mod chain;
 pub mod concurrent;
+pub mod pass;
 pub mod problem;
 
 use std::collections::BTreeMap;
@@ -29,6 +30,7 @@ use bident_profile::CostTable;
 use serde::{Deserialize, Serialize};
 
 pub use chain::Chain;
+pub use pass::{MappingSearch, Placement, plan_from_placement, search_by};
 pub use problem::{OrderLinks, Problem, Schedule, Timeline};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,7 +70,7 @@ impl Mode {
     }
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize)]
 pub struct SearchConfig {
     pub objective: Objective,
     pub mode: Mode,
@@ -256,6 +258,9 @@ pub struct Plan {
     pub mode: Mode,
     pub schedule: Schedule,
     pub objective: Objective,
+    /// The mapping search that made it (`--search`; `placement` for one imported as a bare
+    /// op-to-PU map).
+    pub search: String,
     /// The placement constraints the plan obeys (baselines ignore them).
     pub constraints: Constraints,
     /// For a point of the latency/energy front ([`pareto`]): the weight of latency in the blend
@@ -315,9 +320,22 @@ impl Plan {
     }
 }
 
+impl Plan {
+    /// The plan's input hash: the payload hashes of the phased graph and cost table it was made
+    /// from, and what the search was asked (objective, mode, constraints, search, blend), in
+    /// their canonical bytes.
+    pub fn input_hash(
+        &self,
+        phased: ContentHash,
+        costs: ContentHash,
+    ) -> Result<ContentHash, bident_artifact::ArtifactError> {
+        ContentHash::of_value(&(phased, costs, self.objective, self.mode, &self.constraints, &self.search, self.blend))
+    }
+}
+
 impl Artifact for Plan {
     const KIND: &'static str = "plan";
-    const SCHEMA_VERSION: u32 = 5;
+    const SCHEMA_VERSION: u32 = 6;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -357,12 +375,13 @@ pub(crate) fn same_graph(phased: &PhasedGraph, costs: &CostTable) -> Result<(), 
 
 /// Find the best mapping for `cfg.mode` and `cfg.objective`, with the single-PU baselines.
 pub fn search(phased: &PhasedGraph, costs: &CostTable, cfg: &SearchConfig) -> Result<Plan, SearchError> {
-    search_with(phased, costs, cfg, &|_| {})
+    search_with(&pass::Bident, phased, costs, cfg, &|_| {})
 }
 
 /// [`search`] with the problem the search sees adjusted by `adjust` (the plan's figures still
 /// come from the unadjusted problem).
-fn search_with(
+pub(crate) fn search_with(
+    search: &dyn MappingSearch,
     phased: &PhasedGraph,
     costs: &CostTable,
     cfg: &SearchConfig,
@@ -380,15 +399,25 @@ fn search_with(
     let pinned = cfg.constraints.apply(&mut p, costs)?;
     let constrained = p.clone();
     adjust(&mut p);
-    let best = best_mapping(&p, cfg).ok_or(SearchError::Empty)?;
-    let (lb_us, lb_uj) = constrained.lower_bound(best.schedule);
-    let mut plan = build_plan(&full, phased, costs, best, cfg, &pinned)?;
+    let best = search.map(&p, cfg).ok_or(SearchError::Empty)?;
+    pass::check_mapping(search.name(), &p, &best)?;
+    let bound = constrained.lower_bound(best.schedule);
+    let plan = build_plan(&full, phased, costs, best, cfg, &pinned, search.name())?;
+    checked(with_bound(plan, bound), phased, costs)
+}
+
+/// `plan` with the lower bounds of its problem and its gap to them.
+pub(crate) fn with_bound(mut plan: Plan, (lb_us, lb_uj): (f64, f64)) -> Plan {
     plan.lower_bound_us = lb_us;
     plan.lower_bound_energy_uj = lb_uj;
-    plan.gap = match cfg.objective {
+    plan.gap = match plan.objective {
         Objective::Latency => plan.predicted_us / lb_us - 1.0,
         Objective::Energy => plan.predicted_energy_uj / lb_uj - 1.0,
     };
+    plan
+}
+
+pub(crate) fn checked(plan: Plan, phased: &PhasedGraph, costs: &CostTable) -> Result<Plan, SearchError> {
     check_plan(&plan, phased, costs)?;
     Ok(plan)
 }
@@ -402,7 +431,7 @@ pub fn pareto(phased: &PhasedGraph, costs: &CostTable, cfg: &SearchConfig) -> Re
     for step in 0..=10 {
         let weight = step as f64 / 10.0;
         let blended = SearchConfig { objective: Objective::Energy, ..cfg.clone() };
-        let plan = search_with(phased, costs, &blended, &|p: &mut Problem| {
+        let plan = search_with(&pass::Bident, phased, costs, &blended, &|p: &mut Problem| {
             let n = p.power.iter().flatten().count().max(1) as f64;
             let mean = p.power.iter().flatten().sum::<f64>() / n;
             p.power.iter_mut().flatten().for_each(|w| *w = weight * mean + (1.0 - weight) * *w);
@@ -533,13 +562,14 @@ pub fn parallel_mapping(p: &Problem, obj: Objective) -> Option<Mapping> {
     Some(Mapping { assign, schedule: Schedule::Parallel, estimate })
 }
 
-fn build_plan(
+pub(crate) fn build_plan(
     p: &Problem,
     phased: &PhasedGraph,
     costs: &CostTable,
     best: Mapping,
     cfg: &SearchConfig,
     pinned: &[bool],
+    search: &str,
 ) -> Result<Plan, SearchError> {
     let pus: Vec<String> = costs.soc.pus.iter().map(|pu| pu.name.clone()).collect();
     let pu_precisions = precisions(costs);
@@ -615,6 +645,7 @@ fn build_plan(
         mode: cfg.mode,
         schedule: best.schedule,
         objective: cfg.objective,
+        search: search.to_string(),
         constraints: cfg.constraints.clone(),
         blend: None,
         steps,

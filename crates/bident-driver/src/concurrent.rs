@@ -1,0 +1,149 @@
+//! Two models at once: import, partition and profile both, measure (or, on a virtual SoC,
+//! model) their same-PU co-execution costs, search the concurrent plan and run it.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use bident_artifact::ContentHash;
+use bident_ir::FusedGraph;
+use bident_partition::PhasedGraph;
+use bident_profile::{CostTable, ProfileConfig};
+use bident_runtime::RunReport;
+use bident_search::Mode;
+use bident_search::concurrent::{self, ConcurrentMode, ConcurrentPlan, Measured, TimeSlicing};
+
+use crate::folder::{COSTS, REPORT};
+use crate::stages::whole_model_runs;
+use crate::{Driver, DriverError, Folder, ImportSpec, Options, Result, Soc};
+
+/// The second model of a concurrent pipeline.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SecondModel {
+    pub import: ImportSpec,
+    /// Advance both models in lockstep (the paper's aligned mode) instead of the joint search.
+    pub aligned: bool,
+}
+
+/// What a concurrent pipeline produced.
+pub struct ConcurrentOutcome {
+    pub folder: Folder,
+    pub graphs: [FusedGraph; 2],
+    pub plan: ConcurrentPlan,
+    pub mode: ConcurrentMode,
+    pub search_ms: f64,
+    /// None on a virtual SoC.
+    pub report: Option<RunReport>,
+}
+
+const PLAN_FILE: &str = "concurrent-plan.bin";
+
+impl Driver<'_> {
+    /// Plan and run `o`'s model and `second` at the same time. Each model's stages go to
+    /// `<out>/<model>/` (default `<target>/bident/<model>/`), the concurrent plan to `<out>`
+    /// (default `<target>/bident/pairs/<A>+<B>/`).
+    pub fn concurrent(&self, o: &Options, second: &SecondModel) -> Result<ConcurrentOutcome> {
+        let cfg = o.plan.search_config();
+        if cfg.mode != Mode::Sequential || !cfg.constraints.is_empty() {
+            return Err(DriverError::Invalid(
+                "--with plans each model's ops one at a time, without constraints: drop --mode parallel, --pin, \
+                 --forbid and --exclude-pu"
+                    .into(),
+            ));
+        }
+        if o.run.fallback {
+            return Err(DriverError::Invalid(
+                "--fallback is not available with --with: a concurrent plan cannot exclude a PU yet".into(),
+            ));
+        }
+        let soc = self.soc(&o.soc)?;
+        self.check(o, &soc)?;
+        let mut models = vec![];
+        for import in [&o.import, &second.import] {
+            let (path, name) = self.model_path(&import.model)?;
+            let dir: PathBuf = match &o.out {
+                Some(out) => out.join(&name),
+                None => self.default_out(&name),
+            };
+            self.import_options(import)?;
+            models.push((import, path, Folder::new(dir)));
+        }
+        let mut stages: Vec<(FusedGraph, PhasedGraph, CostTable)> = vec![];
+        for (import, path, folder) in models {
+            let _lock = folder.create_locked()?;
+            let (g, gh) = self.import(&folder, import, &path)?;
+            let (phased, _) = self.partition(&folder, &g, gh, &o.plan.partition)?;
+            let (mut costs, _) = self.profile(&folder, (&g, gh), &soc, o.measuring, phased.neighbours())?;
+            if let Soc::Measured(spec, be) = &soc {
+                // each model whole on each PU: what running it on a PU of its own costs
+                let wanted = whole_model_runs(&costs, &phased);
+                let pcfg =
+                    ProfileConfig { runs: o.measuring.runs, adaptive: o.measuring.adaptive, ..Default::default() };
+                let cache = self.cache(o.measuring);
+                let found = bident_profile::measure_segments(
+                    &g,
+                    spec,
+                    be.as_ref(),
+                    &pcfg,
+                    cache.as_ref(),
+                    &wanted,
+                    &mut |_| {},
+                )?;
+                costs.segments.extend(found);
+                let inputs = folder.read_raw::<CostTable>(COSTS)?.header.input_hash;
+                folder.write(COSTS, &costs, inputs)?;
+            }
+            stages.push((g, phased, costs));
+        }
+        let Ok([(ga, pa, ca), (gb, pb, cb)]) = <[_; 2]>::try_from(stages) else {
+            return Err(DriverError::Invalid("a concurrent pipeline takes two models".into()));
+        };
+        let folder = Folder::new(match &o.out {
+            Some(out) => out.clone(),
+            None => self.target.join("bident/pairs").join(format!("{}+{}", ga.name, gb.name)),
+        });
+        let _lock = folder.create_locked()?;
+        folder.clear(&[PLAN_FILE, REPORT])?;
+        let mode = if second.aligned { ConcurrentMode::Aligned } else { ConcurrentMode::Joint };
+        let order = |p: &PhasedGraph| p.order().into_iter().map(|o| o as usize).collect::<Vec<_>>();
+        let coexec;
+        let (co, label): (Box<dyn concurrent::CoCost>, String) = match &soc {
+            Soc::Virtual(v) => {
+                (Box::new(TimeSlicing), format!("simulated: time slicing on virtual SoC {}", v.spec.name))
+            }
+            Soc::Measured(spec, be) => {
+                let cfg = bident_profile::coexec::CoExecConfig::default();
+                coexec = bident_profile::coexec::measure(be.as_ref(), spec, (&ga, &gb), cfg, &mut |_| {})?;
+                let inputs = ContentHash::of_value(&(ga.content_hash()?, gb.content_hash()?, spec, cfg))?;
+                folder.write("coexec-table.bin", &coexec, inputs)?;
+                let label = format!(
+                    "measured on {}: {} pairs per PU ({}), fitted model for the rest",
+                    coexec.measured_on,
+                    coexec.pairs.first().map_or(0, Vec::len),
+                    if coexec.complete.iter().all(|&c| c) { "all of them" } else { "a sample" }
+                );
+                (Box::new(Measured::new(&coexec, order(&pa), order(&pb))), label)
+            }
+        };
+        let t0 = Instant::now();
+        let plan = concurrent::plan((&pa, &ca), (&pb, &cb), (co.as_ref(), &label), mode, cfg.objective)?;
+        let search_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let mode_name = match mode {
+            ConcurrentMode::Aligned => "aligned",
+            ConcurrentMode::Joint => "joint",
+        };
+        let plan_h =
+            folder.write(PLAN_FILE, &plan, ContentHash::of_value(&(ca.graph, cb.graph, mode_name, cfg.objective))?)?;
+        self.note(crate::Stage::Concurrent, format!("plan -> {}", folder.path(PLAN_FILE).display()));
+        let report = match soc {
+            Soc::Virtual(_) => None,
+            Soc::Measured(spec, be) => {
+                let r =
+                    bident_runtime::run_concurrent((&ga, &gb), &plan, &spec, self.faulty(be, &o.run), &o.run.config)?;
+                folder.write(REPORT, &r, bident_runtime::input_hash(plan_h, &o.run.config)?)?;
+                self.write_pictures(&folder, &r)?;
+                Some(r)
+            }
+        };
+        Ok(ConcurrentOutcome { folder, graphs: [ga, gb], plan, mode, search_ms, report })
+    }
+}

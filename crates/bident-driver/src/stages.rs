@@ -1,0 +1,710 @@
+//! The stages, and the one list of them in order ([`Driver::pipeline`]).
+//!
+//! Each stage removes its own and every downstream artifact, runs the crate's entry function,
+//! the verifier, and writes its artifact into the folder.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bident_artifact::ContentHash;
+use bident_backend::fault::FaultyBackend;
+use bident_backend::{Backend, Backends, SocSpec};
+use bident_ir::{FusedGraph, OpId};
+use bident_partition::PhasedGraph;
+use bident_profile::{CostTable, ProfileConfig};
+use bident_runtime::RunReport;
+use bident_search::{Constraints, Plan};
+
+use crate::folder::{COSTS, FUSED, PHASED, PLAN, REPORT};
+use crate::{
+    Driver, DriverError, Event, Folder, FusionSource, Goal, ImportSpec, Measuring, Options, PlanOptions, Result,
+    RunOptions, Soc, Stage,
+};
+
+/// Rounds of measuring a plan's segments and searching again, at most.
+pub const REFINE_ROUNDS: usize = 4;
+
+/// What a pipeline run produced (all of it also in its folder).
+pub struct Outcome {
+    pub folder: Folder,
+    pub graph: FusedGraph,
+    pub phased: PhasedGraph,
+    pub costs: CostTable,
+    pub plan: Plan,
+    /// None on a virtual SoC: nothing runs there.
+    pub report: Option<RunReport>,
+}
+
+/// Representative ops for the contention co-runs: compute-bound (MatMul, Conv) and
+/// memory-bound (a 2 MB-per-operand Add), in f32 like the measured PUs.
+const CONTENTION_PROBES: &[(&str, u64)] = &[("matmul", 256), ("conv", 32), ("add", 512)];
+
+impl Driver<'_> {
+    /// Every stage in order: import, partition, profile, search, refine and run (on a virtual
+    /// SoC the pipeline stops after the search: there is nothing to run on). Every option is
+    /// checked before the folder is touched.
+    pub fn pipeline(&self, o: &Options) -> Result<Outcome> {
+        let (path, name) = self.model_path(&o.import.model)?;
+        let folder = Folder::new(o.out.clone().unwrap_or_else(|| self.default_out(&name)));
+        let soc = self.soc(&o.soc)?;
+        self.check(o, &soc)?;
+        let _lock = folder.create_locked()?;
+        let (g, gh) = self.import(&folder, &o.import, &path)?;
+        let (phased, ph) = self.partition(&folder, &g, gh, &o.plan.partition)?;
+        let (mut costs, mut ch) = self.profile(&folder, (&g, gh), &soc, o.measuring, phased.neighbours())?;
+        let (mut plan, mut plan_h) = self.search(&folder, (&phased, ph), (&costs, ch), &o.plan)?;
+        let report = match &soc {
+            Soc::Measured(spec, be) => {
+                if o.plan.goal != Goal::Pareto {
+                    (costs, ch, plan, plan_h) = self.refine(
+                        &folder,
+                        &g,
+                        (&phased, ph),
+                        (costs, ch),
+                        (plan, plan_h),
+                        &o.plan,
+                        (spec, be.as_ref()),
+                        o.measuring,
+                    )?;
+                }
+                let mut replan = |c: &Constraints| {
+                    // a re-plan is one search: the front's fastest point was the latency one
+                    let goal = if o.plan.goal == Goal::Pareto { Goal::Latency } else { o.plan.goal };
+                    let p = PlanOptions { constraints: c.clone(), goal, ..o.plan.clone() };
+                    self.search(&folder, (&phased, ph), (&costs, ch), &p)
+                };
+                let (p, report) = self.run(&folder, &g, (plan, plan_h), spec, be.clone(), &o.run, &mut replan)?;
+                plan = p;
+                Some(report)
+            }
+            Soc::Virtual(v) => {
+                self.note(
+                    Stage::Run,
+                    format!("skipped: `{}` is a virtual SoC, its plan is simulated only", v.spec.name),
+                );
+                None
+            }
+        };
+        Ok(Outcome { folder, graph: g, phased, costs, plan, report })
+    }
+
+    /// What can be checked before a folder is touched: passes and PUs named exist, options
+    /// that name a PU name one of the SoC's, faults only where something runs.
+    pub fn check(&self, o: &Options, soc: &Soc) -> Result<()> {
+        self.passes.partition(&o.plan.partition)?;
+        self.passes.search(&o.plan.search)?;
+        if o.plan.goal == Goal::Pareto && o.plan.search != "bident" {
+            return Err(DriverError::Invalid(format!(
+                "--objective pareto runs bident's search; `{}` cannot blend objectives",
+                o.plan.search
+            )));
+        }
+        self.import_options(&o.import)?;
+        o.plan.constraints.check_names(&soc.pu_names())?;
+        match soc {
+            Soc::Measured(spec, _) => check_run(&o.run, spec),
+            Soc::Virtual(v) if o.run.fault.is_some() => Err(DriverError::Invalid(format!(
+                "--inject-fault: `{}` is a virtual SoC; nothing runs on it",
+                v.spec.name
+            ))),
+            Soc::Virtual(_) => Ok(()),
+        }
+    }
+
+    pub fn import_options(&self, spec: &ImportSpec) -> Result<bident_ir::ImportOptions> {
+        Ok(bident_ir::ImportOptions {
+            input_shapes: spec.input_shapes.clone(),
+            input_literals: spec.input_values.clone(),
+            ..Default::default()
+        })
+    }
+
+    /// Stage 1: import the model at `path` into `folder` (every artifact there is removed first).
+    pub fn import(&self, folder: &Folder, spec: &ImportSpec, path: &Path) -> Result<(FusedGraph, ContentHash)> {
+        folder.clear(&[FUSED, PHASED, COSTS, PLAN, REPORT])?;
+        let mut opts = self.import_options(spec)?;
+        let g = match spec.fusion {
+            FusionSource::Backend => {
+                let be = self.backend(crate::BackendName::OpenVino)?;
+                self.import_backend_fused(path, &mut opts, be.as_ref())?
+            }
+            FusionSource::Rules => bident_ir::import(path, &opts)?,
+        };
+        bident_ir::verify(&g)?;
+        let inputs = opts.input_hash(g.source.hash)?;
+        let h = folder.write(FUSED, &g, inputs)?;
+        self.note(
+            Stage::Import,
+            format!(
+                "{} -> {} fused ops by {} ({} ONNX nodes, {} folded) -> {}",
+                path.display(),
+                g.ops.len(),
+                g.fusion.source,
+                g.source.nodes,
+                g.source.folded_nodes,
+                folder.path(FUSED).display()
+            ),
+        );
+        if let Some(b) = &g.fusion.backend {
+            self.note(
+                Stage::Fusion,
+                format!(
+                    "backend on {} gives {} ops, rules {}; {} groups identical (agreement {:.2}){}",
+                    b.pu,
+                    b.ops,
+                    g.fusion.rule_ops,
+                    b.identical,
+                    b.agreement,
+                    if b.split > 0 { format!("; {} non-convex groups split", b.split) } else { String::new() }
+                ),
+            );
+        }
+        Ok((g, h))
+    }
+
+    /// Import with backend-true fusion: import, profile the lowered model whole on the first PU
+    /// of the `local` SoC, import again grouped as the backend fused it (`opts.fusion` is set).
+    pub fn import_backend_fused(
+        &self,
+        path: &Path,
+        opts: &mut bident_ir::ImportOptions,
+        be: &dyn Backend,
+    ) -> Result<FusedGraph> {
+        let g = bident_ir::import(path, opts)?;
+        let mut local = SocSpec::preset("local", be)?;
+        if local.pus.is_empty() {
+            return Err(DriverError::Invalid("the backend has no device to fuse on".into()));
+        }
+        let pu = local.pus.remove(0);
+        let layers = bident_profile::backend_layers(be, &g, &pu)?;
+        opts.fusion = bident_ir::Fusion::Backend { pu: pu.name.clone(), layers };
+        Ok(bident_ir::import(path, opts)?)
+    }
+
+    /// Stage 2: the partition pass named `pass`, verified.
+    pub fn partition(
+        &self,
+        folder: &Folder,
+        g: &FusedGraph,
+        gh: ContentHash,
+        pass: &str,
+    ) -> Result<(PhasedGraph, ContentHash)> {
+        folder.clear(&[PHASED, PLAN, REPORT])?;
+        let pass = self.passes.partition(pass)?;
+        let p = pass.partition(g)?;
+        bident_partition::verify(g, &p)
+            .map_err(|e| DriverError::from(e).context(format!("partition pass `{}`", pass.name())))?;
+        let h = folder.write(PHASED, &p, ContentHash::of_value(&(gh, pass.name()))?)?;
+        self.note(
+            Stage::Partition,
+            format!("{} phases, {} with parallel branches ({})", p.phases.len(), p.parallel_phases(), pass.name()),
+        );
+        Ok((p, h))
+    }
+
+    /// Stage 3: the cost table of `g` on `soc`, measured (with the contention matrix where some
+    /// PUs may run at once) or simulated. `pairs`: neighbours in the execution order to measure
+    /// compiled together as well.
+    pub fn profile(
+        &self,
+        folder: &Folder,
+        (g, gh): (&FusedGraph, ContentHash),
+        soc: &Soc,
+        m: Measuring,
+        pairs: Vec<(OpId, OpId)>,
+    ) -> Result<(CostTable, ContentHash)> {
+        folder.clear(&[COSTS, PLAN, REPORT])?;
+        let cfg = ProfileConfig {
+            runs: m.runs,
+            adaptive: m.adaptive,
+            segments: pairs.into_iter().map(|(a, b)| vec![a, b]).collect(),
+            ..Default::default()
+        };
+        let (soc, be) = match soc {
+            Soc::Measured(spec, be) => (spec, be),
+            Soc::Virtual(v) => {
+                let table = bident_profile::simulate::simulate(g, v)?;
+                let h = folder.write(COSTS, &table, bident_profile::simulate::input_hash(gh, v)?)?;
+                self.note(
+                    Stage::Profile,
+                    format!(
+                        "{} ops x {} PUs SIMULATED on virtual SoC {} (analytic model; nothing was measured)",
+                        table.ops.len(),
+                        v.spec.pus.len(),
+                        v.spec.name
+                    ),
+                );
+                self.emit(Event::Profiled { table: &table, cfg: &cfg });
+                return Ok((table, h));
+            }
+        };
+        let t0 = Instant::now();
+        let cache = self.cache(m);
+        let mut table = bident_profile::profile(g, soc, be.as_ref(), &cfg, cache.as_ref(), &mut |p| {
+            if p.phase == "cached" {
+                self.note(Stage::Profile, format!("{}: {} of {} ops from the profile cache", p.pu, p.done, p.total));
+            } else {
+                self.emit(Event::Progress {
+                    stage: Stage::Profile,
+                    what: format!("{} {}", p.pu, p.phase),
+                    done: p.done,
+                    total: p.total,
+                });
+            }
+        })?;
+        if independent_pus(soc) {
+            table.contention = Some(self.measure_contention(soc, be.as_ref())?);
+        }
+        let h = folder.write(COSTS, &table, bident_profile::input_hash(gh, soc, &cfg)?)?;
+        let failed: usize = table.ops.iter().map(|o| o.failures.len()).sum();
+        let entries: Vec<u32> = table.ops.iter().flat_map(|o| o.per_pu.iter().flatten().map(|c| c.runs)).collect();
+        let mean_runs = entries.iter().sum::<u32>() as f64 / entries.len().max(1) as f64;
+        self.note(
+            Stage::Profile,
+            format!(
+                "{} ops x {} PUs in {:.1} s on {} ({}), {failed} (op, PU) pairs without an entry; {mean_runs:.0} timed \
+                 runs per entry on average ({})",
+                table.ops.len(),
+                soc.pus.len(),
+                t0.elapsed().as_secs_f64(),
+                table.measured_on,
+                if table.simulated { "simulated" } else { "measured" },
+                if cfg.adaptive {
+                    format!("stopped within {:.0}% at 95% confidence, cap {}", cfg.rel_ci * 100.0, cfg.runs)
+                } else {
+                    "fixed".to_string()
+                }
+            ),
+        );
+        self.emit(Event::Profiled { table: &table, cfg: &cfg });
+        Ok((table, h))
+    }
+
+    /// The measured SF matrix of `soc` (paper 3.2.2).
+    pub fn measure_contention(&self, soc: &SocSpec, be: &dyn Backend) -> Result<bident_profile::Contention> {
+        let probes = CONTENTION_PROBES
+            .iter()
+            .map(|&(op, n)| {
+                let model = bident_zoo::probe(op, bident_tensor::DType::F32, n)
+                    .ok_or_else(|| DriverError::Invalid(format!("no contention probe `{op}`")))?;
+                Ok(bident_profile::contention::Probe {
+                    name: format!("{op}-f32-{n}"),
+                    onnx: prost::Message::encode_to_vec(&model),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let t0 = Instant::now();
+        let c = bident_profile::contention::measure(be, soc, &probes, Default::default())?;
+        self.note(Stage::Contention, format!("measured in {:.1} s", t0.elapsed().as_secs_f64()));
+        let names: Vec<String> = probes.iter().map(|p| p.name.clone()).collect();
+        self.emit(Event::Contention { soc, contention: &c, probes: &names });
+        Ok(c)
+    }
+
+    /// Stage 4: the plan, by the search `p.search` (or the latency/energy front, whose fastest
+    /// point becomes the plan and which is written to `pareto.yaml`).
+    pub fn search(
+        &self,
+        folder: &Folder,
+        phased: (&PhasedGraph, ContentHash),
+        costs: (&CostTable, ContentHash),
+        p: &PlanOptions,
+    ) -> Result<(Plan, ContentHash)> {
+        folder.clear(&[PLAN, REPORT])?;
+        let cfg = p.search_config();
+        let t0 = Instant::now();
+        let plan = if p.goal == Goal::Pareto {
+            let front = bident_search::pareto(phased.0, costs.0, &cfg)?;
+            self.emit(Event::Front(&front));
+            write_front(folder, &front)?;
+            front.into_iter().next().ok_or_else(|| DriverError::Invalid("an empty latency/energy front".into()))?
+        } else {
+            bident_search::search_by(self.passes.search(&p.search)?, phased.0, costs.0, &cfg)?
+        };
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        let h = folder.write(PLAN, &plan, plan.input_hash(phased.1, costs.1)?)?;
+        self.emit(Event::Searched { plan: &plan, ms });
+        Ok((plan, h))
+    }
+
+    /// Between search and run, on real PUs: measure the plan's segments of three or more ops
+    /// whole (the search priced them from pairs), and every PU running the whole model (the
+    /// single-PU baselines), add them to the cost table and search again, until the plan's
+    /// segments are all measured (at most [`REFINE_ROUNDS`] rounds). The table and plan are
+    /// rewritten in `folder` after each round.
+    #[allow(clippy::too_many_arguments)]
+    pub fn refine(
+        &self,
+        folder: &Folder,
+        g: &FusedGraph,
+        phased: (&PhasedGraph, ContentHash),
+        (mut costs, mut ch): (CostTable, ContentHash),
+        (plan, mut plan_h): (Plan, ContentHash),
+        p: &PlanOptions,
+        soc: (&SocSpec, &dyn Backend),
+        m: Measuring,
+    ) -> Result<(CostTable, ContentHash, Plan, ContentHash)> {
+        let table_inputs = folder.read_raw::<CostTable>(COSTS)?.header.input_hash;
+        let plan = self.refine_costs(g, phased.0, &mut costs, plan, soc, m, &mut |costs| {
+            ch = folder.write(COSTS, costs, table_inputs)?;
+            let (plan, h) = self.search(folder, phased, (costs, ch), p)?;
+            plan_h = h;
+            Ok(plan)
+        })?;
+        Ok((costs, ch, plan, plan_h))
+    }
+
+    /// The refine loop of [`Driver::refine`] on a table in memory: `search` plans again on the
+    /// grown table after each round.
+    #[allow(clippy::too_many_arguments)]
+    pub fn refine_costs(
+        &self,
+        g: &FusedGraph,
+        phased: &PhasedGraph,
+        costs: &mut CostTable,
+        mut plan: Plan,
+        (soc, be): (&SocSpec, &dyn Backend),
+        m: Measuring,
+        search: &mut dyn FnMut(&CostTable) -> Result<Plan>,
+    ) -> Result<Plan> {
+        let pcfg = ProfileConfig { runs: m.runs, adaptive: m.adaptive, ..Default::default() };
+        let cache = self.cache(m);
+        for _ in 0..REFINE_ROUNDS {
+            let wanted = segments_to_measure(&plan, costs, phased);
+            if wanted.is_empty() {
+                break;
+            }
+            let t0 = Instant::now();
+            let found = bident_profile::measure_segments(g, soc, be, &pcfg, cache.as_ref(), &wanted, &mut |_| {})?;
+            let before = plan.predicted_us;
+            let summary: Vec<String> = found
+                .iter()
+                .zip(&wanted)
+                .map(|(s, (ops, j))| {
+                    let got = s.per_pu[*j]
+                        .as_ref()
+                        .map_or("failed".to_string(), |c| format!("{:.1} µs", c.weight_us() + c.h2d_us + c.d2h_us));
+                    format!("ops {}..{} on {}: {got}", ops[0], ops[ops.len() - 1], soc.pus[*j].name)
+                })
+                .collect();
+            costs.segments.extend(found);
+            plan = search(costs)?;
+            self.note(
+                Stage::Refine,
+                format!(
+                    "measured the plan's segments whole in {:.1} s ({}); the plan predicted {before:.1} µs from pairs, \
+                     the new plan {:.1} µs",
+                    t0.elapsed().as_secs_f64(),
+                    summary.join("; "),
+                    plan.predicted_us
+                ),
+            );
+        }
+        Ok(plan)
+    }
+
+    /// Stage 5: run and measure the plan. A plan slower than the fastest engine default beside
+    /// it gives way to that engine's whole-model PU (and the better measured is kept); with
+    /// `fallback`, a PU that fails is excluded and the plan searched again (`replan`) until a
+    /// plan runs or no PU is left to drop.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run(
+        &self,
+        folder: &Folder,
+        g: &FusedGraph,
+        mut plan: (Plan, ContentHash),
+        soc: &SocSpec,
+        be: Arc<Backends>,
+        opts: &RunOptions,
+        replan: &mut dyn FnMut(&Constraints) -> Result<(Plan, ContentHash)>,
+    ) -> Result<(Plan, RunReport)> {
+        let be = self.faulty(be, opts);
+        // every PU that runs the whole model is a candidate the plan's regret is measured
+        // against, in the same blocks
+        let mut config = opts.config.clone();
+        for b in plan.0.baselines.iter().filter(|b| b.predicted_us.is_some()) {
+            if !config.whole_on.contains(&b.pu) {
+                config.whole_on.push(b.pu.clone());
+            }
+        }
+        let cfg = &config;
+        // the engines' whole-model PUs a slower plan already gave way to
+        let mut tried: Vec<String> = vec![];
+        // the best measured so far among the plans that gave way: (speedup, its constraints, report)
+        let mut best: Option<(f64, Constraints, RunReport)> = None;
+        loop {
+            folder.clear(&[REPORT])?;
+            let err = match bident_runtime::run(g, &plan.0, soc, be.clone(), cfg) {
+                Ok(report) => {
+                    // a plan that measured slower than an engine's own defaults beside it gives
+                    // way to that engine's PU running the whole model, when the SoC has it and no
+                    // pin says otherwise
+                    if report.speedup_vs_best_default() < 1.0
+                        && (plan.0.constraints.pin.is_empty() || !tried.is_empty())
+                        && let Some(pu) = default_pu(soc, &report, &plan.0).filter(|pu| !tried.contains(pu))
+                    {
+                        self.note(
+                            Stage::Run,
+                            format!(
+                                "the plan measured {:.1} µs, slower than {} at {:.1} µs beside it; planning the whole \
+                                 model on `{pu}` (that engine at its defaults) instead",
+                                report.measured_us, report.backend_default, report.measured_backend_default_us
+                            ),
+                        );
+                        let mut c = plan.0.constraints.clone();
+                        c.pin = g.ops.iter().map(|op| (op.name.clone(), pu.clone())).collect();
+                        let speedup = report.speedup_vs_best_default();
+                        if best.as_ref().is_none_or(|b| speedup > b.0) {
+                            best = Some((speedup, plan.0.constraints.clone(), report));
+                        }
+                        plan = replan(&c)?;
+                        tried.push(pu);
+                        continue;
+                    }
+                    // an engine's PU that measured no better than a plan before it gives the plan
+                    // back (the search is deterministic: planning again writes the same plan)
+                    let mut report = report;
+                    if let Some((speedup, c, earlier)) = best.take()
+                        && speedup > report.speedup_vs_best_default()
+                    {
+                        self.note(
+                            Stage::Run,
+                            format!(
+                                "the whole model on `{}` measured {:.2}x of the best default, the plan before it \
+                                 {speedup:.2}x: keeping that plan",
+                                tried.last().map_or("?", String::as_str),
+                                report.speedup_vs_best_default()
+                            ),
+                        );
+                        plan = replan(&c)?;
+                        report = earlier;
+                    }
+                    folder.write(REPORT, &report, bident_runtime::input_hash(plan.1, cfg)?)?;
+                    self.write_pictures(folder, &report)?;
+                    return Ok((plan.0, report));
+                }
+                Err(e) => e,
+            };
+            // outputs beyond the tolerance of a reduced precision: that precision is wrong for
+            // this model (OpenVINO's bf16 attention, cut into sub-models, gave garbage), so the
+            // plan is made again in exact precision rather than reported as it is
+            let reduced: Vec<String> =
+                plan.0.ops_per_pu.keys().filter(|pu| soc.pu(pu).is_some_and(|p| !p.is_exact())).cloned().collect();
+            if matches!(err, bident_runtime::RuntimeError::Outputs(_)) && !reduced.is_empty() {
+                self.note(
+                    Stage::Run,
+                    format!(
+                        "{}; the plan computes some ops in reduced precision on {}: planning again without it",
+                        chain(&err),
+                        reduced.join(", ")
+                    ),
+                );
+                let mut c = plan.0.constraints.clone();
+                c.pin.retain(|(_, p)| !reduced.contains(p));
+                c.exclude.extend(reduced);
+                plan = replan(&c)?;
+                continue;
+            }
+            let Some(pu) = err.faulty_pu().map(str::to_string) else { return Err(err.into()) };
+            if !opts.fallback {
+                return Err(
+                    DriverError::from(err).context(format!("run: rerun with --fallback to plan without PU `{pu}`"))
+                );
+            }
+            self.note(Stage::Run, format!("{}; --fallback: planning again without PU `{pu}`", chain(&err)));
+            let mut c = plan.0.constraints.clone();
+            let pins = c.pin.len();
+            c.pin.retain(|(_, p)| *p != pu);
+            if c.pin.len() < pins {
+                self.note(Stage::Run, format!("dropping {} --pin to `{pu}`", pins - c.pin.len()));
+            }
+            c.exclude.push(pu);
+            if c.exclude.len() >= soc.pus.len() {
+                return Err(DriverError::Invalid(format!(
+                    "run: every PU of `{}` has failed; nothing left to plan on",
+                    soc.name
+                )));
+            }
+            plan = replan(&c)?;
+        }
+    }
+
+    /// What ran where, next to the run report: `trace.json` (Chrome trace, opens in Perfetto)
+    /// and `gantt.svg`.
+    pub(crate) fn write_pictures(&self, folder: &Folder, r: &RunReport) -> Result<()> {
+        for (file, text) in
+            [("trace.json", bident_runtime::trace::chrome_trace(r)), ("gantt.svg", bident_runtime::trace::gantt_svg(r))]
+        {
+            let path = folder.path(file);
+            std::fs::write(&path, text).map_err(DriverError::io(&path))?;
+        }
+        self.note(
+            Stage::Run,
+            format!(
+                "what ran where -> {} and {}",
+                folder.path("gantt.svg").display(),
+                folder.path("trace.json").display()
+            ),
+        );
+        Ok(())
+    }
+
+    /// `be`, with the injected fault if any.
+    pub fn faulty(&self, be: Arc<Backends>, opts: &RunOptions) -> Arc<dyn Backend> {
+        match &opts.fault {
+            Some(f) => {
+                self.note(Stage::Run, format!("injecting a fault: PU `{}` {:?}", f.pu, f.fault));
+                Arc::new(FaultyBackend::new(be, f.clone()))
+            }
+            None => be,
+        }
+    }
+
+    /// Run the plan in `folder` again (every artifact up to it checked), re-planning from the
+    /// folder's phases and costs where the run stage needs to.
+    pub fn rerun(&self, folder: &Folder, opts: &RunOptions) -> Result<(Plan, RunReport, FusedGraph)> {
+        let _lock = folder.lock()?;
+        let p = folder.planned()?;
+        check_run(opts, &p.costs.soc)?;
+        if p.costs.simulated {
+            return Err(DriverError::Invalid(format!(
+                "{}: the plan is for virtual SoC `{}` (simulated costs): there are no such PUs to run it on",
+                folder.dir.display(),
+                p.costs.soc.name
+            )));
+        }
+        let named =
+            p.costs.soc.pus.iter().map(|pu| crate::BackendName::parse(&pu.backend)).collect::<Result<Vec<_>>>()?;
+        let mut distinct = vec![];
+        for b in named {
+            if !distinct.contains(&b) {
+                distinct.push(b);
+            }
+        }
+        let be = self.backends(&distinct)?;
+        let options = PlanOptions {
+            goal: match p.plan.objective {
+                bident_search::Objective::Latency => Goal::Latency,
+                bident_search::Objective::Energy => Goal::Energy,
+            },
+            mode: p.plan.mode,
+            constraints: p.plan.constraints.clone(),
+            partition: String::new(),
+            // a plan imported as a placement is re-planned by bident's search
+            search: if self.passes.search(&p.plan.search).is_ok() { p.plan.search.clone() } else { "bident".into() },
+        };
+        let mut replan = |c: &Constraints| {
+            let o = PlanOptions { constraints: c.clone(), ..options.clone() };
+            self.search(folder, (&p.phased, p.ph), (&p.costs, p.ch), &o)
+        };
+        let (plan, r) = self.run(folder, &p.g, (p.plan.clone(), p.plan_h), &p.costs.soc, be, opts, &mut replan)?;
+        Ok((plan, r, p.g))
+    }
+}
+
+/// Options that name a PU must name one of the SoC's: an injected fault on a PU the SoC does not
+/// have would inject nothing.
+fn check_run(o: &RunOptions, soc: &SocSpec) -> Result<()> {
+    let known = || soc.pus.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ");
+    if let Some(f) = &o.fault
+        && soc.pu(&f.pu).is_none()
+    {
+        return Err(DriverError::Invalid(format!(
+            "--inject-fault: SoC `{}` has no PU `{}` (it has {})",
+            soc.name,
+            f.pu,
+            known()
+        )));
+    }
+    if let Some(pu) = o.config.whole_on.iter().find(|pu| soc.pu(pu).is_none()) {
+        return Err(DriverError::Invalid(format!(
+            "--measure-whole: SoC `{}` has no PU `{pu}` (it has {})",
+            soc.name,
+            known()
+        )));
+    }
+    Ok(())
+}
+
+/// An error and its causes on one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        next = s.source();
+    }
+    out
+}
+
+/// The latency/energy front as `pareto.yaml` beside the plan.
+fn write_front(folder: &Folder, front: &[Plan]) -> Result<()> {
+    let mut yaml = String::from("# latency/energy front: plans minimising weight*latency + (1-weight)*energy\n");
+    for p in front {
+        let mix: Vec<String> = p.ops_per_pu.iter().map(|(pu, n)| format!("{n} on {pu}")).collect();
+        yaml.push_str(&format!(
+            "- {{latency_weight: {}, predicted_us: {}, predicted_energy_uj: {}, ops_per_pu: \"{}\"}}\n",
+            p.blend.unwrap_or(f64::NAN),
+            p.predicted_us,
+            p.predicted_energy_uj,
+            mix.join(", ")
+        ));
+    }
+    let path = folder.path("pareto.yaml");
+    std::fs::write(&path, yaml).map_err(DriverError::io(&path))
+}
+
+/// Whether some two PUs of `soc` may run at once (so their contention is worth measuring).
+pub fn independent_pus(soc: &SocSpec) -> bool {
+    let x = soc.exclusive();
+    (0..x.len()).any(|i| (0..x.len()).any(|j| i != j && !x[i][j]))
+}
+
+/// The plan's segments of three or more ops and each PU's whole-model run, where the table has
+/// no measurement of them yet: (ops in execution order, PU index).
+pub fn segments_to_measure(plan: &Plan, costs: &CostTable, phased: &PhasedGraph) -> Vec<(Vec<OpId>, usize)> {
+    let measured = |ops: &[OpId], pu: usize| costs.segments.iter().any(|s| s.ops == ops && s.per_pu[pu].is_some());
+    let whole = whole_model_runs(costs, phased);
+    let mut wanted: Vec<(Vec<OpId>, usize)> = plan
+        .segments()
+        .into_iter()
+        .filter_map(|(ops, pu)| costs.soc.pus.iter().position(|p| p.name == pu).map(|j| (ops, j)))
+        .chain(whole)
+        .filter(|(ops, j)| ops.len() >= 3 && !measured(ops, *j))
+        .collect();
+    wanted.sort();
+    wanted.dedup();
+    wanted
+}
+
+/// The whole model as one run on every PU that can run all of its ops: (execution order, PU).
+pub(crate) fn whole_model_runs(costs: &CostTable, phased: &PhasedGraph) -> Vec<(Vec<OpId>, usize)> {
+    let order = phased.order();
+    (0..costs.soc.pus.len())
+        .filter(|&j| order.iter().all(|&o| costs.cost(o, j).is_some()))
+        .map(|j| (order.clone(), j))
+        .collect()
+}
+
+/// The PU of `soc` that is the fastest backend default of `report`: that backend's device,
+/// whole (not pinned), asking for nothing but the device's default precision; None when the SoC
+/// has no such PU, the plan excludes it or already runs everything on it.
+fn default_pu(soc: &SocSpec, report: &RunReport, plan: &Plan) -> Option<String> {
+    let d = report.best_default()?;
+    let reference = soc.pu(report.best_single_pu.first()?)?;
+    let pu = soc.pus.iter().find(|p| {
+        p.backend == d.backend
+            && p.kind == reference.kind
+            && p.device == reference.device
+            && p.cores.is_empty()
+            && p.properties.iter().all(|(k, v)| {
+                k == bident_backend::soc::PRECISION_KEY
+                    && d.precision.as_ref().is_some_and(|dp| dp.eq_ignore_ascii_case(v))
+            })
+    })?;
+    let excluded = plan.constraints.exclude.contains(&pu.name);
+    let already = plan.ops_per_pu.len() == 1 && plan.ops_per_pu.contains_key(&pu.name);
+    (!excluded && !already).then(|| pu.name.clone())
+}

@@ -1,0 +1,300 @@
+//! Commands around the artifacts: show, plan-diff, extract, soc, costs export/import, coexec,
+//! zoo.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use bident_artifact::{self as artifact, Artifact, ContentHash};
+use bident_driver::{Folder, Soc};
+use bident_ir::{FusedGraph, OpId};
+use bident_partition::PhasedGraph;
+use bident_profile::CostTable;
+use bident_runtime::RunReport;
+use bident_search::Plan;
+use clap::Args;
+
+use crate::args::SocArgs;
+use crate::pipeline::{driver, target_dir};
+use crate::print::truncate;
+
+const COSTS: &str = "cost-table.bin";
+
+#[derive(Args, Clone)]
+pub struct ExtractArgs {
+    /// Folder holding the import stage's artifacts.
+    pub dir: PathBuf,
+    /// The fused op: its index or its name (see fused-graph.yaml).
+    #[arg(long, required_unless_present = "lowered")]
+    pub op: Option<String>,
+    /// Write the whole lowered model (inputs pinned, constants folded) instead.
+    #[arg(long, conflicts_with = "op")]
+    pub lowered: bool,
+    /// Output file.
+    #[arg(short, long)]
+    pub out: PathBuf,
+}
+
+pub fn extract(a: ExtractArgs) -> Result<()> {
+    let (g, _) = Folder::new(&a.dir).fused()?;
+    let bytes = match &a.op {
+        None => g.lowered_model()?,
+        Some(op) => {
+            let id = match op.parse::<usize>() {
+                Ok(i) if i < g.ops.len() => i,
+                Ok(i) => bail!("op {i} out of range: the graph has {} ops", g.ops.len()),
+                Err(_) => g
+                    .ops
+                    .iter()
+                    .position(|o| o.name == *op)
+                    .with_context(|| format!("no fused op named `{op}` in {}", a.dir.display()))?,
+            };
+            eprintln!("extract: op {id} `{}` ({})", g.ops[id].name, g.ops[id].kind);
+            bident_ir::Extractor::new(&g)?.extract(id as OpId)?
+        }
+    };
+    std::fs::write(&a.out, &bytes).with_context(|| a.out.display().to_string())?;
+    eprintln!("extract: {} bytes -> {}", bytes.len(), a.out.display());
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct CoexecArgs {
+    /// Folders of the two imported models (A and B; may be the same).
+    pub a: PathBuf,
+    pub b: PathBuf,
+    #[command(flatten)]
+    pub soc: SocArgs,
+    /// Measure every (A op, B op) pair up to this many per PU, else a seeded sample of this
+    /// many, with a fitted model (and its cross-validated error) for the rest.
+    #[arg(long, default_value_t = bident_profile::coexec::CoExecConfig::default().max_pairs)]
+    pub max_pairs: usize,
+    /// Output folder (default: target/bident/pairs/<A>+<B>/).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+pub fn coexec(a: CoexecArgs) -> Result<()> {
+    let (ga, ha) = Folder::new(&a.a).fused()?;
+    let (gb, hb) = Folder::new(&a.b).fused()?;
+    let Soc::Measured(soc, be) = driver().soc(&a.soc.choice()?)? else {
+        bail!("co-execution costs are measured: `{}` is a virtual SoC", a.soc.soc);
+    };
+    let cfg = bident_profile::coexec::CoExecConfig { max_pairs: a.max_pairs, ..Default::default() };
+    let dir =
+        a.out.clone().unwrap_or_else(|| target_dir().join("bident/pairs").join(format!("{}+{}", ga.name, gb.name)));
+    let file = "coexec-table.bin";
+    let folder = Folder::new(&dir);
+    let _lock = folder.create_locked()?;
+    folder.clear(&[file])?;
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let t0 = std::time::Instant::now();
+    let table = bident_profile::coexec::measure(be.as_ref(), &soc, (&ga, &gb), cfg, &mut |p| {
+        if tty {
+            eprint!("\rcoexec: {} pair {}/{}   ", p.pu, p.done, p.total);
+        }
+    })?;
+    if tty {
+        eprintln!();
+    }
+    folder.write(file, &table, bident_profile::coexec::input_hash(ha, hb, &soc, &cfg)?)?;
+    eprintln!(
+        "coexec: {} x {} ops of `{}` and `{}` on {} in {:.1} s ({}) -> {}",
+        ga.ops.len(),
+        gb.ops.len(),
+        ga.name,
+        gb.name,
+        soc.name,
+        t0.elapsed().as_secs_f64(),
+        table.measured_on,
+        dir.join(file).display()
+    );
+    for (j, pu) in soc.pus.iter().enumerate() {
+        let pairs = &table.pairs[j];
+        let mut slow: Vec<f64> =
+            pairs.iter().flat_map(|p| [p.co_a_us / p.solo_a_us, p.co_b_us / p.solo_b_us]).collect();
+        let med = bident_profile::quantile(&mut slow, 0.5);
+        let fit = match &table.fit[j] {
+            Some(f) => format!(
+                "fit co(x|y) = {:.2} t_x + {:.2} t_y + {:.2} min(t_x, t_y) + {:.1} µs, cross-validated error \
+                 median {:.1}%, p90 {:.1}%",
+                f.a,
+                f.b,
+                f.c,
+                f.d,
+                f.cv_median_rel_err * 100.0,
+                f.cv_p90_rel_err * 100.0
+            ),
+            None => "too few pairs to fit".into(),
+        };
+        eprintln!(
+            "coexec: {}: {} pairs measured ({}), median slowdown sharing the PU {med:.2}x; {fit}",
+            pu.name,
+            pairs.len(),
+            if table.complete[j] { "all of them" } else { "a sample" }
+        );
+    }
+    Ok(())
+}
+
+#[derive(clap::Subcommand)]
+pub enum CostsCmd {
+    /// Write DIR's cost table as FILE (`.json`: every field; `.csv`: a row per (op, PU), the
+    /// metadata as `# key: value` lines).
+    Export { dir: PathBuf, file: PathBuf },
+    /// Read FILE (an export) as DIR's cost table, after checking it is for DIR's fused graph.
+    Import { file: PathBuf, dir: PathBuf },
+}
+
+pub fn costs(cmd: CostsCmd) -> Result<()> {
+    use bident_profile::portable::{self, Format};
+    let format = |f: &Path| Format::of_path(f).with_context(|| format!("{}: give a .json or .csv file", f.display()));
+    match cmd {
+        CostsCmd::Export { dir, file } => {
+            let t = Folder::new(&dir).read_raw::<CostTable>(COSTS)?.value;
+            std::fs::write(&file, portable::export(&t, format(&file)?)?).with_context(|| file.display().to_string())?;
+            eprintln!(
+                "costs: {} ops x {} PUs ({}) -> {}",
+                t.ops.len(),
+                t.soc.pus.len(),
+                if t.simulated { "simulated" } else { "measured" },
+                file.display()
+            );
+        }
+        CostsCmd::Import { file, dir } => {
+            let fmt = format(&file)?;
+            let text = std::fs::read_to_string(&file).with_context(|| file.display().to_string())?;
+            let t = portable::import(&text, fmt, &file.display().to_string())?;
+            let folder = Folder::new(&dir);
+            let _lock = folder.lock()?;
+            let (g, gh) = folder.fused()?;
+            t.check(&g).with_context(|| file.display().to_string())?;
+            folder.clear(&[COSTS, "plan.bin", "run-report.bin"])?;
+            folder.write(COSTS, &t, ContentHash::of_parts(&[&gh.0, text.as_bytes()]))?;
+            eprintln!(
+                "costs: {} -> {} ({} ops x {} PUs, {} on {})",
+                file.display(),
+                dir.join(COSTS).display(),
+                t.ops.len(),
+                t.soc.pus.len(),
+                if t.simulated { "simulated" } else { "measured" },
+                t.measured_on
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Print a SoC (preset or file), checked against this machine, in the spec file format.
+pub fn soc(spec: &str) -> Result<()> {
+    match crate::pipeline::soc_named(spec)? {
+        Soc::Measured(soc, _) => print!("{}", soc.to_toml()),
+        Soc::Virtual(v) => {
+            println!("# VIRTUAL SoC: costs come from an analytic model (simulated), calibrated to {}", v.calibration);
+            print!("{}", v.spec.to_toml());
+            for (pu, model) in v.spec.pus.iter().zip(&v.pus) {
+                println!("\n# model of `{}` (simulated)", pu.name);
+                for line in toml::to_string(model)?.lines() {
+                    println!("# {line}");
+                }
+            }
+            println!("\n# contention: sf[i][j] = slowdown of PU i while PU j is busy (simulated)");
+            for (pu, row) in v.spec.pus.iter().zip(&v.contention) {
+                println!("# {:<6} {row:?}", pu.name);
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn plan_diff(a: &Path, b: &Path) -> Result<()> {
+    let read_plan = |f: &Path| -> Result<Plan> {
+        let bytes = artifact::read_bytes(f)?;
+        let plan = artifact::decode::<Plan>(f, &bytes)?.value;
+        bident_search::check_figures(&plan).with_context(|| f.display().to_string())?;
+        Ok(plan)
+    };
+    let (pa, pb) = (read_plan(a)?, read_plan(b)?);
+    let d = bident_search::diff(&pa, &pb)?;
+    let label = |p: &Plan| format!("{} {} / {}", p.mode.name(), p.objective.name(), p.soc);
+    println!("plan-diff  {} ({}) -> {} ({}), model {}", a.display(), label(&pa), b.display(), label(&pb), pa.model);
+    println!(
+        "{:>5}  {:<28} {:<26} {:>6} -> {:<6} {:>10} {:>10}",
+        "op", "name", "kind", "from", "to", "µs before", "µs after"
+    );
+    for m in &d.moves {
+        println!(
+            "{:>5}  {:<28} {:<26} {:>6} -> {:<6} {:>10.1} {:>10.1}",
+            m.op,
+            truncate(&m.name, 28),
+            truncate(&m.kind, 26),
+            m.from,
+            m.to,
+            m.before_us,
+            m.after_us
+        );
+    }
+    let pct = |(x, y): (f64, f64)| (y / x - 1.0) * 100.0;
+    println!(
+        "{} of {} ops moved; predicted {:.1} -> {:.1} µs ({:+.1}%), {:.1} -> {:.1} µJ ({:+.1}%); schedule {} -> {}",
+        d.moves.len(),
+        pa.steps.len(),
+        d.predicted_us.0,
+        d.predicted_us.1,
+        pct(d.predicted_us),
+        d.predicted_energy_uj.0,
+        d.predicted_energy_uj.1,
+        pct(d.predicted_energy_uj),
+        d.schedule.0.name(),
+        d.schedule.1.name()
+    );
+    Ok(())
+}
+
+pub fn show(file: &Path) -> Result<()> {
+    let bytes = artifact::read_bytes(file)?;
+    let (header, _) = artifact::read_header(file, &bytes)?;
+    let yaml = match header.kind.as_str() {
+        FusedGraph::KIND => twin::<FusedGraph>(file, &bytes)?,
+        PhasedGraph::KIND => twin::<PhasedGraph>(file, &bytes)?,
+        bident_profile::coexec::CoExecTable::KIND => twin::<bident_profile::coexec::CoExecTable>(file, &bytes)?,
+        bident_search::concurrent::ConcurrentPlan::KIND => {
+            twin::<bident_search::concurrent::ConcurrentPlan>(file, &bytes)?
+        }
+        CostTable::KIND => twin::<CostTable>(file, &bytes)?,
+        Plan::KIND => twin::<Plan>(file, &bytes)?,
+        RunReport::KIND => twin::<RunReport>(file, &bytes)?,
+        k => bail!("{}: unknown artifact kind `{k}`", file.display()),
+    };
+    print!("{yaml}");
+    Ok(())
+}
+
+fn twin<A: Artifact>(file: &Path, bytes: &[u8]) -> Result<String> {
+    let s = artifact::decode::<A>(file, bytes)?;
+    Ok(artifact::to_yaml(&s.header, &s.value)?)
+}
+
+pub fn zoo(name: Option<&str>, out: &Path, seed: u64, external_data: bool) -> Result<()> {
+    let Some(name) = name else {
+        for (n, what) in bident_zoo::MODELS {
+            println!("{n:<22} {what}");
+        }
+        println!("\nthe paper's families, as <family>-<tiny|full>-<fp32|fp16|int8> (full size below):");
+        for (n, what) in bident_zoo::families::FAMILIES {
+            println!("{n:<22} {what}");
+        }
+        return Ok(());
+    };
+    let mut model = bident_zoo::build(name, seed)
+        .with_context(|| format!("no zoo model `{name}` (list them with `cargo xtask zoo`)"))?;
+    std::fs::create_dir_all(out)?;
+    if external_data {
+        let weights = format!("{name}.weights");
+        let blob = bident_zoo::externalize(&mut model, &weights);
+        std::fs::write(out.join(&weights), blob)?;
+    }
+    let path = out.join(format!("{name}.onnx"));
+    std::fs::write(&path, prost::Message::encode_to_vec(&model))?;
+    println!("{}", path.display());
+    Ok(())
+}
