@@ -167,6 +167,14 @@ fn plans_on_lunar_lake() {
 fn measure_example(
     soc: &str,
 ) -> (bident_ir::FusedGraph, SocSpec, bident_profile::CostTable, bident_runtime::RunReport) {
+    measure_example_with(soc, |_| {})
+}
+
+/// [`measure_example`], with the options changed by `edit` first.
+fn measure_example_with(
+    soc: &str,
+    edit: impl FnOnce(&mut bident_driver::Options),
+) -> (bident_ir::FusedGraph, SocSpec, bident_profile::CostTable, bident_runtime::RunReport) {
     use bident_driver::{BackendName, Driver, Measuring, Model, Options, Passes};
     let out = tempfile::tempdir().expect("temp dir");
     let mut o = Options::new(Model::Zoo("example".into()), soc);
@@ -177,6 +185,7 @@ fn measure_example(
     o.measuring = Measuring { runs: 3, adaptive: false, cache: false };
     o.run.config.warmup = 1;
     o.run.config.runs = 3;
+    edit(&mut o);
     let d = Driver::new(bident_tests::target_dir(), Passes::default(), &|_| {});
     let r = d.pipeline(&o).expect("pipeline");
     assert_eq!(r.plan.steps.len(), r.graph.ops.len());
@@ -202,6 +211,29 @@ fn example_measured_on_local() {
     ran.sort();
     assert_eq!(ran, (0..g.ops.len() as u32).collect::<Vec<_>>());
     assert!(report.measured_backend_default_us > 0.0 && report.prediction_error.is_finite());
+}
+
+/// A plan that is an engine's default configuration (the whole model on ONNX Runtime's whole
+/// CPU, the other PUs ruled out) is measured as that default, once: the default's figures are
+/// the plan's, and the other engine's default is measured beside it, with its distance from f32.
+#[test]
+fn a_plan_that_is_an_engines_default_is_measured_once() {
+    let (_, _, _, report) = measure_example_with("local", |o| {
+        o.soc.backends = vec![bident_driver::BackendName::OpenVino, bident_driver::BackendName::OnnxRuntime];
+        o.plan.constraints.exclude = vec!["CPU".into()];
+    });
+    let ort = report.backend_defaults.iter().find(|d| d.backend == "onnxruntime").expect("ONNX Runtime's default");
+    assert!(ort.is_plan, "{:?}", report.backend_defaults);
+    assert_eq!((ort.measured_us, ort.max_abs_err), (Some(report.measured_us), Some(report.max_abs_err)));
+    let ov = report.backend_defaults.iter().find(|d| d.backend == "openvino").expect("OpenVINO's default");
+    assert!(!ov.is_plan && ov.measured_us.is_some());
+    // held to f32 (the test's precision is exact): OpenVINO's default computes in f32 too
+    assert!(ov.description.contains("f32 requested"), "{}", ov.description);
+    assert!(ov.max_abs_err.is_some_and(|e| e <= 1e-4), "{:?}", ov.max_abs_err);
+    // a regret candidate that is the plan's own configuration is not measured again
+    let same: Vec<(&str, Option<&str>)> =
+        report.measured_whole.iter().map(|w| (w.pu.as_str(), w.same_as.as_deref())).collect();
+    assert!(same.contains(&("CPU.ort", Some("the plan"))), "{same:?}");
 }
 
 /// The `cores` SoC: one single-threaded PU pinned to each core; the plan may mix them, and its

@@ -30,12 +30,28 @@ struct Row {
     /// Per backend: ops whose cheapest entry in the cost table is on that backend's PUs.
     ops_won: BTreeMap<String, u32>,
     schedule: String,
+    /// The precisions of the PUs the plan uses.
+    precisions: Vec<String>,
     report: RunReport,
 }
 
 impl Row {
     fn default_of(&self, backend: &str) -> Option<f64> {
         self.report.backend_defaults.iter().find(|d| d.backend == backend).and_then(|d| d.measured_us)
+    }
+
+    /// How far a backend default's outputs are from the f32 reference.
+    fn default_err(&self, backend: &str) -> Option<f64> {
+        self.report.backend_defaults.iter().find(|d| d.backend == backend).and_then(|d| d.max_abs_err)
+    }
+
+    /// The plan's latency, and which engine default it is, if it is one.
+    fn plan(&self) -> String {
+        let m = self.report.measured_us;
+        match self.report.backend_defaults.iter().find(|d| d.is_plan) {
+            Some(d) => format!("{m:.1} (= {} defaults)", engine(&d.backend)),
+            None => format!("{m:.1}"),
+        }
     }
 
     fn whole_on(&self, pu: &str) -> Option<f64> {
@@ -75,6 +91,7 @@ pub fn engines(targets: &[Target], runs: u32, out: &std::path::Path) -> Result<(
             ops_per_backend: ops_per_backend(&plan, &costs),
             ops_won: ops_won(&costs),
             schedule: plan.schedule.name().to_string(),
+            precisions: plan_precisions(&plan),
             report,
         });
     }
@@ -88,6 +105,29 @@ pub fn engines(targets: &[Target], runs: u32, out: &std::path::Path) -> Result<(
         out.join("engines.md").display()
     );
     Ok(())
+}
+
+/// `OV` or `ORT`, as the table's columns say.
+fn engine(backend: &str) -> &str {
+    match backend {
+        "openvino" => "OV",
+        "onnxruntime" => "ORT",
+        other => other,
+    }
+}
+
+/// The distinct precisions of the PUs the plan puts ops on.
+fn plan_precisions(plan: &Plan) -> Vec<String> {
+    let mut out: Vec<String> = plan
+        .pus
+        .iter()
+        .zip(&plan.pu_precisions)
+        .filter(|(pu, _)| plan.ops_per_pu.get(*pu).is_some_and(|&n| n > 0))
+        .map(|(_, p)| p.clone())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// The plan's ops per backend of the PUs they sit on.
@@ -147,7 +187,9 @@ fn table(rows: &[Row], cores: &[String]) -> String {
          (latency, parallel mode) and, beside it, each backend whole at its own defaults (every core, not pinned; \
          OpenVINO in {}, ONNX Runtime in {}) and whole on one pinned core ({}). Speedups are over the faster \
          default and over the faster single-core run. `won` counts the ops whose cheapest profiled entry is on \
-         that backend.\n",
+         that backend. `OV err` is how far OpenVINO's defaults' outputs are from the f32 whole model (max abs \
+         difference); a plan in reduced precision may be as far, not further. `= OV defaults` marks a plan that \
+         is that engine's default configuration (one measurement for both).\n",
         precision("openvino"),
         precision("onnxruntime"),
         cores.join(", ")
@@ -155,9 +197,9 @@ fn table(rows: &[Row], cores: &[String]) -> String {
     let _ = writeln!(
         s,
         "| model | ops | OpenVINO defaults | ONNX Runtime defaults | OpenVINO 1 core | ONNX Runtime 1 core | \
-         plan: ops OV/ORT | won OV/ORT | schedule | plan | vs best default | vs best 1 core |"
+         OV err | plan: ops OV/ORT | won OV/ORT | schedule | precision | plan | vs best default | vs best 1 core |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let (mut vs_default, mut vs_core) = (vec![], vec![]);
     for r in rows {
         let m = r.report.measured_us;
@@ -170,19 +212,21 @@ fn table(rows: &[Row], cores: &[String]) -> String {
         let n = |map: &BTreeMap<String, u32>, b: &str| map.get(b).copied().unwrap_or(0);
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {}/{} | {}/{} | {} | {:.1} | {d:.2}x | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {}/{} | {}/{} | {} | {} | {} | {d:.2}x | {} |",
             r.label,
             r.ops,
             us(r.default_of("openvino")),
             us(r.default_of("onnxruntime")),
             us(r.whole_on(&cores[0])),
             us(cores.get(1).and_then(|c| r.whole_on(c))),
+            r.default_err("openvino").map_or("-".into(), |e| format!("{e:.0e}")),
             n(&r.ops_per_backend, "openvino"),
             n(&r.ops_per_backend, "onnxruntime"),
             n(&r.ops_won, "openvino"),
             n(&r.ops_won, "onnxruntime"),
             r.schedule,
-            m,
+            r.precisions.join("+"),
+            r.plan(),
             c.map_or("-".into(), |c| format!("{c:.2}x")),
         );
     }

@@ -281,9 +281,13 @@ pub fn measured(r: &RunReport) {
     );
     for d in &r.backend_defaults {
         let best = if r.best_default() == Some(d) { "  <- the best default" } else { "" };
+        let err = d.max_abs_err.map_or(String::new(), |e| format!(", outputs {e:.1e} from f32"));
         match (d.measured_us, &d.refused) {
+            (Some(us), _) if d.is_plan => {
+                println!("           {} {us:.1} µs: the plan itself (the same configuration){err}{best}", d.description)
+            }
             (Some(us), _) => {
-                println!("           {} {us:.1} µs (speedup {:.2}x){best}", d.description, us / r.measured_us)
+                println!("           {} {us:.1} µs (speedup {:.2}x{err}){best}", d.description, us / r.measured_us)
             }
             (None, why) => println!("           {}: not measured ({})", d.description, why.as_deref().unwrap_or("?")),
         }
@@ -362,6 +366,12 @@ pub fn measured_json(r: &RunReport) -> serde_json::Map<String, serde_json::Value
             .iter()
             .map(|d| (d.backend.clone(), serde_json::json!(d.measured_us)))
             .collect::<serde_json::Map<_, _>>(),
+        "backend_default_errors": r
+            .backend_defaults
+            .iter()
+            .map(|d| (d.backend.clone(), serde_json::json!(d.max_abs_err)))
+            .collect::<serde_json::Map<_, _>>(),
+        "plan_is_backend_default": r.backend_defaults.iter().find(|d| d.is_plan).map(|d| d.backend.clone()),
         "backend_default_precisions": r
             .backend_defaults
             .iter()

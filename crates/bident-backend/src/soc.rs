@@ -85,6 +85,27 @@ impl PuSpec {
     /// The whole device with the backend's own defaults: no properties, not pinned (the backend
     /// uses every core it sees). What a user would pick instead of a plan: the runtime's
     /// backend-default baseline. `of`: the PU whose backend and device these are.
+    /// Whether compiling for this PU is compiling with `default`'s configuration (a
+    /// [`PuSpec::backend_default`]): the same backend and device, not pinned, and the same
+    /// properties once a precision request that names what the device computes in anyway
+    /// (`device_precision`, as the backend reports it) is left out on either side. The runtime
+    /// measures such a plan as that default, not twice.
+    pub fn same_configuration(&self, default: &PuSpec, device_precision: Option<&str>) -> bool {
+        let plain = |p: &PuSpec| -> BTreeMap<String, String> {
+            let mut props = p.properties.clone();
+            if props.get(PRECISION_KEY).is_some_and(|v| device_precision.is_some_and(|d| v.eq_ignore_ascii_case(d))) {
+                props.remove(PRECISION_KEY);
+            }
+            props
+        };
+        self.backend == default.backend
+            && self.device == default.device
+            && self.kind == default.kind
+            && self.cores.is_empty()
+            && default.cores.is_empty()
+            && plain(self) == plain(default)
+    }
+
     pub fn backend_default(of: &PuSpec) -> Self {
         let device = &of.device;
         Self {
@@ -659,6 +680,44 @@ mod tests {
         assert!(soc.check_exact().expect_err("bf16").to_string().contains("PU `CPU.bf16` computes in bf16"));
         assert_eq!(local_pus("openvino", "openvino", cpu("bf16"), None, Precisions::Exact).len(), 1);
         assert_eq!(local_pus("openvino", "openvino", cpu("f32"), None, Precisions::Default).len(), 1);
+    }
+
+    /// A PU is its backend's default configuration when it asks for nothing the device does not
+    /// do anyway: `CPU.bf16` on a CPU computing in bf16 by default, not `CPU` (f32 requested)
+    /// nor a pinned or threaded PU.
+    #[test]
+    fn same_configuration_as_the_default() {
+        let cpu = crate::DeviceInfo {
+            name: "CPU".into(),
+            kind: PuKind::Cpu,
+            full_name: "cpu".into(),
+            precision: Some("bf16".into()),
+        };
+        let pus = local_pus("openvino", "openvino", cpu, None, Precisions::Default);
+        let default = PuSpec::backend_default(&pus[0]);
+        let same: Vec<bool> = pus.iter().map(|p| p.same_configuration(&default, Some("bf16"))).collect();
+        assert_eq!(same, [false, true]);
+        // where the device's precision is not reported, a request is a difference
+        assert!(!pus[1].same_configuration(&default, None));
+        let mut exact_default = default.clone();
+        exact_default.properties.insert(PRECISION_KEY.into(), "f32".into());
+        assert!(pus[0].same_configuration(&exact_default, Some("bf16")));
+        let ort = core_pu("onnxruntime", "openvino", 0, 2);
+        assert!(!ort.same_configuration(&PuSpec::backend_default(&ort), Some("f32")), "pinned, one thread");
+        let whole_ort = local_pus(
+            "onnxruntime",
+            "openvino",
+            crate::DeviceInfo {
+                name: "CPU".into(),
+                kind: PuKind::Cpu,
+                full_name: "c".into(),
+                precision: Some("f32".into()),
+            },
+            None,
+            Precisions::Default,
+        );
+        assert!(whole_ort[0].same_configuration(&PuSpec::backend_default(&whole_ort[0]), Some("f32")));
+        assert!(!whole_ort[0].same_configuration(&default, Some("f32")), "another backend");
     }
 
     /// PUs that share a core, or an unpinned PU and any CPU PU, are exclusive; PUs on distinct

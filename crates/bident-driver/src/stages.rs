@@ -74,7 +74,10 @@ impl Driver<'_> {
                     let p = PlanOptions { constraints: c.clone(), goal, ..o.plan.clone() };
                     self.search(&folder, (&phased, ph), (&costs, ch), &p)
                 };
-                let (p, report) = self.run(&folder, &g, (plan, plan_h), spec, be.clone(), &o.run, &mut replan)?;
+                // a plan held to f32 is compared with the engines held to f32
+                let mut run = o.run.clone();
+                run.config.exact_defaults = o.soc.precisions == bident_backend::soc::Precisions::Exact;
+                let (p, report) = self.run(&folder, &g, (plan, plan_h), spec, be.clone(), &run, &mut replan)?;
                 plan = p;
                 Some(report)
             }
@@ -442,7 +445,7 @@ impl Driver<'_> {
                     // pin says otherwise
                     if report.speedup_vs_best_default() < 1.0
                         && (plan.0.constraints.pin.is_empty() || !tried.is_empty())
-                        && let Some(pu) = default_pu(soc, &report, &plan.0).filter(|pu| !tried.contains(pu))
+                        && let Some(pu) = default_pu(soc, &report, &plan.0, cfg).filter(|pu| !tried.contains(pu))
                     {
                         self.note(
                             Stage::Run,
@@ -691,19 +694,11 @@ pub(crate) fn whole_model_runs(costs: &CostTable, phased: &PhasedGraph) -> Vec<(
 /// The PU of `soc` that is the fastest backend default of `report`: that backend's device,
 /// whole (not pinned), asking for nothing but the device's default precision; None when the SoC
 /// has no such PU, the plan excludes it or already runs everything on it.
-fn default_pu(soc: &SocSpec, report: &RunReport, plan: &Plan) -> Option<String> {
+fn default_pu(soc: &SocSpec, report: &RunReport, plan: &Plan, cfg: &bident_runtime::RunConfig) -> Option<String> {
     let d = report.best_default()?;
     let reference = soc.pu(report.best_single_pu.first()?)?;
-    let pu = soc.pus.iter().find(|p| {
-        p.backend == d.backend
-            && p.kind == reference.kind
-            && p.device == reference.device
-            && p.cores.is_empty()
-            && p.properties.iter().all(|(k, v)| {
-                k == bident_backend::soc::PRECISION_KEY
-                    && d.precision.as_ref().is_some_and(|dp| dp.eq_ignore_ascii_case(v))
-            })
-    })?;
+    let default = bident_runtime::default_spec(reference, &d.backend, cfg);
+    let pu = soc.pus.iter().find(|p| p.same_configuration(&default, d.precision.as_deref()))?;
     let excluded = plan.constraints.exclude.contains(&pu.name);
     let already = plan.ops_per_pu.len() == 1 && plan.ops_per_pu.contains_key(&pu.name);
     (!excluded && !already).then(|| pu.name.clone())
