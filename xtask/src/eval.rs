@@ -9,17 +9,14 @@
 use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use bident_backend::Backend;
 use bident_partition::PhasedGraph;
-use bident_profile::{CostTable, ProfileConfig};
-use bident_search::concurrent::{self, ConcurrentMode, TimeSlicing};
-use bident_search::{Mode, Objective, Plan, SearchConfig};
+use bident_profile::CostTable;
+use bident_search::{Mode, Objective, Plan};
 use clap::Args;
 
-use bident_driver::Soc;
+use bident_driver::{Goal, Soc};
 
 use crate::pipeline::{driver, target_dir};
 use crate::svg;
@@ -114,10 +111,10 @@ pub fn eval(a: EvalArgs) -> Result<()> {
     let mut rows = vec![];
     for (k, c) in configs.iter().enumerate() {
         progress(k, configs.len(), &c.label, t0);
-        rows.push(evaluate(c, &soc, contention.as_ref(), a.runs).with_context(|| c.label.clone())?);
+        rows.push(evaluate(c, &a, contention.as_ref(), &out).with_context(|| c.label.clone())?);
     }
     progress(configs.len(), configs.len(), "pairs", t0);
-    let pairs = pairs(&rows, simulated)?;
+    let pairs = pairs(&rows)?;
     let sweep = sweep(&soc)?;
     if std::io::stderr().is_terminal() {
         eprintln!();
@@ -189,51 +186,36 @@ fn progress(done: usize, total: usize, what: &str, t0: std::time::Instant) {
     }
 }
 
-fn evaluate(c: &Config, soc: &Soc, contention: Option<&bident_profile::Contention>, runs: u32) -> Result<Row> {
-    let bytes = bident_zoo::build_bytes(&c.model, 0).with_context(|| format!("no zoo model {}", c.model))?;
-    let g = bident_ir::import_bytes(&bytes, &format!("{}.onnx", c.model), None, &Default::default())?;
-    let phased = bident_partition::partition(&g)?;
-    let mut costs = match soc {
-        Soc::Virtual(v) => bident_profile::simulate::simulate(&g, v)?,
-        Soc::Measured(spec, be) => {
-            let cfg = ProfileConfig {
-                segments: phased.neighbours().into_iter().map(|(a, b)| vec![a, b]).collect(),
-                ..Default::default()
+/// One configuration through the driver's stages into `out/<model>/`: the latency plan, the
+/// energy plan and the parallel plan (each refined on real PUs), the first and last measured
+/// there.
+fn evaluate(
+    c: &Config,
+    a: &EvalArgs,
+    contention: Option<&bident_profile::Contention>,
+    out: &std::path::Path,
+) -> Result<Row> {
+    let d = driver();
+    let mut o = bident_driver::Options::new(bident_driver::Model::Zoo(c.model.clone()), &a.soc);
+    o.out = Some(out.join(&c.model));
+    let mut p = d.prepare(&o, contention)?;
+    let mut plan = |goal, mode| -> Result<Plan> {
+        Ok(d.plan(&mut p, &bident_driver::PlanOptions { goal, mode, ..Default::default() }, o.measuring)?.0)
+    };
+    let lat = plan(Goal::Latency, Mode::Sequential)?;
+    let energy = plan(Goal::Energy, Mode::Sequential)?;
+    let par = plan(Goal::Latency, Mode::Parallel)?;
+    let measured = match p.soc {
+        Soc::Measured(..) => {
+            let cfg = bident_runtime::RunConfig { runs: a.runs, ..Default::default() };
+            let r = |plan: &Plan| -> Result<(f64, f64)> {
+                let r = d.measure_plan(&p, plan, &cfg)?;
+                Ok((r.measured_us, r.prediction_error))
             };
-            let cache = bident_profile::cache::CostCache::new(target_dir().join("bident/cache/costs"));
-            let mut t = bident_profile::profile(&g, spec, be.as_ref(), &cfg, Some(&cache), &mut |_| {})?;
-            t.contention = contention.cloned();
-            t
+            Some([r(&lat)?, r(&par)?])
         }
+        Soc::Virtual(_) => None,
     };
-    let search = |costs: &CostTable, objective, mode| {
-        bident_search::search(&phased, costs, &SearchConfig { objective, mode, ..Default::default() })
-    };
-    let mut lat = search(&costs, Objective::Latency, Mode::Sequential)?;
-    if let Soc::Measured(spec, be) = soc {
-        // the plan's segments measured whole: the pipeline's refine stage
-        lat = driver().refine_costs(
-            &g,
-            &phased,
-            &mut costs,
-            lat,
-            (spec, be.as_ref()),
-            bident_driver::Measuring::default(),
-            &mut |costs| Ok(search(costs, Objective::Latency, Mode::Sequential)?),
-        )?;
-    }
-    let energy = search(&costs, Objective::Energy, Mode::Sequential)?;
-    let par = search(&costs, Objective::Latency, Mode::Parallel)?;
-    let mut measured = None;
-    if let Soc::Measured(spec, be) = soc {
-        let cfg = bident_runtime::RunConfig { runs, ..Default::default() };
-        let be: Arc<dyn Backend> = be.clone();
-        let r = |p: &Plan| -> Result<(f64, f64)> {
-            let r = bident_runtime::run(&g, p, spec, be.clone(), &cfg)?;
-            Ok((r.measured_us, r.prediction_error))
-        };
-        measured = Some([r(&lat)?, r(&par)?]);
-    }
     let best = lat
         .baselines
         .iter()
@@ -242,10 +224,10 @@ fn evaluate(c: &Config, soc: &Soc, contention: Option<&bident_profile::Contentio
         .context("no PU runs every op")?;
     Ok(Row {
         label: c.label.clone(),
-        ops: g.ops.len(),
-        parallel_phases: phased.parallel_phases(),
-        phased,
-        costs,
+        ops: p.graph.ops.len(),
+        parallel_phases: p.phased.parallel_phases(),
+        phased: p.phased,
+        costs: p.costs,
         best_pu: best.0,
         best_us: best.1,
         best_uj: best.2,
@@ -259,24 +241,13 @@ fn evaluate(c: &Config, soc: &Soc, contention: Option<&bident_profile::Contentio
 /// Figure 9: every pair of configurations (the same one twice included) planned to run at once,
 /// against both run one after the other on their best single PUs. (i, j, speedup, energy
 /// change).
-fn pairs(rows: &[Row], simulated: bool) -> Result<Vec<(usize, usize, f64, f64)>> {
-    let label = if simulated {
-        "simulated: time slicing on a virtual SoC"
-    } else {
-        "modelled: time slicing (two ops on one single-threaded PU share it); not measured per pair"
-    };
+fn pairs(rows: &[Row]) -> Result<Vec<(usize, usize, f64, f64)>> {
     let mut out = vec![];
     for i in 0..rows.len() {
         for j in i..rows.len() {
             let (a, b) = (&rows[i], &rows[j]);
-            let p = concurrent::plan(
-                (&a.phased, &a.costs),
-                (&b.phased, &b.costs),
-                (&TimeSlicing, label),
-                ConcurrentMode::Joint,
-                Objective::Latency,
-            )
-            .with_context(|| format!("{} + {}", a.label, b.label))?;
+            let p = bident_driver::pair_plan((&a.phased, &a.costs), (&b.phased, &b.costs), Objective::Latency)
+                .with_context(|| format!("{} + {}", a.label, b.label))?;
             out.push((i, j, p.speedup, p.predicted_energy_uj / p.baseline_energy_uj - 1.0));
         }
     }
@@ -291,16 +262,8 @@ fn sweep(soc: &Soc) -> Result<Sweep> {
     for (dtype, name) in [(bident_tensor::DType::F16, "f16"), (bident_tensor::DType::I8, "i8")] {
         for n in [32u64, 64, 128, 256, 512, 1024, 2048] {
             let model = bident_zoo::probe("matmul", dtype, n).context("probe")?;
-            let bytes = prost::Message::encode_to_vec(&model);
-            let g = bident_ir::import_bytes(&bytes, &format!("matmul-{name}-{n}.onnx"), None, &Default::default())?;
-            let t = match soc {
-                Soc::Virtual(v) => bident_profile::simulate::simulate(&g, v)?,
-                Soc::Measured(spec, be) => {
-                    // a few fixed runs: N = 2048 takes a fraction of a second per run here
-                    let cfg = ProfileConfig { warmup: 2, runs: 5, adaptive: false, ..Default::default() };
-                    bident_profile::profile(&g, spec, be.as_ref(), &cfg, None, &mut |_| {})?
-                }
-            };
+            // a few fixed runs: N = 2048 takes a fraction of a second per run here
+            let t = driver().probe_costs(soc, &format!("matmul-{name}-{n}"), &model, 5)?;
             let per_pu = (0..t.soc.pus.len()).map(|j| t.cost(0, j).map(bident_profile::Cost::weight_us)).collect();
             out.push((name, n, per_pu));
         }

@@ -17,7 +17,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use bident_artifact::{Artifact, ContentHash};
-use bident_search::{Mode, Objective, SearchConfig};
+use bident_search::Mode;
 use clap::Args;
 
 const CARGO_FUZZ: &str = "0.13.2";
@@ -144,7 +144,6 @@ fn seed_ir(corpus: &Path) -> Result<usize> {
 /// modes and for both objectives.
 fn seed_artifacts(corpus: &Path, target: &str) -> Result<usize> {
     std::fs::create_dir_all(corpus)?;
-    let soc = bident_profile::simulate::VirtualSoc::preset("lunar-lake").context("virtual SoC `lunar-lake`")?;
     let mut n = 0;
     let mut put = |name: String, bytes: Vec<u8>| -> Result<()> {
         std::fs::write(corpus.join(name), bytes)?;
@@ -154,20 +153,21 @@ fn seed_artifacts(corpus: &Path, target: &str) -> Result<usize> {
     fn encode<A: Artifact>(value: &A) -> Result<Vec<u8>> {
         Ok(bident_artifact::encode(value, ContentHash::of(b"fuzz"))?)
     }
+    // quiet: seeding prints one line for the whole corpus
+    let d = bident_driver::Driver::new(crate::pipeline::target_dir(), crate::pipeline::passes(), &|_| {});
     for model in ["example", "mlp", "attention"] {
-        let onnx = bident_zoo::build_bytes(model, 0).with_context(|| format!("zoo model `{model}`"))?;
-        let g = bident_ir::import_bytes(&onnx, &format!("{model}.onnx"), None, &Default::default())?;
-        let phased = bident_partition::partition(&g)?;
-        let costs = bident_profile::simulate::simulate(&g, &soc)?;
+        let mut o = bident_driver::Options::new(bident_driver::Model::Zoo(model.into()), "lunar-lake");
+        o.out = Some(crate::pipeline::target_dir().join("bident/fuzz-seeds").join(model));
+        let mut p = d.prepare(&o, None)?;
         match target {
-            "phased-graph" => put(format!("{model}.phased-graph"), encode(&phased)?)?,
-            "cost-table" => put(format!("{model}.cost-table"), encode(&costs)?)?,
+            "phased-graph" => put(format!("{model}.phased-graph"), encode(&p.phased)?)?,
+            "cost-table" => put(format!("{model}.cost-table"), encode(&p.costs)?)?,
             _ => {
                 for mode in [Mode::Sequential, Mode::Parallel] {
-                    for objective in [Objective::Latency, Objective::Energy] {
-                        let cfg = SearchConfig { mode, objective, ..Default::default() };
-                        let plan = bident_search::search(&phased, &costs, &cfg)?;
-                        put(format!("{model}-{}-{}.plan", mode.name(), objective.name()), encode(&plan)?)?;
+                    for goal in [bident_driver::Goal::Latency, bident_driver::Goal::Energy] {
+                        let opts = bident_driver::PlanOptions { mode, goal, ..Default::default() };
+                        let (plan, _) = d.plan(&mut p, &opts, o.measuring)?;
+                        put(format!("{model}-{}-{}.plan", mode.name(), plan.objective.name()), encode(&plan)?)?;
                     }
                 }
             }

@@ -139,7 +139,7 @@ pub fn profile_cmd(a: ProfileArgs) -> Result<()> {
     let _lock = folder.lock()?;
     let (g, gh) = folder.fused()?;
     let (phased, _) = folder.phased(&g)?;
-    d.profile(&folder, (&g, gh), &soc, a.measure.measuring(), phased.neighbours())?;
+    d.profile(&folder, (&g, gh), &soc, a.measure.measuring(), phased.neighbours(), None)?;
     Ok(())
 }
 

@@ -1,7 +1,6 @@
 //! Two models at once: import, partition and profile both, measure (or, on a virtual SoC,
 //! model) their same-PU co-execution costs, search the concurrent plan and run it.
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use bident_artifact::ContentHash;
@@ -15,6 +14,21 @@ use bident_search::concurrent::{self, ConcurrentMode, ConcurrentPlan, Measured, 
 use crate::folder::{COSTS, REPORT};
 use crate::stages::whole_model_runs;
 use crate::{Driver, DriverError, Folder, ImportSpec, Options, Result, Soc};
+
+/// Two models' plans at once on modelled co-execution costs (time slicing: two ops on one PU
+/// share it), from tables already measured or simulated: the eval's every pair.
+pub fn pair_plan(
+    a: (&PhasedGraph, &CostTable),
+    b: (&PhasedGraph, &CostTable),
+    objective: bident_search::Objective,
+) -> Result<ConcurrentPlan> {
+    let label = if a.1.simulated {
+        "simulated: time slicing on a virtual SoC"
+    } else {
+        "modelled: time slicing (two ops on one single-threaded PU share it); not measured per pair"
+    };
+    Ok(concurrent::plan(a, b, (&TimeSlicing, label), ConcurrentMode::Joint, objective)?)
+}
 
 /// The second model of a concurrent pipeline.
 #[derive(Clone, Debug, PartialEq)]
@@ -55,32 +69,29 @@ impl Driver<'_> {
                 "--fallback is not available with --with: a concurrent plan cannot exclude a PU yet".into(),
             ));
         }
-        let soc = self.soc(&o.soc)?;
-        self.check(o, &soc)?;
-        let mut models = vec![];
+        // every option of both models is checked before either folder is touched
         for import in [&o.import, &second.import] {
-            let (path, name) = self.model_path(&import.model)?;
-            let dir: PathBuf = match &o.out {
+            self.model_path(&import.model)?;
+            self.import_options(import)?;
+        }
+        let mut stages: Vec<(FusedGraph, PhasedGraph, CostTable)> = vec![];
+        let mut soc = None;
+        for import in [&o.import, &second.import] {
+            let (_, name) = self.model_path(&import.model)?;
+            let out = match &o.out {
                 Some(out) => out.join(&name),
                 None => self.default_out(&name),
             };
-            self.import_options(import)?;
-            models.push((import, path, Folder::new(dir)));
-        }
-        let mut stages: Vec<(FusedGraph, PhasedGraph, CostTable)> = vec![];
-        for (import, path, folder) in models {
-            let _lock = folder.create_locked()?;
-            let (g, gh) = self.import(&folder, import, &path)?;
-            let (phased, _) = self.partition(&folder, &g, gh, &o.plan.partition)?;
-            let (mut costs, _) = self.profile(&folder, (&g, gh), &soc, o.measuring, phased.neighbours())?;
-            if let Soc::Measured(spec, be) = &soc {
+            let one = Options { import: import.clone(), out: Some(out), ..o.clone() };
+            let mut p = self.prepare(&one, None)?;
+            if let Soc::Measured(spec, be) = &p.soc {
                 // each model whole on each PU: what running it on a PU of its own costs
-                let wanted = whole_model_runs(&costs, &phased);
+                let wanted = whole_model_runs(&p.costs, &p.phased);
                 let pcfg =
                     ProfileConfig { runs: o.measuring.runs, adaptive: o.measuring.adaptive, ..Default::default() };
                 let cache = self.cache(o.measuring);
                 let found = bident_profile::measure_segments(
-                    &g,
+                    &p.graph,
                     spec,
                     be.as_ref(),
                     &pcfg,
@@ -88,12 +99,15 @@ impl Driver<'_> {
                     &wanted,
                     &mut |_| {},
                 )?;
-                costs.segments.extend(found);
-                let inputs = folder.read_raw::<CostTable>(COSTS)?.header.input_hash;
-                folder.write(COSTS, &costs, inputs)?;
+                p.costs.segments.extend(found);
+                let inputs = p.folder.read_raw::<CostTable>(COSTS)?.header.input_hash;
+                p.folder.write(COSTS, &p.costs, inputs)?;
             }
-            stages.push((g, phased, costs));
+            let crate::Prepared { graph, phased, costs, soc: s, .. } = p;
+            stages.push((graph, phased, costs));
+            soc = Some(s);
         }
+        let soc = soc.ok_or_else(|| DriverError::Invalid("a concurrent pipeline takes two models".into()))?;
         let Ok([(ga, pa, ca), (gb, pb, cb)]) = <[_; 2]>::try_from(stages) else {
             return Err(DriverError::Invalid("a concurrent pipeline takes two models".into()));
         };

@@ -25,11 +25,11 @@ use bident_profile::CostTable;
 use bident_runtime::RunConfig;
 use bident_search::{Constraints, Mode, Objective, Plan};
 
-pub use concurrent::{ConcurrentOutcome, SecondModel};
+pub use concurrent::{ConcurrentOutcome, SecondModel, pair_plan};
 pub use folder::{Folder, Lock, Planned};
 pub use passes::Passes;
 pub use soc::{BackendName, Soc, load_backends};
-pub use stages::{Outcome, REFINE_ROUNDS, independent_pus, segments_to_measure};
+pub use stages::{Outcome, Prepared, REFINE_ROUNDS, independent_pus, segments_to_measure};
 
 /// Where a model comes from.
 #[derive(Clone, Debug, PartialEq)]

@@ -25,6 +25,21 @@ use crate::{
 /// Rounds of measuring a plan's segments and searching again, at most.
 pub const REFINE_ROUNDS: usize = 4;
 
+/// A model imported, partitioned and profiled in its locked folder: what [`Driver::plan`]
+/// searches on.
+pub struct Prepared {
+    pub folder: Folder,
+    _lock: crate::Lock,
+    pub graph: FusedGraph,
+    pub graph_hash: ContentHash,
+    pub phased: PhasedGraph,
+    pub phased_hash: ContentHash,
+    /// Grown by every refine.
+    pub costs: CostTable,
+    pub costs_hash: ContentHash,
+    pub soc: Soc,
+}
+
 /// What a pipeline run produced (all of it also in its folder).
 pub struct Outcome {
     pub folder: Folder,
@@ -41,44 +56,26 @@ pub struct Outcome {
 const CONTENTION_PROBES: &[(&str, u64)] = &[("matmul", 256), ("conv", 32), ("add", 512)];
 
 impl Driver<'_> {
-    /// Every stage in order: import, partition, profile, search, refine and run (on a virtual
-    /// SoC the pipeline stops after the search: there is nothing to run on). Every option is
-    /// checked before the folder is touched.
+    /// Every stage in order: import, partition, profile ([`Driver::prepare`]), search and
+    /// refine ([`Driver::plan`]) and run (on a virtual SoC the pipeline stops after the search:
+    /// there is nothing to run on). Every option is checked before the folder is touched.
     pub fn pipeline(&self, o: &Options) -> Result<Outcome> {
-        let (path, name) = self.model_path(&o.import.model)?;
-        let folder = Folder::new(o.out.clone().unwrap_or_else(|| self.default_out(&name)));
-        let soc = self.soc(&o.soc)?;
-        self.check(o, &soc)?;
-        let _lock = folder.create_locked()?;
-        let (g, gh) = self.import(&folder, &o.import, &path)?;
-        let (phased, ph) = self.partition(&folder, &g, gh, &o.plan.partition)?;
-        let (mut costs, mut ch) = self.profile(&folder, (&g, gh), &soc, o.measuring, phased.neighbours())?;
-        let (mut plan, mut plan_h) = self.search(&folder, (&phased, ph), (&costs, ch), &o.plan)?;
-        let report = match &soc {
+        let mut p = self.prepare(o, None)?;
+        let (mut plan, plan_h) = self.plan(&mut p, &o.plan, o.measuring)?;
+        let report = match &p.soc {
             Soc::Measured(spec, be) => {
-                if o.plan.goal != Goal::Pareto {
-                    (costs, ch, plan, plan_h) = self.refine(
-                        &folder,
-                        &g,
-                        (&phased, ph),
-                        (costs, ch),
-                        (plan, plan_h),
-                        &o.plan,
-                        (spec, be.as_ref()),
-                        o.measuring,
-                    )?;
-                }
                 let mut replan = |c: &Constraints| {
                     // a re-plan is one search: the front's fastest point was the latency one
                     let goal = if o.plan.goal == Goal::Pareto { Goal::Latency } else { o.plan.goal };
-                    let p = PlanOptions { constraints: c.clone(), goal, ..o.plan.clone() };
-                    self.search(&folder, (&phased, ph), (&costs, ch), &p)
+                    let opts = PlanOptions { constraints: c.clone(), goal, ..o.plan.clone() };
+                    self.search(&p.folder, (&p.phased, p.phased_hash), (&p.costs, p.costs_hash), &opts)
                 };
                 // a plan held to f32 is compared with the engines held to f32
                 let mut run = o.run.clone();
                 run.config.exact_defaults = o.soc.precisions == bident_backend::soc::Precisions::Exact;
-                let (p, report) = self.run(&folder, &g, (plan, plan_h), spec, be.clone(), &run, &mut replan)?;
-                plan = p;
+                let (done, report) =
+                    self.run(&p.folder, &p.graph, (plan, plan_h), spec, be.clone(), &run, &mut replan)?;
+                plan = done;
                 Some(report)
             }
             Soc::Virtual(v) => {
@@ -89,7 +86,77 @@ impl Driver<'_> {
                 None
             }
         };
-        Ok(Outcome { folder, graph: g, phased, costs, plan, report })
+        let Prepared { folder, graph, phased, costs, .. } = p;
+        Ok(Outcome { folder, graph, phased, costs, plan, report })
+    }
+
+    /// The stages before the search, in order: check every option, lock the folder, import,
+    /// partition, profile. `contention`: a SoC's contention matrix measured before (an eval
+    /// over many models measures it once), instead of measuring it again.
+    pub fn prepare(&self, o: &Options, contention: Option<&bident_profile::Contention>) -> Result<Prepared> {
+        let (path, name) = self.model_path(&o.import.model)?;
+        let folder = Folder::new(o.out.clone().unwrap_or_else(|| self.default_out(&name)));
+        let soc = self.soc(&o.soc)?;
+        self.check(o, &soc)?;
+        let lock = folder.create_locked()?;
+        let (graph, graph_hash) = self.import(&folder, &o.import, &path)?;
+        let (phased, phased_hash) = self.partition(&folder, &graph, graph_hash, &o.plan.partition)?;
+        let (costs, costs_hash) =
+            self.profile(&folder, (&graph, graph_hash), &soc, o.measuring, phased.neighbours(), contention)?;
+        Ok(Prepared { folder, _lock: lock, graph, graph_hash, phased, phased_hash, costs, costs_hash, soc })
+    }
+
+    /// Search and, on real PUs, refine (the plan's segments measured whole, the table grown,
+    /// searched again): the plan `opts` asks for, written to the folder with the grown table.
+    pub fn plan(&self, p: &mut Prepared, opts: &PlanOptions, m: Measuring) -> Result<(Plan, ContentHash)> {
+        let (plan, plan_h) = self.search(&p.folder, (&p.phased, p.phased_hash), (&p.costs, p.costs_hash), opts)?;
+        let Soc::Measured(spec, be) = &p.soc else { return Ok((plan, plan_h)) };
+        if opts.goal == Goal::Pareto {
+            return Ok((plan, plan_h));
+        }
+        let (costs, ch, plan, plan_h) = self.refine(
+            &p.folder,
+            &p.graph,
+            (&p.phased, p.phased_hash),
+            (p.costs.clone(), p.costs_hash),
+            (plan, plan_h),
+            opts,
+            (spec, be.as_ref()),
+            m,
+        )?;
+        (p.costs, p.costs_hash) = (costs, ch);
+        Ok((plan, plan_h))
+    }
+
+    /// The run stage without its policies: `plan` measured as it is (no give-way to an engine's
+    /// default, no fallback), beside the same baselines. The report is returned, not written:
+    /// a folder holds the report of its own plan only, and an eval measures several.
+    pub fn measure_plan(&self, p: &Prepared, plan: &Plan, cfg: &bident_runtime::RunConfig) -> Result<RunReport> {
+        let Soc::Measured(spec, be) = &p.soc else {
+            return Err(DriverError::Invalid(format!("`{}` is a virtual SoC: nothing runs on it", p.soc.spec().name)));
+        };
+        let be: Arc<dyn Backend> = be.clone();
+        Ok(bident_runtime::run(&p.graph, plan, spec, be, cfg)?)
+    }
+
+    /// The cost table of one small model (a probe: one op of one size) on `soc`, measured with
+    /// `runs` fixed runs or simulated; nothing is written.
+    pub fn probe_costs(
+        &self,
+        soc: &Soc,
+        name: &str,
+        model: &bident_ir::proto::ModelProto,
+        runs: u32,
+    ) -> Result<CostTable> {
+        let bytes = prost::Message::encode_to_vec(model);
+        let g = bident_ir::import_bytes(&bytes, &format!("{name}.onnx"), None, &Default::default())?;
+        Ok(match soc {
+            Soc::Virtual(v) => bident_profile::simulate::simulate(&g, v)?,
+            Soc::Measured(spec, be) => {
+                let cfg = ProfileConfig { warmup: 2, runs, adaptive: false, ..Default::default() };
+                bident_profile::profile(&g, spec, be.as_ref(), &cfg, None, &mut |_| {})?
+            }
+        })
     }
 
     /// What can be checked before a folder is touched: passes and PUs named exist, options
@@ -216,6 +283,7 @@ impl Driver<'_> {
         soc: &Soc,
         m: Measuring,
         pairs: Vec<(OpId, OpId)>,
+        contention: Option<&bident_profile::Contention>,
     ) -> Result<(CostTable, ContentHash)> {
         folder.clear(&[COSTS, PLAN, REPORT])?;
         let cfg = ProfileConfig {
@@ -257,7 +325,10 @@ impl Driver<'_> {
             }
         })?;
         if independent_pus(soc) {
-            table.contention = Some(self.measure_contention(soc, be.as_ref())?);
+            table.contention = Some(match contention {
+                Some(c) => c.clone(),
+                None => self.measure_contention(soc, be.as_ref())?,
+            });
         }
         let h = folder.write(COSTS, &table, bident_profile::input_hash(gh, soc, &cfg)?)?;
         let failed: usize = table.ops.iter().map(|o| o.failures.len()).sum();
