@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use bident_artifact::{Artifact, ContentHash};
 use bident_backend::PuSpec;
-use bident_tensor::HostTensor;
+use bident_tensor::{DType, HostTensor};
 use serde::{Deserialize, Serialize};
 
 use crate::{Cost, ProfileConfig};
@@ -36,7 +36,10 @@ impl CostCache {
         Self { dir: dir.into() }
     }
 
-    /// The key of one (op, PU) measurement.
+    /// The key of one (op, PU) measurement: the canonical bytes of the sub-model, its input
+    /// types, the PU's configuration (not its name), its backend and version, the machine and
+    /// the protocol (`plain-timed`: entries timed with per-layer profiling on are stale). None
+    /// where it cannot be encoded: that entry is not cached.
     pub fn key(
         model: &[u8],
         inputs: &[HostTensor],
@@ -44,20 +47,11 @@ impl CostCache {
         backend: &str,
         machine: &str,
         cfg: &ProfileConfig,
-    ) -> ContentHash {
-        let types = format!("{:?}", inputs.iter().map(|t| (t.dtype, &t.shape)).collect::<Vec<_>>());
-        let pu = format!("{:?} {} {:?} {:?}", pu.kind, pu.device, pu.properties, pu.cores);
-        // `plain-timed`: timed without per-layer profiling (entries timed with it are stale)
-        let protocol =
-            format!("plain-timed {} {} {} {} {}", cfg.warmup, cfg.runs, cfg.adaptive, cfg.min_runs, cfg.rel_ci);
-        ContentHash::of_parts(&[
-            model,
-            types.as_bytes(),
-            pu.as_bytes(),
-            backend.as_bytes(),
-            machine.as_bytes(),
-            protocol.as_bytes(),
-        ])
+    ) -> Option<ContentHash> {
+        let types: Vec<(DType, &[u64])> = inputs.iter().map(|t| (t.dtype, t.shape.as_slice())).collect();
+        let config = (pu.kind, &pu.device, &pu.properties, &pu.cores);
+        let protocol = ("plain-timed", cfg.warmup, cfg.runs, cfg.adaptive, cfg.min_runs, cfg.rel_ci);
+        ContentHash::of_value(&(ContentHash::of(model), types, config, backend, machine, protocol)).ok()
     }
 
     fn path(&self, key: ContentHash) -> PathBuf {

@@ -449,7 +449,7 @@ fn measure_units(
         let mut column: Column = vec![None; units.len()];
         if let Some(c) = cache {
             for &i in &asked {
-                column[i] = c.get(key(i));
+                column[i] = key(i).and_then(|k| c.get(k));
             }
         }
         let todo: Vec<usize> = asked.iter().copied().filter(|&i| column[i].is_none()).collect();
@@ -462,8 +462,8 @@ fn measure_units(
             match profile_pu(backend, pu, &models, &inputs, cfg, progress)? {
                 Ok(measured) => {
                     for (&i, r) in todo.iter().zip(measured) {
-                        if let Some(c) = cache {
-                            c.put(key(i), &r);
+                        if let (Some(c), Some(k)) = (cache, key(i)) {
+                            c.put(k, &r);
                         }
                         column[i] = Some(r);
                     }
