@@ -31,7 +31,7 @@ pub struct ImportArgs {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// How ONNX nodes are grouped into fused ops: `rules` (bident's fusion rules) or `backend`
-    /// (as the backend fuses the whole model on the first PU of the `local` SoC, read from its
+    /// (as the SoC's first backend fuses the whole model on its first `local` PU, read from its
     /// profile; the artifact records how far the two agree).
     #[arg(long, value_enum, default_value_t = Fusion::Rules)]
     pub fusion: Fusion,

@@ -119,7 +119,7 @@ pub fn import_cmd(a: ImportArgs) -> Result<()> {
     let folder = Folder::new(a.out.clone().unwrap_or_else(|| d.default_out(&name)));
     d.import_options(&spec)?;
     let _lock = folder.create_locked()?;
-    d.import(&folder, &spec, &path)?;
+    d.import(&folder, &spec, &path, bident_driver::BackendName::OpenVino)?;
     Ok(())
 }
 

@@ -273,11 +273,15 @@ pub fn measured(r: &RunReport) {
         r.prediction_error * 100.0,
         r.measured_on
     );
+    let it = if r.plan_is_reference() {
+        ": the plan itself".to_string()
+    } else {
+        format!(" (speedup {:.2}x)", r.measured_speedup())
+    };
     println!(
-        "baselines  whole model on {} {:.1} µs (speedup {:.2}x)",
+        "baselines  whole model on {} {:.1} µs{it}",
         r.best_single_pu.join(" then "),
-        r.measured_best_single_pu_us,
-        r.measured_speedup(),
+        r.measured_best_single_pu_us
     );
     for d in &r.backend_defaults {
         let best = if r.best_default() == Some(d) { "  <- the best default" } else { "" };

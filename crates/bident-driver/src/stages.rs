@@ -99,7 +99,8 @@ impl Driver<'_> {
         let soc = self.soc(&o.soc)?;
         self.check(o, &soc)?;
         let lock = folder.create_locked()?;
-        let (graph, graph_hash) = self.import(&folder, &o.import, &path)?;
+        let fuser = o.soc.backends.first().copied().unwrap_or(crate::BackendName::OpenVino);
+        let (graph, graph_hash) = self.import(&folder, &o.import, &path, fuser)?;
         let (phased, phased_hash) = self.partition(&folder, &graph, graph_hash, &o.plan.partition)?;
         let (costs, costs_hash) =
             self.profile(&folder, (&graph, graph_hash), &soc, o.measuring, phased.neighbours(), contention)?;
@@ -191,12 +192,19 @@ impl Driver<'_> {
     }
 
     /// Stage 1: import the model at `path` into `folder` (every artifact there is removed first).
-    pub fn import(&self, folder: &Folder, spec: &ImportSpec, path: &Path) -> Result<(FusedGraph, ContentHash)> {
+    /// `fuser`: the backend whose grouping `--fusion backend` takes (the SoC's default one).
+    pub fn import(
+        &self,
+        folder: &Folder,
+        spec: &ImportSpec,
+        path: &Path,
+        fuser: crate::BackendName,
+    ) -> Result<(FusedGraph, ContentHash)> {
         folder.clear(&[FUSED, PHASED, COSTS, PLAN, REPORT])?;
         let mut opts = self.import_options(spec)?;
         let g = match spec.fusion {
             FusionSource::Backend => {
-                let be = self.backend(crate::BackendName::OpenVino)?;
+                let be = self.backend(fuser)?;
                 self.import_backend_fused(path, &mut opts, be.as_ref())?
             }
             FusionSource::Rules => bident_ir::import(path, &opts)?,

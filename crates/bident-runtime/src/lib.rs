@@ -195,6 +195,14 @@ impl RunReport {
     pub fn speedup_vs_best_default(&self) -> f64 {
         self.measured_backend_default_us / self.measured_us
     }
+    /// Whether the plan is the whole model on its reference PU (then that baseline is the
+    /// plan's own measurement).
+    pub fn plan_is_reference(&self) -> bool {
+        match (&self.ops[..], &self.best_single_pu[..]) {
+            ([t], [pu]) => t.pu == *pu && self.models.len() == 1,
+            _ => false,
+        }
+    }
     /// The fastest of [`RunReport::backend_defaults`] (the one `backend_default` describes).
     pub fn best_default(&self) -> Option<&BackendDefault> {
         fastest(&self.backend_defaults).map(|(d, _)| d)
@@ -495,6 +503,14 @@ fn measure(
     plan_is_default: Option<&str>,
 ) -> Result<RunReport, RuntimeError> {
     let program = session.program();
+    // the PU the plan runs the whole (single) model on, if it does: what is measured beside it
+    // on that PU is the plan again, not an alternative to it
+    let plan_whole_on = match &program.tasks[..] {
+        [t] if graphs.len() == 1 && t.ops.len() == graphs[0].ops.len() => Some(soc.pus[t.pu].name.as_str()),
+        _ => None,
+    };
+    // the reference session still gives the outputs every run is checked against
+    let reference_is_plan = plan_whole_on.is_some() && plan_whole_on == best.first().map(String::as_str);
     let mut mono = vec![];
     let mut refs: Vec<&PuSpec> = vec![];
     for (g, best) in graphs.iter().zip(best) {
@@ -523,10 +539,8 @@ fn measure(
         let run = WholeRun { pu: name.clone(), measured_us: None, refused: None, same_as: None };
         // a run measured beside it anyway is not measured twice (two sessions of one
         // configuration differ only by noise)
-        let same_as = match &program.tasks[..] {
-            [t] if graphs.len() == 1 && soc.pus[t.pu].name == *name && t.ops.len() == graphs[0].ops.len() => {
-                Some("the plan".to_string())
-            }
+        let same_as = match plan_whole_on {
+            Some(pu) if pu == name => Some("the plan".to_string()),
             _ if best.len() == 1 && best[0] == *name => Some("the reference".to_string()),
             _ if graphs.len() == 1 && is_default_configuration(pu, backend.as_ref(), cfg)? => Some(pu.backend.clone()),
             _ => None,
@@ -601,6 +615,7 @@ fn measure(
             plan_block()?;
         }
         let baselines = std::iter::once((&mono, &mut mono_us))
+            .filter(|_| !reference_is_plan)
             .chain(defaults.iter().map(|d| &d.1).zip(default_us.iter_mut()))
             .chain(wholes.iter().map(|w| &w.1).zip(whole_us.iter_mut()))
             .filter(|(s, _)| !s.is_empty());
@@ -672,7 +687,7 @@ fn measure(
             }
         })
         .collect();
-    let measured_best_single_pu_us = q(&mut mono_us, 0.5);
+    let measured_best_single_pu_us = if reference_is_plan { measured_us } else { q(&mut mono_us, 0.5) };
     let measured_whole: Vec<WholeRun> = wholes
         .into_iter()
         .zip(&mut whole_us)
@@ -691,14 +706,26 @@ fn measure(
     let backend_default = fast.description.clone();
     let engine = backend_defaults.iter().find(|d| needed_allowance && d.computes_in(reduced));
     let tolerance = tolerance_words(reduced, engine);
-    let candidates =
-        std::iter::once((format!("the whole model on {}", best.join(" then ")), measured_best_single_pu_us))
-            .chain(backend_defaults.iter().filter_map(|d| Some((d.description.clone(), d.measured_us?))))
-            .chain(
-                measured_whole.iter().filter_map(|w| Some((format!("the whole model on {}", w.pu), w.measured_us?))),
-            );
-    let (fastest_candidate, fastest_us) =
-        candidates.min_by(|a, b| a.1.total_cmp(&b.1)).unwrap_or_else(|| (backend_default.clone(), measured_us));
+    // the alternatives to the plan: each measured once, the plan itself left out
+    let reference = (!reference_is_plan)
+        .then(|| (format!("the whole model on {}", best.join(" then ")), measured_best_single_pu_us));
+    let candidates = reference
+        .into_iter()
+        .chain(
+            backend_defaults
+                .iter()
+                .filter(|d| !d.is_plan)
+                .filter_map(|d| Some((d.description.clone(), d.measured_us?))),
+        )
+        .chain(
+            measured_whole
+                .iter()
+                .filter(|w| w.same_as.is_none())
+                .filter_map(|w| Some((format!("the whole model on {}", w.pu), w.measured_us?))),
+        );
+    let (fastest_candidate, fastest_us) = candidates
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .unwrap_or_else(|| ("nothing else: every candidate is the plan".into(), measured_us));
     let mut block_errors: Vec<f64> = block_medians.iter().map(|&m| (m - program.predicted_us).abs() / m).collect();
     let typical = kept
         .iter()
