@@ -492,6 +492,34 @@ fn concurrent_plan_of_two_models() {
         assert!(speedup >= 1.0 - 1e-9, "{extra:?}: slower than the serial baseline: {stdout}");
         assert!(j.get("measured_us").is_none(), "{stdout}");
     }
+    // measured on `local`, both engines at every precision: the outputs are checked against
+    // an exact f32 reference even where a model's best single PU computes in bf16
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().display().to_string();
+    let o = xtask(&[
+        "pipeline",
+        "zoo:example",
+        "--with",
+        "zoo:mlp",
+        "--soc",
+        "local",
+        "--runs",
+        "3",
+        "--profile-runs",
+        "3",
+        "--out",
+        &dir,
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let j: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON");
+    assert_eq!((j["mode"].as_str(), j["simulated"].as_bool()), (Some("concurrent"), Some(false)), "{stdout}");
+    assert!(j["measured_us"].as_f64().is_some_and(|us| us > 0.0), "{stdout}");
+    assert!(j["tolerance"].as_str().is_some_and(|t| t.contains("of the f32 whole model")), "{stdout}");
+    // ONNX Runtime's default computes in f32: next to an f32 reference it is all but exact
+    let ort = j["backend_default_errors"]["onnxruntime"].as_f64().expect("ONNX Runtime's default's error");
+    assert!(ort <= 1e-4, "{stdout}");
     let plan = root().join("target/bident/pairs/attention+mlp/concurrent-plan.bin");
     let o = xtask(&["show", &plan.display().to_string()]);
     assert!(o.status.success(), "{}", stderr(&o));

@@ -642,8 +642,15 @@ fn measure(
     // plan computes in a reduced precision, it may be as far from f32 as the engine's own
     // default at that precision (what a user would run instead), not further
     let mut wants = vec![];
-    for (m, _) in graphs.iter().enumerate() {
-        wants.push(mono[m].run(std::slice::from_ref(&inputs[m]))?.outputs.swap_remove(0));
+    for (m, g) in graphs.iter().enumerate() {
+        // the reference outputs are exact: a baseline PU in a reduced precision (a concurrent
+        // plan's best single PU may be one) leaves them to an exact PU of the SoC
+        let exact = match soc.pus.iter().find(|p| p.is_exact()) {
+            Some(pu) if !refs[m].is_exact() => Some(whole(g, pu, &soc.name, &backend, cfg)?),
+            _ => None,
+        };
+        let reference = exact.as_ref().unwrap_or(&mono[m]);
+        wants.push(reference.run(std::slice::from_ref(&inputs[m]))?.outputs.swap_remove(0));
     }
     let mut default_errs: Vec<Option<Vec<Vec<f64>>>> = vec![];
     for (_, sessions) in &defaults {
