@@ -198,3 +198,55 @@ fn soak_ten_thousand_inferences() {
     eprintln!("soak: RSS {:.1} MB after 1,000 inferences, {:.1} MB after 10,000", warm as f64 / 1e6, end as f64 / 1e6);
     assert!(end <= warm + 8 * 1024 * 1024, "RSS grew from {warm} to {end} bytes");
 }
+
+/// Serving through a plan that drifts: the PU with most of the plan's ops runs 5 times slower
+/// from the 30th inference on. The server notices within a few windows, re-plans off the hot
+/// path and swaps the new plan in within 50 inferences of the slowdown; every inference's
+/// outputs match the whole model, and the latency after the swap is well below the slowed
+/// plan's. The trace shows the switch.
+#[test]
+fn a_server_replans_when_a_pu_drifts() {
+    use bident_backend::fault::{Fault, SlowFactor};
+    use bident_runtime::{ServeConfig, Server};
+    let (g, phased) = model("example");
+    let be = backend();
+    let soc = SocSpec::preset("cores", be.as_ref()).expect("cores");
+    let cfg = bident_profile::ProfileConfig { warmup: 1, runs: 5, adaptive: false, ..Default::default() };
+    let costs = bident_profile::profile(&g, &soc, be.as_ref(), &cfg, None, &mut |_| {}).expect("profile");
+    let search = bident_search::SearchConfig::default();
+    let plan = bident_search::search(&phased, &costs, &search).expect("search");
+    let (busiest, before) =
+        plan.ops_per_pu.iter().max_by_key(|(_, n)| **n).map(|(p, n)| (p.clone(), *n)).expect("a PU with ops");
+    let pu = soc.pus.iter().position(|p| p.name == busiest).expect("its index");
+    // the slowed PU's backend calls per inference: its tasks in the session
+    let calls = Program::from_plan(&g, &plan, &soc, Grouping::Merged).expect("program").0.queues[pu].len() as u64;
+    let slow_from = 30;
+    let fault = FaultSpec {
+        pu: busiest.clone(),
+        fault: Fault::SlowAfter(slow_from * calls, SlowFactor::new(5.0).expect("5x")),
+    };
+    let faulty = Arc::new(FaultyBackend::new(be.clone(), fault));
+    let inputs = bident_runtime::model_inputs(&g, 0);
+    let want = reference(&g, &soc, &inputs);
+    let mut server = Server::new((g, phased), costs, plan, soc, faulty, search, ServeConfig::default()).expect("serve");
+    let mut totals = vec![];
+    for _ in 0..150 {
+        let inf = server.infer(&inputs).expect("inference");
+        for (got, want) in inf.outputs[0].iter().zip(&want) {
+            assert_eq!(got.mismatch(want, 1e-4, 1e-5), None);
+        }
+        totals.push(inf.total_us);
+    }
+    let switch = server.switches().first().cloned().expect("the drift was noticed");
+    assert_eq!(switch.pu, busiest);
+    assert!(switch.factor > 2.0, "{switch:?}");
+    let swapped = switch.swapped_before().expect("a new plan was swapped in");
+    assert!(swapped > slow_from as usize && swapped <= slow_from as usize + 50, "{switch:?}");
+    // the new plan moved ops off the slowed PU
+    assert!(server.plan().ops_per_pu.get(&busiest).copied().unwrap_or(0) < before, "{switch:?}");
+    let median = |v: &[f64]| bident_profile::quantile(&mut v.to_vec(), 0.5);
+    let (slowed, after) = (median(&totals[slow_from as usize + 2..swapped]), median(&totals[swapped + 5..]));
+    assert!(after < 0.6 * slowed, "slowed {slowed:.1} µs, after the swap {after:.1} µs ({switch:?})");
+    let trace = server.trace_json();
+    assert!(trace.contains("re-planning") && trace.contains("new plan"), "{trace}");
+}

@@ -12,7 +12,7 @@ use bident_driver::{
     SocChoice,
 };
 use bident_profile::ProfileConfig;
-use bident_runtime::{Grouping, RunConfig};
+use bident_runtime::{Grouping, RunConfig, ServeConfig};
 use bident_search::Mode;
 use clap::{Args, ValueEnum};
 
@@ -225,6 +225,42 @@ pub struct RunArgs {
 }
 
 #[derive(Args, Clone)]
+pub struct ServeArgs {
+    pub dir: PathBuf,
+    /// Inferences to serve.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub inferences: u64,
+    /// Inferences per drift window.
+    #[arg(long, default_value_t = ServeConfig::default().window as u64, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub window: u64,
+    /// A PU drifts when its measured/predicted ratio is this many times its calibrated one...
+    #[arg(long, default_value_t = ServeConfig::default().threshold)]
+    pub threshold: f64,
+    /// ...for this many windows in a row.
+    #[arg(long, default_value_t = ServeConfig::default().sustain as u64, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub sustain: u64,
+    /// Make one PU fail or slow down on purpose (as for `run`), e.g. core0:slow=4@100.
+    #[arg(long, value_name = "PU:FAULT")]
+    pub inject_fault: Option<FaultSpec>,
+}
+
+impl ServeArgs {
+    pub fn config(&self) -> Result<ServeConfig> {
+        anyhow::ensure!(
+            self.threshold.is_finite() && self.threshold > 1.0,
+            "--threshold must be above 1, not {}",
+            self.threshold
+        );
+        Ok(ServeConfig {
+            window: self.window as usize,
+            threshold: self.threshold,
+            sustain: self.sustain as usize,
+            ..Default::default()
+        })
+    }
+}
+
+#[derive(Args, Clone)]
 pub struct RunOpts {
     /// Measured inferences (after warm-up).
     #[arg(long, default_value_t = RunConfig::default().runs, value_parser = at_least_one())]
@@ -232,7 +268,8 @@ pub struct RunOpts {
     /// When a PU fails to compile or run an op, plan again without that PU and run that plan.
     #[arg(long)]
     pub fallback: bool,
-    /// Make one PU fail on purpose: PU:compile, PU:run[@N] (after N good runs) or PU:hang[@N].
+    /// Make one PU fail on purpose: PU:compile, PU:run[@N] (after N good runs), PU:hang[@N] or
+    /// PU:slow=F[@N] (F times slower after N runs).
     #[arg(long, value_name = "PU:FAULT")]
     pub inject_fault: Option<FaultSpec>,
     /// Seconds an inference may go without any op finishing before it is abandoned.

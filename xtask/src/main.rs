@@ -46,6 +46,9 @@ enum Cmd {
     Search(args::SearchArgs),
     /// Stage 5: fused-graph.bin + plan.bin -> run-report.bin (executes on the PUs)
     Run(args::RunArgs),
+    /// Serve a folder's plan: inferences through a session that notices a drifting PU, plans
+    /// again off the hot path and swaps the new plan in (`--inject-fault PU:slow=F@N` to try it).
+    Serve(args::ServeArgs),
     /// Plans written by other tools: `plan import FILE DIR`.
     Plan {
         #[command(subcommand)]
@@ -158,6 +161,7 @@ fn main() {
         Cmd::Profile(a) => pipeline::profile_cmd(a),
         Cmd::Search(a) => pipeline::search_cmd(a),
         Cmd::Run(a) => pipeline::run_cmd(a),
+        Cmd::Serve(a) => pipeline::serve_cmd(a),
         Cmd::Plan { cmd: pipeline::PlanCmd::Import { file, dir } } => pipeline::import_plan(&file, &dir),
         Cmd::Phases { cmd: pipeline::PhasesCmd::Import { file, dir } } => pipeline::import_phases(&file, &dir),
         Cmd::Passes => pipeline::passes_cmd(),

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use bident_driver::{Driver, Folder, Passes, Soc};
 
-use crate::args::{ImportArgs, PartitionArgs, PipelineArgs, ProfileArgs, RunArgs, SearchArgs};
+use crate::args::{ImportArgs, PartitionArgs, PipelineArgs, ProfileArgs, RunArgs, SearchArgs, ServeArgs};
 use crate::print;
 
 /// Cargo's target folder (installs, caches, default outputs).
@@ -153,6 +153,15 @@ pub fn search_cmd(a: SearchArgs) -> Result<()> {
     let (phased, ph) = folder.phased(&g)?;
     let (costs, ch) = folder.costs(&g)?;
     d.search(&folder, (&phased, ph), (&costs, ch), &options)?;
+    Ok(())
+}
+
+/// `cargo xtask serve DIR`: the folder's plan served, re-planned where a PU drifts.
+pub fn serve_cmd(a: ServeArgs) -> Result<()> {
+    let d = driver();
+    let opts = bident_driver::RunOptions { fault: a.inject_fault.clone(), ..Default::default() };
+    let served = d.serve(&Folder::new(&a.dir), a.inferences as usize, &opts, a.config()?)?;
+    print::served(&served, a.window as usize);
     Ok(())
 }
 

@@ -401,3 +401,39 @@ pub fn measured_json(r: &RunReport) -> serde_json::Map<String, serde_json::Value
         _ => serde_json::Map::new(),
     }
 }
+
+/// What `cargo xtask serve` did: every re-plan, and the latency in windows around it.
+pub fn served(s: &bident_driver::Served, window: usize) {
+    use bident_runtime::Outcome;
+    let median = |v: &[f64]| if v.is_empty() { f64::NAN } else { bident_profile::quantile(&mut v.to_vec(), 0.5) };
+    let n = s.latencies.len();
+    println!("served     {n} inferences, median {:.1} µs [measured]", median(&s.latencies));
+    if s.switches.is_empty() {
+        println!("drift      none: no PU left its calibrated ratio of measured to predicted time for long");
+    }
+    for w in &s.switches {
+        let from = w.detected_after + 1;
+        let before = median(&s.latencies[from.saturating_sub(2 * window)..from.min(n)]);
+        match w.outcome {
+            Outcome::Swapped(k) => println!(
+                "re-plan    drift on {} ({:.2}x) seen after inference {}: new plan ({}) from inference {k}, predicted {:.1} \
+                 µs where the old plan would take {:.1}; median {before:.1} µs before, {:.1} µs after",
+                w.pu,
+                w.factor,
+                w.detected_after,
+                w.ops_per_pu.iter().map(|(pu, n)| format!("{n} on {pu}")).collect::<Vec<_>>().join(", "),
+                w.new_predicted_us,
+                w.old_predicted_us,
+                median(&s.latencies[k.min(n)..(k + 2 * window).min(n)])
+            ),
+            Outcome::Kept => println!(
+                "re-plan    drift on {} ({:.2}x) seen after inference {}: the search kept the plan (predicted {:.1} µs)",
+                w.pu, w.factor, w.detected_after, w.new_predicted_us
+            ),
+            Outcome::Pending => println!(
+                "re-plan    drift on {} ({:.2}x) seen after inference {}: still planning when serving ended",
+                w.pu, w.factor, w.detected_after
+            ),
+        }
+    }
+}

@@ -739,3 +739,42 @@ fn a_custom_search_runs_through_the_driver() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("1 phases, 0 with parallel branches (chain)"), "{}", stderr(&o));
 }
+
+/// `cargo xtask serve`: a folder's plan served while its busiest PU slows down 5x; the server
+/// re-plans and says so, and the serving trace shows the switch. Bad options are one line.
+#[test]
+fn serving_replans_when_a_pu_slows_down() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().display().to_string();
+    let o = xtask(&[
+        "pipeline",
+        "--soc",
+        "cores",
+        "--backends",
+        "openvino",
+        "--runs",
+        "3",
+        "--profile-runs",
+        "3",
+        "--out",
+        &dir,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let plan: serde_norway::Value =
+        serde_norway::from_str(&std::fs::read_to_string(tmp.path().join("plan.yaml")).expect("plan.yaml"))
+            .expect("YAML");
+    let per_pu = plan["payload"]["ops_per_pu"].as_mapping().expect("ops per PU");
+    let busiest = per_pu.iter().max_by_key(|(_, n)| n.as_u64()).and_then(|(pu, _)| pu.as_str()).expect("a PU");
+    let fault = format!("{busiest}:slow=5@30");
+    let o = xtask(&["serve", &dir, "--inferences", "200", "--inject-fault", &fault]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains(&format!("re-plan    drift on {busiest}")) && stdout.contains("new plan"), "{stdout}");
+    let trace = std::fs::read_to_string(tmp.path().join("serve-trace.json")).expect("serve-trace.json");
+    assert!(trace.contains("re-planning"), "{trace}");
+    let o = xtask(&["serve", &dir, "--threshold", "0.5"]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--threshold must be above 1"), "{err}");
+}

@@ -1,6 +1,6 @@
 //! A backend that fails on purpose: wraps another backend and makes one PU fail to compile, or
-//! fail (or hang) when it runs, so that the runtime's fault handling can be exercised on real
-//! PUs (`--inject-fault`, the runtime's fault tests).
+//! fail, hang or slow down when it runs, so that the runtime's fault handling and its drift
+//! re-planning can be exercised on real PUs (`--inject-fault`, the runtime's tests).
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -18,10 +18,28 @@ pub enum Fault {
     RunAfter(u64),
     /// Runs block for this long, once the PU has run this many times (a hung device).
     HangAfter(u64, Duration),
+    /// Runs take this many times as long (busy, as a throttled or contended device is), once
+    /// the PU has run this many times.
+    SlowAfter(u64, SlowFactor),
 }
 
-/// `PU:compile`, `PU:run` (`PU:run@N` after N good runs) or `PU:hang` (`PU:hang@N`), as given
-/// to `--inject-fault`.
+/// How many times slower a slowed PU runs: above 1, at most 1,000.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SlowFactor(f64);
+
+impl SlowFactor {
+    pub fn new(f: f64) -> Option<Self> {
+        (f.is_finite() && f > 1.0 && f <= 1000.0).then_some(Self(f))
+    }
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+impl Eq for SlowFactor {}
+
+/// `PU:compile`, `PU:run` (`PU:run@N` after N good runs), `PU:hang` (`PU:hang@N`) or
+/// `PU:slow=F` (`PU:slow=F@N`: F times slower after N runs), as given to `--inject-fault`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FaultSpec {
     pub pu: String,
@@ -31,7 +49,7 @@ pub struct FaultSpec {
 impl FromStr for FaultSpec {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("`{s}`: expected PU:compile, PU:run[@N] or PU:hang[@N]");
+        let bad = || format!("`{s}`: expected PU:compile, PU:run[@N], PU:hang[@N] or PU:slow=F[@N] (1 < F <= 1000)");
         let (pu, what) = s.rsplit_once(':').ok_or_else(bad)?;
         let (what, after) = match what.split_once('@') {
             Some((w, n)) => (w, n.parse::<u64>().map_err(|_| bad())?),
@@ -41,7 +59,10 @@ impl FromStr for FaultSpec {
             "compile" if after == 0 => Fault::Compile,
             "run" => Fault::RunAfter(after),
             "hang" => Fault::HangAfter(after, Duration::from_secs(3600)),
-            _ => return Err(bad()),
+            w => match w.strip_prefix("slow=").and_then(|f| f.parse::<f64>().ok()).and_then(SlowFactor::new) {
+                Some(f) => Fault::SlowAfter(after, f),
+                None => return Err(bad()),
+            },
         };
         if pu.is_empty() {
             return Err(bad());
@@ -139,6 +160,17 @@ impl Executable for FaultyExecutable {
                 });
             }
             Fault::HangAfter(k, d) if n >= k => std::thread::sleep(d),
+            Fault::SlowAfter(k, f) if n >= k => {
+                let t0 = std::time::Instant::now();
+                let (out, mut timing) = self.inner.run_timed(inputs)?;
+                // the device stays busy: spin, as the engine's own thread would
+                let until = t0.elapsed().mul_f64(f.get());
+                while t0.elapsed() < until {
+                    std::hint::spin_loop();
+                }
+                timing.infer = until.saturating_sub(timing.h2d + timing.d2h);
+                return Ok((out, timing));
+            }
             _ => {}
         }
         self.inner.run_timed(inputs)
@@ -159,7 +191,19 @@ mod tests {
         assert_eq!(p("core1:run@5").map(|f| f.fault), Ok(Fault::RunAfter(5)));
         assert_eq!(p("a:b:run").map(|f| f.pu), Ok("a:b".into()));
         assert!(matches!(p("core1:hang").map(|f| f.fault), Ok(Fault::HangAfter(0, _))));
-        for bad in ["core1", ":run", "core1:explode", "core1:run@x", "core1:compile@2"] {
+        assert_eq!(p("core1:slow=3@10").map(|f| f.fault), Ok(Fault::SlowAfter(10, SlowFactor(3.0))));
+        assert_eq!(p("core1:slow=1.5").map(|f| f.fault), Ok(Fault::SlowAfter(0, SlowFactor(1.5))));
+        for bad in [
+            "core1",
+            ":run",
+            "core1:explode",
+            "core1:run@x",
+            "core1:compile@2",
+            "core1:slow",
+            "core1:slow=1",
+            "core1:slow=nan",
+            "core1:slow=1e9",
+        ] {
             assert!(p(bad).is_err(), "{bad}");
         }
     }

@@ -29,7 +29,7 @@ pub use concurrent::{ConcurrentOutcome, SecondModel, pair_plan};
 pub use folder::{Folder, Lock, Planned};
 pub use passes::Passes;
 pub use soc::{BackendName, Soc, load_backends};
-pub use stages::{Outcome, Prepared, REFINE_ROUNDS, independent_pus, segments_to_measure};
+pub use stages::{Outcome, Prepared, REFINE_ROUNDS, Served, independent_pus, segments_to_measure};
 
 /// Where a model comes from.
 #[derive(Clone, Debug, PartialEq)]

@@ -648,23 +648,7 @@ impl Driver<'_> {
     pub fn rerun(&self, folder: &Folder, opts: &RunOptions) -> Result<(Plan, RunReport, FusedGraph)> {
         let _lock = folder.lock()?;
         let p = folder.planned()?;
-        check_run(opts, &p.costs.soc)?;
-        if p.costs.simulated {
-            return Err(DriverError::Invalid(format!(
-                "{}: the plan is for virtual SoC `{}` (simulated costs): there are no such PUs to run it on",
-                folder.dir.display(),
-                p.costs.soc.name
-            )));
-        }
-        let named =
-            p.costs.soc.pus.iter().map(|pu| crate::BackendName::parse(&pu.backend)).collect::<Result<Vec<_>>>()?;
-        let mut distinct = vec![];
-        for b in named {
-            if !distinct.contains(&b) {
-                distinct.push(b);
-            }
-        }
-        let be = self.backends(&distinct)?;
+        let be = self.backends_of_plan(folder, &p, opts)?;
         let options = PlanOptions {
             goal: match p.plan.objective {
                 bident_search::Objective::Latency => Goal::Latency,
@@ -683,6 +667,92 @@ impl Driver<'_> {
         let (plan, r) = self.run(folder, &p.g, (p.plan.clone(), p.plan_h), &p.costs.soc, be, opts, &mut replan)?;
         Ok((plan, r, p.g))
     }
+}
+
+impl Driver<'_> {
+    /// The backends a folder's plan runs on, once its options are checked against its SoC and
+    /// its costs are known to be measured.
+    fn backends_of_plan(&self, folder: &Folder, p: &crate::Planned, opts: &RunOptions) -> Result<Arc<Backends>> {
+        check_run(opts, &p.costs.soc)?;
+        if p.costs.simulated {
+            return Err(DriverError::Invalid(format!(
+                "{}: the plan is for virtual SoC `{}` (simulated costs): there are no such PUs to run it on",
+                folder.dir.display(),
+                p.costs.soc.name
+            )));
+        }
+        let named =
+            p.costs.soc.pus.iter().map(|pu| crate::BackendName::parse(&pu.backend)).collect::<Result<Vec<_>>>()?;
+        let mut distinct = vec![];
+        for b in named {
+            if !distinct.contains(&b) {
+                distinct.push(b);
+            }
+        }
+        self.backends(&distinct)
+    }
+
+    /// Serve `inferences` inferences of the folder's plan through a [`bident_runtime::Server`]
+    /// that re-plans when a PU drifts (`opts.fault` may slow one on purpose: `PU:slow=F@N`).
+    /// Every inference's outputs are checked against the whole model on an exact PU; the
+    /// server's trace goes to `serve-trace.json`. Nothing else in the folder changes.
+    pub fn serve(
+        &self,
+        folder: &Folder,
+        inferences: usize,
+        opts: &RunOptions,
+        cfg: bident_runtime::ServeConfig,
+    ) -> Result<Served> {
+        let _lock = folder.lock()?;
+        let p = folder.planned()?;
+        let raw = self.backends_of_plan(folder, &p, opts)?;
+        let be = self.faulty(raw.clone(), opts);
+        let soc = p.costs.soc.clone();
+        let inputs = bident_runtime::model_inputs(&p.g, opts.config.seed);
+        let reference = soc.pus.iter().position(|pu| pu.is_exact()).unwrap_or(0);
+        let one = SocSpec { pus: vec![soc.pus[reference].clone()], ..soc.clone() };
+        let whole = bident_runtime::Program::whole(&p.g, &one, 0, p.g.reference_model()?)?;
+        // the reference runs on the backend itself, not on the fault wrapped around it
+        let want = bident_runtime::Session::load(whole, &one, raw, cfg.op_timeout)?
+            .run(std::slice::from_ref(&inputs))?
+            .outputs
+            .swap_remove(0);
+        let search = bident_search::SearchConfig {
+            objective: p.plan.objective,
+            mode: p.plan.mode,
+            constraints: p.plan.constraints.clone(),
+        };
+        let (g, p_soc) = (p.g.clone(), soc.clone());
+        let mut server = bident_runtime::Server::new((p.g, p.phased), p.costs, p.plan, soc, be, search, cfg)?;
+        let mut latencies = vec![];
+        for k in 0..inferences {
+            let inf = server.infer(&inputs)?;
+            bident_runtime::check_plan_outputs(&g, server.plan(), &p_soc, &inf.outputs[0], &want)
+                .map_err(|e| DriverError::from(e).context(format!("serving, inference {k}")))?;
+            latencies.push(inf.total_us);
+            if (k + 1) % 100 == 0 || k + 1 == inferences {
+                self.emit(crate::Event::Progress {
+                    stage: Stage::Run,
+                    what: "serving".into(),
+                    done: k + 1,
+                    total: inferences,
+                });
+            }
+        }
+        let path = folder.path("serve-trace.json");
+        std::fs::write(&path, server.trace_json()).map_err(DriverError::io(&path))?;
+        self.note(Stage::Run, format!("the serving trace -> {}", path.display()));
+        Ok(Served { switches: server.switches().to_vec(), latencies, plan: server.plan().clone() })
+    }
+}
+
+/// What a serving run did.
+pub struct Served {
+    pub switches: Vec<bident_runtime::Switch>,
+    /// Every inference's latency (µs), in order.
+    pub latencies: Vec<f64>,
+    /// The plan serving at the end.
+    pub plan: Plan,
 }
 
 /// Options that name a PU must name one of the SoC's: an injected fault on a PU the SoC does not

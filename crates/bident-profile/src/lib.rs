@@ -214,6 +214,25 @@ impl CostTable {
     pub fn cost(&self, op: OpId, pu: usize) -> Option<&Cost> {
         self.ops.get(op as usize).and_then(|o| o.per_pu.get(pu)).and_then(Option::as_ref)
     }
+
+    /// PU `pu`'s figures (every op's and segment's time and its spread) as if it ran `factor`
+    /// times slower, as a serving session measured it drift; energy follows through time.
+    pub fn scale_pu(&mut self, pu: usize, factor: f64) {
+        let scale = |c: &mut Cost| {
+            for t in [&mut c.h2d_us, &mut c.dispatch_us, &mut c.exec_us, &mut c.d2h_us] {
+                *t *= factor;
+            }
+            for t in c.p10_us.iter_mut().chain(c.p90_us.iter_mut()) {
+                *t *= factor;
+            }
+        };
+        let rows = self.ops.iter_mut().map(|o| &mut o.per_pu).chain(self.segments.iter_mut().map(|s| &mut s.per_pu));
+        for row in rows {
+            if let Some(Some(c)) = row.get_mut(pu) {
+                scale(c);
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -9,6 +9,7 @@
 //! Owns the `RunReport` artifact. Written against `bident_backend::Backend` only.
 
 pub mod program;
+pub mod serve;
 pub mod session;
 pub mod trace;
 
@@ -25,6 +26,7 @@ use bident_tensor::HostTensor;
 use serde::{Deserialize, Serialize};
 
 pub use program::{Grouping, Program, Task};
+pub use serve::{Outcome, ServeConfig, Server, Switch};
 pub use session::{Inference, Session, Span};
 
 #[derive(Clone, Debug, Serialize)]
@@ -791,7 +793,12 @@ fn measure(
 /// for a PU that leaves the precision to its device); None where every PU used is exact.
 fn reduced_precision(soc: &SocSpec, program: &Program) -> Option<DType> {
     let used = program.queues.iter().enumerate().filter(|(_, q)| !q.is_empty()).map(|(j, _)| &soc.pus[j]);
-    used.filter(|p| !p.is_exact())
+    coarsest(used)
+}
+
+/// The coarsest precision below f32 of `pus`.
+fn coarsest<'a>(pus: impl Iterator<Item = &'a PuSpec>) -> Option<DType> {
+    pus.filter(|p| !p.is_exact())
         .map(|p| match p.precision() {
             Some(x) if x.eq_ignore_ascii_case("bf16") => DType::Bf16,
             _ => DType::F16,
@@ -837,6 +844,20 @@ fn tolerance(dtype: DType, reduced: Option<DType>) -> (f64, f64) {
         (DType::I8 | DType::U8, _) => (0.0, 1.0),
         _ => (0.0, 0.0),
     }
+}
+
+/// A plan's outputs against the whole model's on an exact PU (`want`), within the tolerance of
+/// the coarsest precision the plan's PUs compute in: the largest absolute difference, or the
+/// first output out of tolerance. What a caller serving a plan checks its answers with.
+pub fn check_plan_outputs(
+    g: &FusedGraph,
+    plan: &Plan,
+    soc: &SocSpec,
+    got: &[Arc<HostTensor>],
+    want: &[Arc<HostTensor>],
+) -> Result<f64, RuntimeError> {
+    let used = soc.pus.iter().filter(|p| plan.ops_per_pu.get(&p.name).is_some_and(|&n| n > 0));
+    Ok(check_outputs(g, got, want, coarsest(used), None)?.0)
 }
 
 /// Each output's largest absolute difference from the reference's (in graph order).

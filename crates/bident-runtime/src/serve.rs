@@ -1,0 +1,445 @@
+//! Serving with a plan that stays right: a [`Server`] runs inferences through a [`Session`],
+//! watches each PU's measured task times against the plan's predictions, and when one PU
+//! drifts (its measured/predicted ratio, against the ratio it showed after the plan was loaded,
+//! stays past a threshold for a sustained run of windows) it re-prices that PU by the slowdown
+//! it measured, searches again and compiles the new plan off the hot path, on a thread of its
+//! own, while the old session keeps serving. The new session is swapped in between two
+//! inferences: none is lost, and every inference runs one whole plan.
+//!
+//! The drifting PU's slowdown is measured from the spans of the inferences it served (the ops
+//! the plan put there, timed as they ran), and applied to every entry of that PU: a slowed
+//! device (throttled, contended) slows every op. A PU the new plan no longer uses is not seen
+//! again, so a PU that recovers is not noticed.
+//!
+//! Compiling a new plan takes longer than many inferences of a small model (about 100 ms
+//! here, where the example runs in 0.1 ms), so by default the server keeps a standby session
+//! of the whole model on every other PU that runs it, compiled at load: a re-plan to one of
+//! them swaps at the next inference. That costs a compiled copy of the model per PU.
+
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use bident_backend::{Backend, SocSpec};
+use bident_ir::FusedGraph;
+use bident_partition::PhasedGraph;
+use bident_profile::CostTable;
+use bident_search::{Plan, SearchConfig};
+use bident_tensor::HostTensor;
+
+use crate::{Grouping, Inference, Program, RuntimeError, Session};
+
+/// How a [`Server`] watches for drift.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// Inferences per window: a PU's ratio of measured to predicted time is taken per window.
+    pub window: usize,
+    /// A PU drifts when its window ratio is this many times its calibrated one...
+    pub threshold: f64,
+    /// ...in this many consecutive windows.
+    pub sustain: usize,
+    /// How the plan's ops are grouped into tasks.
+    pub grouping: Grouping,
+    /// The sessions' watchdog.
+    pub op_timeout: Duration,
+    /// Compile the whole model on every other PU at load, so that a re-plan to one of them
+    /// swaps at once.
+    pub standby: bool,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            window: 5,
+            threshold: 1.3,
+            sustain: 2,
+            grouping: Grouping::Merged,
+            op_timeout: Duration::from_secs(60),
+            standby: true,
+        }
+    }
+}
+
+/// One re-plan: why, and what it changed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Switch {
+    /// The inference (counted from 0) after which drift was detected.
+    pub detected_after: usize,
+    pub outcome: Outcome,
+    pub pu: String,
+    /// The PU's measured slowdown against its calibration.
+    pub factor: f64,
+    /// The old plan's and the new plan's predictions on the re-priced table.
+    pub old_predicted_us: f64,
+    pub new_predicted_us: f64,
+    /// Ops per PU of the new plan.
+    pub ops_per_pu: Vec<(String, u32)>,
+}
+
+/// Where a re-plan stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Still being searched or compiled.
+    Pending,
+    /// The search kept the placement (on the re-priced table).
+    Kept,
+    /// The new plan served from this inference on.
+    Swapped(usize),
+}
+
+impl Switch {
+    /// The first inference the new plan served, if it was swapped in.
+    pub fn swapped_before(&self) -> Option<usize> {
+        match self.outcome {
+            Outcome::Swapped(k) => Some(k),
+            _ => None,
+        }
+    }
+}
+
+/// What a background re-plan gives: the new plan, the re-priced table, the old plan's
+/// prediction on it, and the new plan's session (None where the placement did not change or a
+/// standby session runs it).
+type Replanned = (Plan, CostTable, f64, Option<Session>);
+
+/// A plan searched and compiled in the background.
+struct Replan {
+    rx: mpsc::Receiver<Result<Replanned, RuntimeError>>,
+    switch: usize,
+}
+
+/// Inferences through a plan that is searched again when a PU drifts.
+pub struct Server {
+    graph: Arc<FusedGraph>,
+    phased: Arc<PhasedGraph>,
+    costs: CostTable,
+    soc: Arc<SocSpec>,
+    backend: Arc<dyn Backend>,
+    search: SearchConfig,
+    cfg: ServeConfig,
+    plan: Plan,
+    session: Session,
+    served: usize,
+    /// Inferences the current session has served.
+    in_session: usize,
+    /// Per PU: each inference's ratio of measured to predicted time on it, this window.
+    window: Vec<Vec<f64>>,
+    /// Per PU: its median ratio in the session's second window (the prediction's own bias;
+    /// the first window is the warm-up: the first inference after a load ran 30x slower here).
+    calibrated: Vec<Option<f64>>,
+    strikes: Vec<usize>,
+    ratios: Vec<Vec<f64>>,
+    pending: Option<Replan>,
+    /// Whole-model sessions compiled at load, by PU index ([`ServeConfig::standby`]).
+    standby: Vec<(usize, Session)>,
+    switches: Vec<Switch>,
+    /// Every inference: when it started (µs since the server started), its total, and the
+    /// session generation that served it.
+    log: Vec<(f64, f64, usize)>,
+    t0: Instant,
+}
+
+impl Server {
+    /// Load `plan` (searched on `costs` under `search`) and serve with it.
+    pub fn new(
+        (graph, phased): (FusedGraph, PhasedGraph),
+        costs: CostTable,
+        plan: Plan,
+        soc: SocSpec,
+        backend: Arc<dyn Backend>,
+        search: SearchConfig,
+        cfg: ServeConfig,
+    ) -> Result<Self, RuntimeError> {
+        if cfg.window == 0 || cfg.sustain == 0 || !(cfg.threshold.is_finite() && cfg.threshold > 1.0) {
+            return Err(RuntimeError::Program(format!(
+                "serving needs a window and a sustain of at least 1 and a threshold above 1 (got {}, {}, {})",
+                cfg.window, cfg.sustain, cfg.threshold
+            )));
+        }
+        let session = Session::load(
+            Program::from_plan(&graph, &plan, &soc, cfg.grouping)?,
+            &soc,
+            backend.clone(),
+            cfg.op_timeout,
+        )?;
+        let mut standby = vec![];
+        if cfg.standby {
+            for j in 0..soc.pus.len() {
+                if whole_on(&plan) == Some(j) || costs.ops.iter().any(|o| o.per_pu.get(j).is_none_or(Option::is_none)) {
+                    continue;
+                }
+                let on_j = Self::whole_plan(&phased, &costs, &plan, &soc.pus[j].name)?;
+                let built = Program::from_plan(&graph, &on_j, &soc, cfg.grouping)?;
+                standby.push((j, Session::load(built, &soc, backend.clone(), cfg.op_timeout)?));
+            }
+        }
+        let n = soc.pus.len();
+        Ok(Self {
+            graph: Arc::new(graph),
+            phased: Arc::new(phased),
+            costs,
+            soc: Arc::new(soc),
+            backend,
+            search,
+            cfg,
+            plan,
+            session,
+            served: 0,
+            in_session: 0,
+            window: vec![vec![]; n],
+            calibrated: vec![None; n],
+            strikes: vec![0; n],
+            ratios: vec![vec![]; n],
+            pending: None,
+            standby,
+            switches: vec![],
+            log: vec![],
+            t0: Instant::now(),
+        })
+    }
+
+    /// `plan`'s model whole on PU `pu`, priced on `costs` under `plan`'s schedule and objective.
+    fn whole_plan(phased: &PhasedGraph, costs: &CostTable, plan: &Plan, pu: &str) -> Result<Plan, RuntimeError> {
+        let placed = bident_search::Placement {
+            schedule: plan.schedule,
+            objective: plan.objective,
+            placement: plan.steps.iter().map(|s| (s.op.to_string(), pu.to_string())).collect(),
+        };
+        bident_search::plan_from_placement(phased, costs, &placed)
+            .map_err(|e| RuntimeError::Program(format!("a standby plan on `{pu}`: {e}")))
+    }
+
+    /// The plan serving now.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// The re-plans so far.
+    pub fn switches(&self) -> &[Switch] {
+        &self.switches
+    }
+
+    /// Inferences served so far.
+    pub fn served(&self) -> usize {
+        self.served
+    }
+
+    /// One inference of the model on `inputs` (graph input order). A re-plan that finished
+    /// compiling is swapped in first.
+    pub fn infer(&mut self, inputs: &[Arc<HostTensor>]) -> Result<Inference, RuntimeError> {
+        self.swap_if_ready()?;
+        let start = self.t0.elapsed().as_secs_f64() * 1e6;
+        let inf = self.session.run(std::slice::from_ref(&inputs.to_vec()))?;
+        self.log.push((start, inf.total_us, self.generation()));
+        self.served += 1;
+        self.in_session += 1;
+        self.watch(&inf)?;
+        Ok(inf)
+    }
+
+    /// How many plans have served before the current one.
+    fn generation(&self) -> usize {
+        self.switches.iter().filter(|s| s.swapped_before().is_some()).count()
+    }
+
+    fn swap_if_ready(&mut self) -> Result<(), RuntimeError> {
+        let Some(p) = &self.pending else { return Ok(()) };
+        let got = match p.rx.try_recv() {
+            Ok(got) => got,
+            Err(mpsc::TryRecvError::Empty) => return Ok(()),
+            Err(mpsc::TryRecvError::Disconnected) => Err(RuntimeError::Program("the re-plan thread stopped".into())),
+        };
+        let switch = p.switch;
+        self.pending = None;
+        let (plan, costs, old_us, session) = got?;
+        let s = &mut self.switches[switch];
+        s.old_predicted_us = old_us;
+        s.new_predicted_us = plan.predicted_us;
+        s.ops_per_pu = plan.ops_per_pu.iter().map(|(pu, &n)| (pu.clone(), n)).collect();
+        s.outcome = Outcome::Kept;
+        let session = match (session, whole_on(&plan)) {
+            (Some(session), _) => Some(session),
+            (None, Some(j)) if whole_on(&self.plan) != Some(j) => {
+                let k = self.standby.iter().position(|(pu, _)| *pu == j);
+                k.map(|k| self.standby.swap_remove(k).1)
+            }
+            (None, _) => None,
+        };
+        if let Some(session) = session {
+            s.outcome = Outcome::Swapped(self.served);
+            let old = std::mem::replace(&mut self.session, session);
+            // a whole-model session stands by for a later re-plan back to its PU; any other
+            // is dropped (its workers, idle between inferences, are joined here)
+            if let Some(j) = whole_on(&self.plan) {
+                self.standby.push((j, old));
+            }
+        }
+        // kept or not, the plan is now priced on the re-priced table: the drift is the PU's
+        // new normal
+        self.costs = costs;
+        self.plan = plan;
+        self.recalibrate();
+        Ok(())
+    }
+
+    fn recalibrate(&mut self) {
+        self.in_session = 0;
+        self.calibrated.iter_mut().for_each(|c| *c = None);
+        self.strikes.iter_mut().for_each(|s| *s = 0);
+        self.ratios.iter_mut().for_each(Vec::clear);
+        self.window.iter_mut().for_each(Vec::clear);
+    }
+
+    /// Add one inference's spans to the window; at its end, judge every PU.
+    fn watch(&mut self, inf: &Inference) -> Result<(), RuntimeError> {
+        let program = self.session.program();
+        let n = self.soc.pus.len();
+        let (mut measured, mut predicted) = (vec![0.0; n], vec![0.0; n]);
+        for s in &inf.spans {
+            let t = &program.tasks[s.task];
+            measured[t.pu] += s.finish_us - s.start_us;
+            predicted[t.pu] += t.predicted.1 - t.predicted.0;
+        }
+        for pu in (0..n).filter(|&pu| predicted[pu] > 0.0) {
+            self.window[pu].push(measured[pu] / predicted[pu]);
+        }
+        if !self.in_session.is_multiple_of(self.cfg.window) {
+            return Ok(());
+        }
+        let warm_up = self.in_session == self.cfg.window;
+        let mut drifting: Option<(usize, f64)> = None;
+        for (pu, mut w) in std::mem::replace(&mut self.window, vec![vec![]; n]).into_iter().enumerate() {
+            if w.is_empty() || warm_up {
+                continue;
+            }
+            // the median inference: one stalled by the machine is no drift
+            let ratio = bident_profile::quantile(&mut w, 0.5);
+            let Some(base) = self.calibrated[pu] else {
+                self.calibrated[pu] = Some(ratio);
+                continue;
+            };
+            let drift = ratio / base;
+            if drift > self.cfg.threshold {
+                self.strikes[pu] += 1;
+                self.ratios[pu].push(drift);
+            } else {
+                self.strikes[pu] = 0;
+                self.ratios[pu].clear();
+            }
+            if self.strikes[pu] >= self.cfg.sustain && self.pending.is_none() {
+                let f = bident_profile::quantile(&mut self.ratios[pu].clone(), 0.5);
+                if drifting.is_none_or(|(_, g)| f > g) {
+                    drifting = Some((pu, f));
+                }
+            }
+        }
+        if let Some((pu, factor)) = drifting {
+            self.replan(pu, factor);
+        }
+        Ok(())
+    }
+
+    /// Re-price `pu` by `factor`, search and compile in the background.
+    fn replan(&mut self, pu: usize, factor: f64) {
+        let mut costs = self.costs.clone();
+        costs.scale_pu(pu, factor);
+        let (graph, phased, soc, backend) =
+            (self.graph.clone(), self.phased.clone(), self.soc.clone(), self.backend.clone());
+        let (search, cfg) = (self.search.clone(), self.cfg.clone());
+        let standing: Vec<usize> = self.standby.iter().map(|(j, _)| *j).collect();
+        let old = bident_search::Placement {
+            schedule: self.plan.schedule,
+            objective: self.plan.objective,
+            placement: self.plan.steps.iter().map(|s| (s.op.to_string(), s.pu.clone())).collect(),
+        };
+        let (tx, rx) = mpsc::channel();
+        self.switches.push(Switch {
+            detected_after: self.served - 1,
+            outcome: Outcome::Pending,
+            pu: self.soc.pus[pu].name.clone(),
+            factor,
+            old_predicted_us: self.plan.predicted_us,
+            new_predicted_us: f64::NAN,
+            ops_per_pu: vec![],
+        });
+        let switch = self.switches.len() - 1;
+        std::thread::spawn(move || {
+            let r = (|| {
+                let err = |e: bident_search::SearchError| RuntimeError::Program(format!("re-planning: {e}"));
+                let old_us = bident_search::plan_from_placement(&phased, &costs, &old).map_err(err)?.predicted_us;
+                let plan = bident_search::search(&phased, &costs, &search).map_err(err)?;
+                let moved = old.placement.len() != plan.steps.len()
+                    || plan.steps.iter().any(|s| old.placement.get(&s.op.to_string()) != Some(&s.pu));
+                let session = match moved && !whole_on(&plan).is_some_and(|j| standing.contains(&j)) {
+                    true => Some(Session::load(
+                        Program::from_plan(&graph, &plan, &soc, cfg.grouping)?,
+                        &soc,
+                        backend,
+                        cfg.op_timeout,
+                    )?),
+                    false => None,
+                };
+                Ok((plan, costs, old_us, session))
+            })();
+            let _ = tx.send(r);
+        });
+        self.pending = Some(Replan { rx, switch });
+    }
+
+    /// Wait for a re-plan in flight to land (tests, and a caller about to stop serving).
+    pub fn settle(&mut self, timeout: Duration) -> Result<(), RuntimeError> {
+        let t0 = Instant::now();
+        while self.pending.is_some() {
+            if t0.elapsed() > timeout {
+                return Err(RuntimeError::Program("the re-plan did not finish in time".into()));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+            self.swap_if_ready()?;
+        }
+        Ok(())
+    }
+
+    /// Every inference served as a Chrome trace (Perfetto): one slice per inference on the
+    /// track of the plan that served it, and an instant event at each detection and swap.
+    pub fn trace_json(&self) -> String {
+        let mut events = vec![];
+        for (k, &(start, total, generation)) in self.log.iter().enumerate() {
+            events.push(serde_json::json!({
+                "name": format!("inference {k}"), "ph": "X", "pid": 1, "tid": generation,
+                "ts": start, "dur": total,
+            }));
+        }
+        for s in &self.switches {
+            let at = |k: usize| self.log.get(k).map_or(0.0, |l| l.0 + l.1);
+            events.push(serde_json::json!({
+                "name": format!("drift on {} ({:.2}x): re-planning", s.pu, s.factor), "ph": "i", "s": "g",
+                "pid": 1, "tid": 0, "ts": at(s.detected_after),
+            }));
+            if let Some(k) = s.swapped_before() {
+                events.push(serde_json::json!({
+                    "name": format!(
+                        "new plan: predicted {:.1} µs (was {:.1} on the re-priced table)",
+                        s.new_predicted_us, s.old_predicted_us
+                    ),
+                    "ph": "i", "s": "g", "pid": 1, "tid": 0, "ts": at(k.saturating_sub(1)),
+                }));
+            }
+        }
+        let mut names = vec![];
+        for g in 0..=self.generation() {
+            names.push(serde_json::json!({
+                "name": "thread_name", "ph": "M", "pid": 1, "tid": g, "args": { "name": format!("plan {g}") },
+            }));
+        }
+        events.extend(names);
+        serde_json::json!({ "traceEvents": events, "displayTimeUnit": "ns" }).to_string()
+    }
+}
+
+/// The PU index a plan puts every op on, if it puts them all on one.
+fn whole_on(plan: &Plan) -> Option<usize> {
+    match plan.ops_per_pu.len() {
+        1 => plan.pus.iter().position(|p| plan.ops_per_pu.contains_key(p)),
+        _ => None,
+    }
+}
