@@ -451,7 +451,7 @@ fn placement_constraints() {
 }
 
 /// `plan-diff` lists the ops that moved between two plans of one model with the predicted
-/// change, and refuses plans of different models.
+/// change, reads plans as artifacts or YAML twins, and refuses plans of different models.
 #[test]
 fn plan_diff_shows_what_moved() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -466,6 +466,11 @@ fn plan_diff_shows_what_moved() {
     let summary = out.lines().last().expect("summary");
     assert!(summary.contains("ops moved; predicted") && summary.contains("µJ"), "{out}");
     assert!(out.lines().count() > 3, "no op moved between the latency and energy plans:\n{out}");
+    // the YAML twin reads as the artifact does
+    let o = xtask(&["plan-diff", &first.display().to_string(), &tmp.path().join("plan.yaml").display().to_string()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let twin = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(twin.lines().skip(1).collect::<Vec<_>>(), out.lines().skip(1).collect::<Vec<_>>());
     let other = tmp.path().join("mlp");
     let od = other.display().to_string();
     assert!(xtask(&["pipeline", "zoo:mlp", "--out", &od, "--soc", "lunar-lake"]).status.success());

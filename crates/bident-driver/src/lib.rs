@@ -27,6 +27,7 @@ use bident_search::{Constraints, Mode, Objective, Plan};
 
 pub use concurrent::{ConcurrentOutcome, SecondModel};
 pub use folder::{Folder, Lock, Planned};
+pub use imports::read_plan;
 pub use passes::Passes;
 pub use soc::{BackendName, Soc, load_backends};
 pub use stages::{Outcome, REFINE_ROUNDS, independent_pus, segments_to_measure};
