@@ -1,5 +1,5 @@
-//! Commands around the artifacts: show, plan-diff, extract, soc, costs export/import, coexec,
-//! zoo.
+//! Commands around the artifacts: show, plan-diff, annotate, extract, soc, costs export/import,
+//! coexec, zoo.
 
 use std::path::{Path, PathBuf};
 
@@ -211,6 +211,21 @@ pub fn plan_diff(a: &Path, b: &Path) -> Result<()> {
     let label = |p: &Plan| format!("{} {} / {}", p.mode.name(), p.objective.name(), p.soc);
     println!("plan-diff  {} ({}) -> {} ({}), model {}", a.display(), label(&pa), b.display(), label(&pb), pa.model);
     print!("{}", d.table());
+    Ok(())
+}
+
+pub fn annotate(dir: &Path, out: &Path) -> Result<()> {
+    let a = bident_driver::annotate(&Folder::new(dir), out)?;
+    eprintln!(
+        "annotate: `{}` planned on {} ({}): {} of {} nodes placed{} -> {}",
+        a.model,
+        a.soc,
+        if a.simulated { "simulated" } else { "measured" },
+        a.placed,
+        a.nodes,
+        if a.placed < a.nodes { " (the others folded into constants or unused)" } else { "" },
+        out.display()
+    );
     Ok(())
 }
 

@@ -209,6 +209,20 @@ pub enum Reason {
     Pinned,
 }
 
+impl Reason {
+    /// As it is written in a plan (`best-alone`, `joins-previous`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::OnlySupported => "only-supported",
+            Reason::BestAlone => "best-alone",
+            Reason::AvoidsTransfer => "avoids-transfer",
+            Reason::Overlaps => "overlaps",
+            Reason::JoinsPrevious => "joins-previous",
+            Reason::Pinned => "pinned",
+        }
+    }
+}
+
 /// One op of the plan, in execution order.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Step {
