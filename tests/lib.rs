@@ -247,3 +247,114 @@ pub fn plan_on(
     };
     bident_search::search(phased, &costs, &cfg).expect("search")
 }
+
+/// `x` with three significant digits (at least), so the last bits of a sum do not churn a
+/// snapshot line.
+pub fn sig(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return format!("{x}");
+    }
+    let digits = (2 - x.abs().log10().floor() as i32).max(0) as usize;
+    let s = format!("{x:.digits$}");
+    if s.trim_start_matches('-').chars().all(|c| c == '0' || c == '.') { "0".into() } else { s }
+}
+
+/// Why one op of a plan sits on its PU, derived from the cost table and the evaluator: best
+/// alone, the only PU, pinned, or else what moving it alone to the PU best for it alone would
+/// cost the plan, and which part of the plan that cost comes from (transfers, the savings of
+/// ops compiled together, or the overlap of branches).
+fn why(p: &bident_search::Problem, plan: &bident_search::Plan, assign: &[usize], c: usize) -> String {
+    use bident_search::{Objective, Reason};
+    let unit = if plan.objective == Objective::Latency { "µs" } else { "µJ" };
+    let alone = |k: usize| p.w[c][k].map(|w| if plan.objective == Objective::Latency { w } else { w * p.power[c][k] });
+    let step = &plan.steps.iter().find(|s| s.op as usize == c).expect("every op has a step");
+    if step.reason == Reason::Pinned {
+        return "pinned".into();
+    }
+    let runs_on: Vec<usize> = (0..p.pus()).filter(|&k| p.w[c][k].is_some()).collect();
+    if runs_on.len() == 1 {
+        return "the only PU that runs it".into();
+    }
+    let alone = |k: usize| alone(k).unwrap_or(f64::INFINITY);
+    let best = runs_on.iter().copied().min_by(|&a, &b| alone(a).total_cmp(&alone(b))).expect("a PU");
+    if alone(assign[c]) <= alone(best) {
+        return if plan.objective == Objective::Latency { "fastest alone".into() } else { "least energy alone".into() };
+    }
+    let latency = plan.objective == Objective::Latency;
+    // (transfers, what compiling together saved, execution) of a timeline, as the objective
+    let parts = |t: &bident_search::Timeline, a: &[usize]| {
+        let mut acc = (0.0, 0.0, 0.0);
+        for (x, &j) in a.iter().enumerate() {
+            let k = if latency { 1.0 } else { p.power[x][j] };
+            acc.0 += (t.transfer_in[x] + t.transfer_out[x]) * k;
+            acc.1 += t.saved[x] * t.factor[x] * k;
+            acc.2 += (p.w[x][j].unwrap_or(0.0) - t.saved[x]) * t.factor[x] * k;
+        }
+        acc
+    };
+    let mut moved = assign.to_vec();
+    moved[c] = best;
+    let eval = |a: &[usize]| p.evaluate(a, plan.schedule).expect("the plan's PUs run its ops");
+    let (before, after) = (eval(assign), eval(&moved));
+    let (b, a) = (parts(&before, assign), parts(&after, &moved));
+    let delta = after.objective(plan.objective) - before.objective(plan.objective);
+    let d_transfers = a.0 - b.0;
+    let d_savings = b.1 - a.1;
+    // what is left of the change under a parallel schedule: branches no longer overlapping
+    let d_overlap = delta - d_transfers - (a.2 - b.2);
+    let to = &plan.pus[best];
+    if delta.abs() <= 1e-9 * before.objective(plan.objective).abs().max(1.0) {
+        return format!("a tie with {to}");
+    }
+    if delta < 0.0 {
+        return format!("not locally optimal: {} {unit} less on {to}", sig(-delta));
+    }
+    let parts = [
+        (d_transfers, "avoids transfers"),
+        (d_savings, "joins its neighbours"),
+        (d_overlap, "overlaps other branches"),
+    ];
+    let (_, label) = parts.iter().copied().fold((f64::NEG_INFINITY, "?"), |a, b| if b.0 > a.0 { b } else { a });
+    format!("{label}: {} {unit} more on {to}", sig(delta))
+}
+
+/// A plan, one line per op in execution order (`op name kind -> PU (why)`), under a line of
+/// rounded totals: what a change in the search moves shows as a few changed lines.
+pub fn placement(
+    plan: &bident_search::Plan,
+    phased: &bident_partition::PhasedGraph,
+    costs: &bident_profile::CostTable,
+) -> String {
+    use std::fmt::Write;
+    let p = bident_search::Problem::new(phased, costs);
+    let mut assign = vec![0; p.ops()];
+    for s in &plan.steps {
+        assign[s.op as usize] = plan.pus.iter().position(|q| *q == s.pu).expect("a PU of the plan");
+    }
+    let per_pu: Vec<String> = plan.ops_per_pu.iter().map(|(pu, n)| format!("{pu} {n}")).collect();
+    let mut out = format!(
+        "{} {} ({} schedule): {} µs, {} µJ; ops {}; best single PU {} {} µs\n",
+        plan.mode.name(),
+        plan.objective.name(),
+        plan.schedule.name(),
+        sig(plan.predicted_us),
+        sig(plan.predicted_energy_uj),
+        per_pu.join(", "),
+        plan.best_single_pu.as_deref().unwrap_or("none"),
+        plan.best_single_pu_us.map_or("-".into(), sig),
+    );
+    let name_w = plan.steps.iter().map(|s| s.name.chars().count()).max().unwrap_or(0);
+    let kind_w = plan.steps.iter().map(|s| s.kind.chars().count()).max().unwrap_or(0);
+    for s in &plan.steps {
+        let _ = writeln!(
+            out,
+            "{:>4} {:<name_w$} {:<kind_w$} -> {} ({})",
+            s.op,
+            s.name,
+            s.kind,
+            s.pu,
+            why(&p, plan, &assign, s.op as usize)
+        );
+    }
+    out
+}

@@ -162,6 +162,50 @@ fn plans_on_lunar_lake() {
     }
 }
 
+/// A `plan-diff` case (`tests/data/plan-diff/NAME.yaml`): a stored baseline plan and the search
+/// to diff it against, on the virtual `lunar-lake` SoC.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanDiffCase {
+    /// A plan file beside the case, as `cargo xtask plan-diff` reads it (its YAML twin).
+    baseline: String,
+    /// `zoo:NAME`.
+    model: String,
+    mode: bident_search::Mode,
+    objective: bident_search::Objective,
+}
+
+/// `plan-diff` output (through the functions the command uses: `bident_driver::read_plan`,
+/// `bident_search::diff`, `PlanDiff::table`) from each stored baseline to the current search's
+/// plan, as snapshots: a change in the search shows as the ops it moved.
+#[test]
+fn plan_diffs_against_stored_baselines() {
+    let soc = bident_profile::simulate::VirtualSoc::preset("lunar-lake").expect("lunar-lake");
+    for (name, path) in bident_tests::cases("plan-diff") {
+        let case: PlanDiffCase = read_case(&path);
+        let baseline = path.parent().expect("case folder").join(&case.baseline);
+        let before = bident_driver::read_plan(&baseline).unwrap_or_else(|e| panic!("{}: {e}", baseline.display()));
+        let model = ModelCase { model: case.model.clone(), input_shape: Default::default(), fusion: None };
+        let g = import(&model, &path);
+        let phased = bident_partition::partition(&g).expect("partition");
+        let costs = bident_profile::simulate::simulate(&g, &soc).expect("simulate");
+        let cfg = bident_search::SearchConfig { objective: case.objective, mode: case.mode, ..Default::default() };
+        let now = bident_search::search(&phased, &costs, &cfg).expect("search");
+        let d = bident_search::diff(&before, &now)
+            .unwrap_or_else(|e| panic!("{name}: {e} (re-create the baseline: see {})", path.display()));
+        let label = |p: &bident_search::Plan| format!("{} {} / {}", p.mode.name(), p.objective.name(), p.soc);
+        let text = format!(
+            "plan-diff  {} ({}) -> now ({}), model {}\n{}",
+            case.baseline,
+            label(&before),
+            label(&now),
+            now.model,
+            d.table()
+        );
+        insta::assert_snapshot!(format!("plan-diff-{name}"), text);
+    }
+}
+
 /// The example through the driver's pipeline on a preset SoC of this machine (OpenVINO's f32 PUs),
 /// 3 timed runs per (op, PU), 3 measured inferences, into a folder of its own.
 fn measure_example(

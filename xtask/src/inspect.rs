@@ -1,5 +1,5 @@
-//! Commands around the artifacts: show, plan-diff, extract, soc, costs export/import, coexec,
-//! zoo.
+//! Commands around the artifacts: show, plan-diff, annotate, extract, soc, costs export/import,
+//! coexec, zoo.
 
 use std::path::{Path, PathBuf};
 
@@ -15,7 +15,6 @@ use clap::Args;
 
 use crate::args::SocArgs;
 use crate::pipeline::{driver, target_dir};
-use crate::print::truncate;
 
 const COSTS: &str = "cost-table.bin";
 
@@ -207,45 +206,25 @@ pub fn soc(spec: &str) -> Result<()> {
 }
 
 pub fn plan_diff(a: &Path, b: &Path) -> Result<()> {
-    let read_plan = |f: &Path| -> Result<Plan> {
-        let bytes = artifact::read_bytes(f)?;
-        let plan = artifact::decode::<Plan>(f, &bytes)?.value;
-        bident_search::check_figures(&plan).with_context(|| f.display().to_string())?;
-        Ok(plan)
-    };
-    let (pa, pb) = (read_plan(a)?, read_plan(b)?);
+    let (pa, pb) = (bident_driver::read_plan(a)?, bident_driver::read_plan(b)?);
     let d = bident_search::diff(&pa, &pb)?;
     let label = |p: &Plan| format!("{} {} / {}", p.mode.name(), p.objective.name(), p.soc);
     println!("plan-diff  {} ({}) -> {} ({}), model {}", a.display(), label(&pa), b.display(), label(&pb), pa.model);
-    println!(
-        "{:>5}  {:<28} {:<26} {:>6} -> {:<6} {:>10} {:>10}",
-        "op", "name", "kind", "from", "to", "µs before", "µs after"
-    );
-    for m in &d.moves {
-        println!(
-            "{:>5}  {:<28} {:<26} {:>6} -> {:<6} {:>10.1} {:>10.1}",
-            m.op,
-            truncate(&m.name, 28),
-            truncate(&m.kind, 26),
-            m.from,
-            m.to,
-            m.before_us,
-            m.after_us
-        );
-    }
-    let pct = |(x, y): (f64, f64)| (y / x - 1.0) * 100.0;
-    println!(
-        "{} of {} ops moved; predicted {:.1} -> {:.1} µs ({:+.1}%), {:.1} -> {:.1} µJ ({:+.1}%); schedule {} -> {}",
-        d.moves.len(),
-        pa.steps.len(),
-        d.predicted_us.0,
-        d.predicted_us.1,
-        pct(d.predicted_us),
-        d.predicted_energy_uj.0,
-        d.predicted_energy_uj.1,
-        pct(d.predicted_energy_uj),
-        d.schedule.0.name(),
-        d.schedule.1.name()
+    print!("{}", d.table());
+    Ok(())
+}
+
+pub fn annotate(dir: &Path, out: &Path) -> Result<()> {
+    let a = bident_driver::annotate(&Folder::new(dir), out)?;
+    eprintln!(
+        "annotate: `{}` planned on {} ({}): {} of {} nodes placed{} -> {}",
+        a.model,
+        a.soc,
+        if a.simulated { "simulated" } else { "measured" },
+        a.placed,
+        a.nodes,
+        if a.placed < a.nodes { " (the others folded into constants or unused)" } else { "" },
+        out.display()
     );
     Ok(())
 }

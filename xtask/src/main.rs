@@ -73,6 +73,15 @@ enum Cmd {
     PlanDiff { a: PathBuf, b: PathBuf },
     /// Print any artifact as YAML.
     Show { file: PathBuf },
+    /// Write DIR's source model with its plan in the metadata (each node's fused op, PU,
+    /// predicted start and time, reason; the SoC, objective and totals on the model), for Netron.
+    Annotate {
+        /// Folder holding the fused graph and the plan.
+        dir: PathBuf,
+        /// Output ONNX file.
+        #[arg(short, long)]
+        out: PathBuf,
+    },
     /// Print a SoC (preset name or spec file), checked against this machine, as a spec file.
     Soc { spec: String },
     /// Write one fused op of an imported model as a standalone ONNX model (or, with
@@ -169,6 +178,7 @@ fn main() {
         Cmd::Coexec(a) => inspect::coexec(a),
         Cmd::PlanDiff { a, b } => inspect::plan_diff(&a, &b),
         Cmd::Show { file } => inspect::show(&file),
+        Cmd::Annotate { dir, out } => inspect::annotate(&dir, &out),
         Cmd::Extract(a) => inspect::extract(a),
         Cmd::Soc { spec } => inspect::soc(&spec),
         Cmd::Zoo { name, out, seed, external_data } => inspect::zoo(name.as_deref(), &out, seed, external_data),

@@ -451,7 +451,7 @@ fn placement_constraints() {
 }
 
 /// `plan-diff` lists the ops that moved between two plans of one model with the predicted
-/// change, and refuses plans of different models.
+/// change, reads plans as artifacts or YAML twins, and refuses plans of different models.
 #[test]
 fn plan_diff_shows_what_moved() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -466,12 +466,93 @@ fn plan_diff_shows_what_moved() {
     let summary = out.lines().last().expect("summary");
     assert!(summary.contains("ops moved; predicted") && summary.contains("µJ"), "{out}");
     assert!(out.lines().count() > 3, "no op moved between the latency and energy plans:\n{out}");
+    // the YAML twin reads as the artifact does
+    let o = xtask(&["plan-diff", &first.display().to_string(), &tmp.path().join("plan.yaml").display().to_string()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let twin = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(twin.lines().skip(1).collect::<Vec<_>>(), out.lines().skip(1).collect::<Vec<_>>());
     let other = tmp.path().join("mlp");
     let od = other.display().to_string();
     assert!(xtask(&["pipeline", "zoo:mlp", "--out", &od, "--soc", "lunar-lake"]).status.success());
     let o = xtask(&["plan-diff", &first.display().to_string(), &other.join("plan.bin").display().to_string()]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("the plans are for different graphs"), "{}", stderr(&o));
+}
+
+/// `annotate DIR -o placed.onnx`: the source model as bident read it (external data embedded),
+/// each node carrying its fused op and that op's PU, start and predicted time as planned (the
+/// nodes folded at import saying so), the model its SoC, objective and figures; nothing else
+/// changed. On attention (folded nodes, a parallel plan over two PUs) and on an MLP whose weights
+/// are external data.
+#[test]
+fn annotate_writes_the_plan_into_the_source_model() {
+    use prost::Message;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let o = xtask(&["zoo", "mlp", "--out", &tmp.path().display().to_string(), "--external-data"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mlp = tmp.path().join("mlp.onnx").display().to_string();
+    for (name, model, extra) in
+        [("attention", "zoo:attention", ["--mode", "parallel"]), ("mlp", mlp.as_str(), ["--objective", "energy"])]
+    {
+        let dir = tmp.path().join(name);
+        let d = dir.display().to_string();
+        let mut args = vec!["pipeline", model, "--soc", "lunar-lake", "--out", &d];
+        args.extend(extra);
+        let o = xtask(&args);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        let placed = tmp.path().join(format!("{name}-placed.onnx"));
+        let o = xtask(&["annotate", &d, "-o", &placed.display().to_string()]);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        assert!(stderr(&o).contains("planned on lunar-lake (simulated)"), "{name}: {}", stderr(&o));
+
+        let bytes = std::fs::read(&placed).expect("annotated model");
+        let mut m = bident_ir::proto::ModelProto::decode(bytes.as_slice()).expect("an ONNX model");
+        let planned = bident_driver::Folder::new(&dir).planned().expect("the folder's artifacts");
+        let meta = |props: &[bident_ir::proto::StringStringEntryProto], k: &str| {
+            props.iter().find(|e| e.key() == k).map(|e| e.value().to_string())
+        };
+        assert_eq!(meta(&m.metadata_props, "bident.soc").as_deref(), Some("lunar-lake"), "{name}");
+        assert_eq!(meta(&m.metadata_props, "bident.figures").as_deref(), Some("simulated"), "{name}");
+        assert_eq!(meta(&m.metadata_props, "bident.objective").as_deref(), Some(planned.plan.objective.name()));
+        let total: f64 = meta(&m.metadata_props, "bident.predicted_us").expect("total").parse().expect("µs");
+        assert!((total - planned.plan.predicted_us).abs() < 1e-3, "{name}: {total}");
+        let graph = m.graph.as_mut().expect("a graph");
+        let mut folded = 0;
+        let mut pus = std::collections::BTreeSet::new();
+        for node in &graph.node {
+            let op = meta(&node.metadata_props, "bident.fused_op").unwrap_or_else(|| panic!("{name}: {node:?}"));
+            if op == bident_ir::NO_FUSED_OP {
+                folded += 1;
+                continue;
+            }
+            let index: u32 = op.split(' ').next().and_then(|i| i.parse().ok()).expect("`<index> <name> (<kind>)`");
+            let step = planned.plan.steps.iter().find(|s| s.op == index).expect("a step");
+            assert_eq!(meta(&node.metadata_props, "bident.pu").as_deref(), Some(step.pu.as_str()), "{name}: {op}");
+            let us: f64 = meta(&node.metadata_props, "bident.predicted_us").expect("time").parse().expect("µs");
+            assert!((us - (step.finish_us - step.start_us)).abs() < 1e-3, "{name}: {op}: {us}");
+            assert!(meta(&node.metadata_props, "bident.reason").is_some(), "{name}: {op}");
+            pus.insert(step.pu.clone());
+        }
+        assert_eq!(folded, planned.g.source.folded_nodes, "{name}: the nodes in no fused op are the folded ones");
+        if name == "attention" {
+            assert!(folded > 0 && pus.len() > 1, "attention: {folded} folded, PUs {pus:?}");
+        }
+        // with the metadata removed, the model bident read: the source, its weights embedded
+        graph.node.iter_mut().for_each(|n| n.metadata_props.clear());
+        m.metadata_props.clear();
+        let source = bident_ir::proto::ModelProto::decode(planned.g.reference.0.clone()).expect("the reference");
+        assert_eq!(m, source, "{name}: the annotation changed more than metadata");
+        let built = bident_zoo::build(name, 0).expect("zoo model");
+        let weights = |m: &bident_ir::proto::ModelProto| -> Vec<(String, Vec<u8>)> {
+            let g = m.graph.as_ref().expect("a graph");
+            g.initializer
+                .iter()
+                .map(|t| (t.name().to_string(), t.raw_data.clone().unwrap_or_default().to_vec()))
+                .collect()
+        };
+        assert!(source.graph.iter().flat_map(|g| &g.initializer).all(|t| t.external_data.is_empty()), "{name}");
+        assert_eq!(weights(&source), weights(&built), "{name}: the weights are the model's, embedded");
+    }
 }
 
 /// `--with MODEL2`: the concurrent plan of two models on the virtual SoC, never slower than

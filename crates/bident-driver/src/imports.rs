@@ -1,5 +1,8 @@
 //! Artifacts from anywhere: a plan or a phased graph written by another tool (YAML or JSON),
-//! verified on the way in and stamped with the hashes of what it was checked against.
+//! verified on the way in and stamped with the hashes of what it was checked against; and a
+//! plan file to compare ([`read_plan`]).
+
+use std::path::Path;
 
 use bident_partition::PhasedGraph;
 use bident_search::{Placement, Plan};
@@ -18,6 +21,24 @@ fn parse<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T> {
         _ => value,
     };
     serde_norway::from_value(payload).map_err(bad)
+}
+
+/// A plan file to compare (`cargo xtask plan-diff`): an artifact (`plan.bin`), or, by its
+/// extension (`.yaml`, `.yml`, `.json`), a plan as text: its YAML twin (`plan.yaml`) or the
+/// payload alone. Only its figures are checked (`check_figures`): a plan compared is not run,
+/// and the diff refuses plans of different graphs.
+pub fn read_plan(path: &Path) -> Result<Plan> {
+    let origin = path.display().to_string();
+    let text = path.extension().and_then(|e| e.to_str()).is_some_and(|e| ["yaml", "yml", "json"].contains(&e));
+    let bytes = bident_artifact::read_bytes(path)?;
+    let plan = if text {
+        let text = std::str::from_utf8(&bytes).map_err(|_| DriverError::Invalid(format!("{origin}: not UTF-8")))?;
+        parse::<Plan>(text, &origin)?
+    } else {
+        bident_artifact::decode::<Plan>(path, &bytes)?.value
+    };
+    bident_search::check_figures(&plan).map_err(|e| DriverError::from(e).context(origin))?;
+    Ok(plan)
 }
 
 impl Driver<'_> {

@@ -1,6 +1,7 @@
 //! bident-driver: bident as a library. It owns the one list of stages in order
 //! ([`Driver::pipeline`]), the artifact folder ([`Folder`]), refine, fallback re-planning, the
-//! profile cache, backend installation, and the registry of swappable passes ([`Passes`]).
+//! profile cache, backend installation, the registry of swappable passes ([`Passes`]), and a
+//! folder's plan written into its source model for viewers ([`annotate()`]).
 //!
 //! Callers (xtask's commands, the eval, the tests, a user's own program) give typed options and
 //! a callback for [`Event`]s; the driver does no printing. A pass from outside bident implements
@@ -9,6 +10,7 @@
 //!
 //! Must not: parse command lines or print.
 
+mod annotate;
 mod concurrent;
 mod folder;
 mod imports;
@@ -25,8 +27,10 @@ use bident_profile::CostTable;
 use bident_runtime::RunConfig;
 use bident_search::{Constraints, Mode, Objective, Plan};
 
+pub use annotate::{Annotation, annotate};
 pub use concurrent::{ConcurrentOutcome, SecondModel, pair_plan};
 pub use folder::{Folder, Lock, Planned};
+pub use imports::read_plan;
 pub use passes::Passes;
 pub use soc::{BackendName, Soc, load_backends};
 pub use stages::{Outcome, Prepared, REFINE_ROUNDS, Served, independent_pus, segments_to_measure};

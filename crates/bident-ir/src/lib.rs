@@ -3,11 +3,12 @@
 //!
 //! Owns: the ONNX protobuf bindings (generated, `proto`), op knowledge (`ops`, one file per op
 //! family), shape inference and constant folding, the fusion rules, the `FusedGraph` artifact and
-//! its verifier.
+//! its verifier, and the source model annotated with each node's fused op ([`annotate()`]).
 //!
 //! Must not: touch any backend (extraction produces bytes; running them is bident-backend's
 //! job), or know about PUs, costs or plans.
 
+mod annotate;
 mod consts;
 mod error;
 mod extract;
@@ -25,6 +26,7 @@ use std::collections::BTreeMap;
 use bident_artifact::{Artifact, Blob, ContentHash};
 use serde::{Deserialize, Serialize};
 
+pub use annotate::{Annotated, FUSED_OP, NO_FUSED_OP, annotate};
 pub use bident_tensor::DType;
 pub use error::IrError;
 pub use extract::Extractor;

@@ -12,12 +12,15 @@
 //!   [`Problem::EXACT_PHASE_LIMIT`] assignments solved exactly), never returning a plan worse
 //!   than the best sequential one;
 //! - instances of at most [`Problem::EXHAUSTIVE_LIMIT`] assignments are also solved by exhaustive
-//!   search, so their plans are optimal under the evaluator.
+//!   search, so their plans are optimal under the evaluator;
+//! - [`diff`]: the ops that moved between two plans of one graph, and the table `plan-diff`
+//!   prints.
 //!
 //! Owns the `Plan` artifact and `check_plan`. Architecture invariant: no I/O and no backend.
 
 pub mod chain;
 pub mod concurrent;
+pub mod diff;
 pub mod pass;
 pub mod problem;
 
@@ -30,6 +33,7 @@ use bident_profile::CostTable;
 use serde::{Deserialize, Serialize};
 
 pub use chain::Chain;
+pub use diff::{Move, PlanDiff, diff};
 pub use pass::{MappingSearch, Placement, plan_from_placement, search_by};
 pub use problem::{OrderLinks, Problem, Schedule, Timeline};
 
@@ -203,6 +207,20 @@ pub enum Reason {
     JoinsPrevious,
     /// The user pinned it there.
     Pinned,
+}
+
+impl Reason {
+    /// As it is written in a plan (`best-alone`, `joins-previous`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::OnlySupported => "only-supported",
+            Reason::BestAlone => "best-alone",
+            Reason::AvoidsTransfer => "avoids-transfer",
+            Reason::Overlaps => "overlaps",
+            Reason::JoinsPrevious => "joins-previous",
+            Reason::Pinned => "pinned",
+        }
+    }
 }
 
 /// One op of the plan, in execution order.
@@ -773,67 +791,4 @@ pub fn check_figures(plan: &Plan) -> Result<(), SearchError> {
         }
     }
     Ok(())
-}
-
-/// An op whose PU differs between two plans.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Move {
-    pub op: OpId,
-    pub name: String,
-    pub kind: String,
-    pub from: String,
-    pub to: String,
-    /// The op's own time (execution and transfers) in each plan, µs.
-    pub before_us: f64,
-    pub after_us: f64,
-}
-
-/// What changed from plan `a` to plan `b` of the same graph.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PlanDiff {
-    pub moves: Vec<Move>,
-    pub predicted_us: (f64, f64),
-    pub predicted_energy_uj: (f64, f64),
-    pub schedule: (Schedule, Schedule),
-}
-
-/// The ops that moved between two plans of one graph, and the predicted totals of both.
-pub fn diff(a: &Plan, b: &Plan) -> Result<PlanDiff, SearchError> {
-    if a.graph != b.graph || a.steps.len() != b.steps.len() {
-        return Err(SearchError::Check(format!(
-            "the plans are for different graphs (`{}` {}, `{}` {})",
-            a.model,
-            a.graph.short(),
-            b.model,
-            b.graph.short()
-        )));
-    }
-    let own = |s: &Step| s.exec_us + s.transfer_in_us + s.transfer_out_us;
-    let mut by_op: BTreeMap<OpId, &Step> = BTreeMap::new();
-    for s in &b.steps {
-        by_op.insert(s.op, s);
-    }
-    let mut moves = vec![];
-    for s in &a.steps {
-        let t = by_op
-            .get(&s.op)
-            .ok_or_else(|| SearchError::Check(format!("op {} is missing from the second plan", s.op)))?;
-        if s.pu != t.pu {
-            moves.push(Move {
-                op: s.op,
-                name: s.name.clone(),
-                kind: s.kind.clone(),
-                from: s.pu.clone(),
-                to: t.pu.clone(),
-                before_us: own(s),
-                after_us: own(t),
-            });
-        }
-    }
-    Ok(PlanDiff {
-        moves,
-        predicted_us: (a.predicted_us, b.predicted_us),
-        predicted_energy_uj: (a.predicted_energy_uj, b.predicted_energy_uj),
-        schedule: (a.schedule, b.schedule),
-    })
 }

@@ -565,8 +565,10 @@ impl Problem {
             .collect()
     }
 
-    /// The objective of one phase run alone (its span, or its energy).
-    pub(crate) fn phase_objective(&self, assign: &[usize], pi: usize, schedule: Schedule, obj: Objective) -> f64 {
+    /// The objective of one phase run alone (its span, or its energy; infinite if an op sits
+    /// where it cannot run). Phases run one after another, so a plan's objective is the sum of
+    /// its phases': a move is priced from the phases it touches.
+    pub fn phase_objective(&self, assign: &[usize], pi: usize, schedule: Schedule, obj: Objective) -> f64 {
         let eff = if self.segment_cost.is_empty() { None } else { self.effective(assign, schedule) };
         if eff.is_none() && !self.segment_cost.is_empty() {
             return f64::INFINITY;
