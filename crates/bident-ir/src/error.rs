@@ -56,6 +56,9 @@ pub enum IrError {
     Malformed(String),
     #[error("fused graph is invalid: {0}")]
     Verify(String),
+    /// A lowering sub-pass broke an invariant the next relies on (checked in debug builds).
+    #[error("import: sub-pass `{pass}` broke an invariant: {reason}")]
+    SubPass { pass: &'static str, reason: String },
     #[error("fused op {op} does not exist (graph has {count})")]
     NoSuchOp { op: usize, count: usize },
     #[error("the fused graph's stored model cannot be decoded: {0}")]

@@ -157,7 +157,7 @@ pub fn import_shared(
         (bytes, model)
     };
     let name = Path::new(file).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
-    Lowering::new(model, reference, opts)?.run(name, file.to_string(), hash)
+    Lowering::new(model, reference, opts).run(name, file.to_string(), hash)
 }
 
 /// What the ONNX checker and OpenVINO's reader refuse, refused here before anything picks one of
@@ -380,14 +380,14 @@ struct Lowering<'o> {
 }
 
 impl<'o> Lowering<'o> {
-    fn new(model: ModelProto, reference: Bytes, opts: &'o ImportOptions) -> Result<Self, IrError> {
+    fn new(model: ModelProto, reference: Bytes, opts: &'o ImportOptions) -> Self {
         let opset = model
             .opset_import
             .iter()
             .find(|o| o.domain().is_empty() || o.domain() == "ai.onnx")
             .and_then(|o| o.version)
             .unwrap_or(1);
-        let mut me = Self {
+        Self {
             model,
             reference,
             opts,
@@ -400,16 +400,15 @@ impl<'o> Lowering<'o> {
             outputs: vec![],
             declared: HashMap::new(),
             uses: vec![],
-        };
-        me.read_boundary()?;
-        Ok(me)
+        }
     }
 
     fn graph(&self) -> &GraphProto {
         self.model.graph.as_ref().expect("checked at import")
     }
 
-    /// Initializers, inputs (with pinning), outputs, declared shapes.
+    /// Sub-pass `boundary`: initializers, inputs (with pinning), outputs and declared shapes
+    /// read, every one of them typed.
     fn read_boundary(&mut self) -> Result<(), IrError> {
         let graph = self.model.graph.take().expect("checked at import");
         for (k, t) in graph.initializer.iter().enumerate() {
@@ -673,9 +672,9 @@ impl<'o> Lowering<'o> {
         Ok(order)
     }
 
-    /// Shape inference and constant folding, node by node in topological order.
-    /// Types, constant folding and each node's fate. `None`: the graph changed (an If on a
-    /// constant condition was inlined) and must be ordered and analysed again.
+    /// Shape inference and constant folding, node by node in topological order: types,
+    /// constant folding and each node's fate. `None`: the graph changed (an If on a constant
+    /// condition was inlined) and must be ordered and analysed again.
     fn analyse(&mut self, order: &[usize]) -> Result<Option<Vec<Fate>>, IrError> {
         let graph = self.model.graph.take().expect("checked at import");
         let outputs: HashSet<&str> = self.outputs.iter().map(String::as_str).collect();
@@ -810,12 +809,10 @@ impl<'o> Lowering<'o> {
             }
         }
         self.model.graph = Some(graph);
-        // Const-like nodes hold their (unevaluated) outputs as "constants" for fusion purposes.
-        self.mark_dead(order, &mut fates);
         Ok(Some(fates))
     }
 
-    /// Dead-code elimination: nodes none of whose outputs reach a graph output.
+    /// Sub-pass `dead`: the nodes none of whose outputs reach a graph output are dead.
     fn mark_dead(&self, order: &[usize], fates: &mut [Fate]) {
         let nodes = &self.graph().node;
         let mut live: HashSet<&str> = self.outputs.iter().map(String::as_str).collect();
@@ -925,20 +922,45 @@ impl<'o> Lowering<'o> {
         groups
     }
 
+    /// The lowering's sub-passes, in order. In debug builds each one's result is checked before
+    /// the next runs (cranelift's `verify_if`); the fused graph is verified in every build.
     fn run(mut self, name: String, file: String, hash: ContentHash) -> Result<FusedGraph, IrError> {
+        self.read_boundary()?;
+        verify_if("boundary", || self.check_boundary())?;
+        let (order, mut fates) = self.order_and_fold()?;
+        verify_if("fold", || self.check_fold(&fates))?;
+        self.mark_dead(&order, &mut fates);
+        verify_if("dead", || self.check_dead(&fates))?;
+        let (groups, fusion) = self.group(&order, &fates);
+        verify_if("group", || check_groups(&fates, &groups))?;
+        let ops = self.fused_ops(&order, &fates, &groups);
+        let fused = self.fused_graph(name, file, hash, fusion, ops);
+        crate::verify(&fused)?;
+        Ok(fused)
+    }
+
+    /// Sub-passes `order` and `fold`: the nodes in topological order, every tensor typed and the
+    /// constant subgraphs folded; an If on a constant condition is inlined and both run again.
+    fn order_and_fold(&mut self) -> Result<(Vec<usize>, Vec<Fate>), IrError> {
         let mut inlined = 0;
-        let (order, fates) = loop {
+        loop {
             let order = self.topo_order()?;
+            verify_if("order", || self.check_order(&order))?;
             if let Some(fates) = self.analyse(&order)? {
-                break (order, fates);
+                return Ok((order, fates));
             }
             inlined += 1;
             if inlined > MAX_INLINED_IFS {
                 return Err(IrError::Verify(format!("more than {MAX_INLINED_IFS} If nodes on constant conditions")));
             }
-        };
-        let rule_groups = self.fuse(&order, &fates);
-        let (groups, fusion) = match &self.opts.fusion {
+        }
+    }
+
+    /// Sub-pass `group`: the compute nodes grouped into fused ops, by the rules or by a
+    /// backend's record (with how far the two agree).
+    fn group(&self, order: &[usize], fates: &[Fate]) -> (Vec<Vec<usize>>, FusionInfo) {
+        let rule_groups = self.fuse(order, fates);
+        match &self.opts.fusion {
             Fusion::Rules => {
                 let info = FusionInfo { source: "rules".into(), rule_ops: rule_groups.len() as u32, backend: None };
                 (rule_groups, info)
@@ -961,7 +983,7 @@ impl<'o> Lowering<'o> {
                         ),
                     })
                     .collect();
-                let d = fusion::derive(&views, &order, layers);
+                let d = fusion::derive(&views, order, layers);
                 let (identical, agreement) = fusion::agreement(&rule_groups, &d.groups);
                 let info = FusionInfo {
                     source: "backend".into(),
@@ -978,7 +1000,12 @@ impl<'o> Lowering<'o> {
                 };
                 (d.groups, info)
             }
-        };
+        }
+    }
+
+    /// Sub-pass `fused ops`: each group as a [`FusedOp`] (its nodes with the const-like
+    /// producers it needs, the tensors it reads and writes, its work), and the tensors between.
+    fn fused_ops(&self, order: &[usize], fates: &[Fate], groups: &[Vec<usize>]) -> Ops {
         let graph = self.graph();
         let nodes = &graph.node;
 
@@ -1100,8 +1127,16 @@ impl<'o> Lowering<'o> {
             });
         }
         let outputs: Vec<TensorId> = self.outputs.iter().map(|n| tid(n, &self.facts)).collect();
+        Ops { kept, tensors, inputs, outputs, ops: fused_ops, used_consts }
+    }
 
-        // Lowered model: kept nodes, needed constants as initializers, static boundary types.
+    /// Sub-pass `fused graph`: the lowered model (the kept nodes, the constants they need as
+    /// initializers, static boundary types) and the [`FusedGraph`] around it.
+    fn fused_graph(&self, name: String, file: String, hash: ContentHash, fusion: FusionInfo, ops: Ops) -> FusedGraph {
+        let Ops { kept, tensors, inputs, outputs, ops: fused_ops, used_consts } = ops;
+        let graph = self.graph();
+        let nodes = &graph.node;
+        let graph_outputs: HashSet<&str> = self.outputs.iter().map(String::as_str).collect();
         let mut lowered = self.model.clone();
         let mut lg = lowered.graph.take().expect("checked at import");
         lg.node = kept.iter().map(|&i| nodes[i].clone()).collect();
@@ -1139,7 +1174,7 @@ impl<'o> Lowering<'o> {
             nodes: nodes.len(),
             folded_nodes: nodes.len() - kept.len(),
         };
-        let fused = FusedGraph {
+        FusedGraph {
             name,
             source,
             input_shapes: self.inputs.iter().map(|(n, f)| (n.clone(), f.shape.clone())).collect(),
@@ -1155,9 +1190,156 @@ impl<'o> Lowering<'o> {
             ops: fused_ops,
             model: Blob::new(lowered.encode_to_vec()),
             reference: Blob(self.reference.clone()),
-        };
-        crate::verify(&fused)?;
-        Ok(fused)
+        }
+    }
+
+    // ---- the checks between sub-passes (debug builds, see `verify_if`) ----
+
+    /// After `boundary`: every input typed as listed, every constant's value of its tensor's
+    /// type, every big initializer found where it is recorded.
+    fn check_boundary(&self) -> Result<(), String> {
+        for (name, f) in &self.inputs {
+            if self.facts.get(name) != Some(f) {
+                return Err(format!("input `{name}` is not typed {}{:?}", f.dtype, f.shape));
+            }
+        }
+        let initializers = &self.graph().initializer;
+        for (name, &k) in &self.big {
+            if initializers.get(k).is_none_or(|t| t.name() != name) || !self.facts.contains_key(name) {
+                return Err(format!("big initializer `{name}` is not initializer {k}, or is untyped"));
+            }
+        }
+        self.check_consts()
+    }
+
+    /// After `order`: every node once, each after the producers of all it reads; what no node
+    /// produces is a typed graph input or initializer.
+    fn check_order(&self, order: &[usize]) -> Result<(), String> {
+        let nodes = &self.graph().node;
+        let mut position = vec![usize::MAX; nodes.len()];
+        for (p, &i) in order.iter().enumerate() {
+            match position.get_mut(i) {
+                Some(q) if *q == usize::MAX => *q = p,
+                _ => return Err(format!("node {i} is out of range or ordered twice")),
+            }
+        }
+        if order.len() != nodes.len() || self.uses.len() != nodes.len() {
+            return Err(format!("{} nodes ordered, {} reads listed, of {}", order.len(), self.uses.len(), nodes.len()));
+        }
+        let producer = self.producers();
+        for (p, &i) in order.iter().enumerate() {
+            for t in &self.uses[i] {
+                let ok = match producer.get(t.as_str()) {
+                    Some(&q) => position[q] < p,
+                    None => self.facts.contains_key(t),
+                };
+                if !ok {
+                    return Err(format!("node {} reads `{t}` before it is produced", node_label(&nodes[i], i)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// After `fold`: a fate for every node, none dead yet; every tensor a node writes typed,
+    /// those of folded nodes with values; every constant's value of its tensor's type.
+    fn check_fold(&self, fates: &[Fate]) -> Result<(), String> {
+        let nodes = &self.graph().node;
+        if fates.len() != nodes.len() {
+            return Err(format!("{} fates for {} nodes", fates.len(), nodes.len()));
+        }
+        for (i, n) in nodes.iter().enumerate() {
+            if fates[i] == Fate::Dead {
+                return Err(format!("node {} is dead before dead nodes are looked for", node_label(n, i)));
+            }
+            for o in n.output.iter().filter(|o| !o.is_empty()) {
+                if !self.facts.contains_key(o) || (fates[i] == Fate::Folded && !self.consts.contains_key(o)) {
+                    return Err(format!(
+                        "output `{o}` of node {} is untyped or, folded, has no value",
+                        node_label(n, i)
+                    ));
+                }
+            }
+        }
+        self.check_consts()
+    }
+
+    /// After `dead`: every graph output computed by a live compute node, and no live node
+    /// reads what a dead one writes.
+    fn check_dead(&self, fates: &[Fate]) -> Result<(), String> {
+        let nodes = &self.graph().node;
+        let producer = self.producers();
+        if let Some(t) =
+            self.outputs.iter().find(|t| producer.get(t.as_str()).is_none_or(|&p| fates[p] != Fate::Compute))
+        {
+            return Err(format!("graph output `{t}` is not computed by a live compute node"));
+        }
+        for (i, n) in nodes.iter().enumerate().filter(|&(i, _)| matches!(fates[i], Fate::Compute | Fate::ConstLike)) {
+            if let Some(t) =
+                self.uses[i].iter().find(|t| producer.get(t.as_str()).is_some_and(|&p| fates[p] == Fate::Dead))
+            {
+                return Err(format!("live node {} reads `{t}`, which a dead node writes", node_label(n, i)));
+            }
+        }
+        Ok(())
+    }
+
+    /// The node writing each tensor.
+    fn producers(&self) -> HashMap<&str, usize> {
+        let nodes = &self.graph().node;
+        (0..nodes.len())
+            .flat_map(|i| nodes[i].output.iter().filter(|o| !o.is_empty()).map(move |o| (o.as_str(), i)))
+            .collect()
+    }
+
+    /// Every constant's value is of its tensor's type.
+    fn check_consts(&self) -> Result<(), String> {
+        for (name, v) in &self.consts {
+            if self.facts.get(name).is_none_or(|f| f.dtype != v.dtype || f.shape != v.shape) {
+                return Err(format!("constant `{name}` ({}{:?}) is not of its tensor's type", v.dtype, v.shape));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The fused ops and the tensors between them, before the lowered model is written.
+struct Ops {
+    /// The nodes the lowered model keeps (compute and const-like), in topological order.
+    kept: Vec<usize>,
+    tensors: Vec<TensorInfo>,
+    inputs: Vec<TensorId>,
+    outputs: Vec<TensorId>,
+    ops: Vec<FusedOp>,
+    /// The constants the fused ops read, by name.
+    used_consts: HashSet<String>,
+}
+
+/// Run the check of sub-pass `pass` in debug builds (as cranelift's `verify_if`): a sub-pass
+/// that broke an invariant is caught where it did so, as an error naming it.
+fn verify_if(pass: &'static str, check: impl FnOnce() -> Result<(), String>) -> Result<(), IrError> {
+    if !cfg!(debug_assertions) {
+        return Ok(());
+    }
+    check().map_err(|reason| IrError::SubPass { pass, reason })
+}
+
+/// After `group`: every compute node in exactly one group, and nothing else in any.
+fn check_groups(fates: &[Fate], groups: &[Vec<usize>]) -> Result<(), String> {
+    let mut seen = vec![false; fates.len()];
+    for (g, members) in groups.iter().enumerate() {
+        if members.is_empty() {
+            return Err(format!("group {g} is empty"));
+        }
+        for &i in members {
+            if fates.get(i) != Some(&Fate::Compute) || std::mem::replace(&mut seen[i], true) {
+                return Err(format!("node {i} of group {g} is not a compute node, or is in two groups"));
+            }
+        }
+    }
+    match (0..fates.len()).find(|&i| fates[i] == Fate::Compute && !seen[i]) {
+        Some(i) => Err(format!("compute node {i} is in no group")),
+        None => Ok(()),
     }
 }
 
@@ -1270,5 +1452,95 @@ impl<'a> Gates<'a> {
             return Some(chain);
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::OperatorSetIdProto;
+
+    fn node(op: &str, name: &str, input: &str, output: &str) -> NodeProto {
+        NodeProto {
+            op_type: Some(op.into()),
+            name: Some(name.into()),
+            input: vec![input.into()],
+            output: vec![output.into()],
+            ..Default::default()
+        }
+    }
+
+    /// `x -> relu -> neg -> y`, listed out of order, and an `abs` of x that nothing reads.
+    fn lowering(opts: &ImportOptions) -> Lowering<'_> {
+        let graph = GraphProto {
+            node: vec![node("Neg", "neg", "a", "y"), node("Relu", "relu", "x", "a"), node("Abs", "abs", "x", "z")],
+            input: vec![value_info("x", DType::F32, &[2])],
+            output: vec![value_info("y", DType::F32, &[2])],
+            ..Default::default()
+        };
+        let model = ModelProto {
+            ir_version: Some(8),
+            opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(18) }],
+            graph: Some(graph),
+            ..Default::default()
+        };
+        let reference = Bytes::from(model.encode_to_vec());
+        Lowering::new(model, reference, opts)
+    }
+
+    /// Each sub-pass's check holds on what the sub-pass leaves, and fails, as an error naming
+    /// the sub-pass, on a state that breaks its invariant.
+    #[test]
+    fn sub_pass_checks() {
+        let opts = ImportOptions::default();
+        let mut l = lowering(&opts);
+        l.read_boundary().unwrap();
+        l.check_boundary().unwrap();
+        let (order, mut fates) = l.order_and_fold().unwrap();
+        assert_eq!(order, [1, 0, 2]);
+        l.check_order(&order).unwrap();
+        l.check_fold(&fates).unwrap();
+        l.mark_dead(&order, &mut fates);
+        assert_eq!(fates, [Fate::Compute, Fate::Compute, Fate::Dead]);
+        l.check_dead(&fates).unwrap();
+        let (groups, _) = l.group(&order, &fates);
+        assert_eq!(groups, [vec![1], vec![0]]);
+        check_groups(&fates, &groups).unwrap();
+
+        let mut broken = vec![];
+        let mut b = lowering(&opts);
+        b.read_boundary().unwrap();
+        b.facts.insert("x".into(), Fact::new(DType::F32, vec![3]));
+        broken.push(("boundary", b.check_boundary()));
+        broken.push(("order", l.check_order(&[2, 0, 1])));
+        let (x, _) = l.facts.remove_entry("a").unwrap();
+        broken.push(("fold", l.check_fold(&fates)));
+        l.facts.insert(x, Fact::new(DType::F32, vec![2]));
+        let mut dead = fates.clone();
+        dead[1] = Fate::Dead;
+        broken.push(("dead", l.check_dead(&dead)));
+        broken.push(("group", check_groups(&fates, &groups[1..])));
+        let messages: Vec<String> = broken
+            .into_iter()
+            .map(|(pass, r)| match verify_if(pass, || r) {
+                Ok(()) => "ok".into(),
+                Err(e @ IrError::SubPass { pass: p, .. }) if p == pass => e.to_string(),
+                Err(e) => format!("{pass}: not a SubPass error: {e:?}"),
+            })
+            .collect();
+        // release builds skip the checks
+        let expected = if cfg!(debug_assertions) {
+            vec![
+                "import: sub-pass `boundary` broke an invariant: input `x` is not typed f32[2]",
+                "import: sub-pass `order` broke an invariant: node neg reads `a` before it is produced",
+                "import: sub-pass `fold` broke an invariant: output `a` of node relu is untyped or, folded, has no \
+                 value",
+                "import: sub-pass `dead` broke an invariant: live node neg reads `a`, which a dead node writes",
+                "import: sub-pass `group` broke an invariant: compute node 1 is in no group",
+            ]
+        } else {
+            vec!["ok"; 5]
+        };
+        assert_eq!(messages, expected);
     }
 }
