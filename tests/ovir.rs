@@ -140,6 +140,30 @@ fn integer_divide_rounds_down() {
     assert_eq!(values(&got[0]), [3.0, -4.0, -4.0, 3.0, 2.0, -2.0]);
 }
 
+/// `FloorMod` on floats takes the divisor's sign (Python's `%`), `Mod` the dividend's (C's
+/// `fmod`): ONNX's float `Mod` is only the latter, so the import moves the remainder over.
+#[test]
+fn float_floor_mod_takes_the_divisors_sign() {
+    let six: &[u64] = &[6];
+    let floor_mod = |ty: &str| {
+        net(
+            &[
+                parameter(0, "a", Et::F32, six),
+                parameter(1, "b", Et::F32, six),
+                layer(2, ty, "opset1", "", &[(Et::F32, six), (Et::F32, six)], ("r", Et::F32, six)),
+                result(3, "r", Et::F32, six),
+            ],
+            &fan_in(2, 2),
+        )
+    };
+    let inputs =
+        || vec![f32s("a", six, &[7.5, -7.5, 7.5, -7.5, 6.0, -6.0]), f32s("b", six, &[2.0, 2.0, -2.0, -2.0, 3.0, 3.0])];
+    let (_, got) = run(&floor_mod("FloorMod"), vec![], inputs());
+    assert_eq!(values(&got[0]), [1.5, 0.5, -0.5, -1.5, 0.0, 0.0]);
+    let (_, got) = run(&floor_mod("Mod"), vec![], inputs());
+    assert_eq!(values(&got[0]), [1.5, -1.5, 1.5, -1.5, 0.0, -0.0]);
+}
+
 /// FakeQuantize, both ways the import writes it: a 256-level grid as QuantizeLinear +
 /// DequantizeLinear, any other grid as the formula.
 #[test]

@@ -112,12 +112,23 @@ fn squared_difference(c: &mut Converter, a: &Args) -> Result<(), String> {
 }
 
 /// `Mod` takes the dividend's sign: ONNX `Mod` with `fmod = 1`. `FloorMod` takes the divisor's:
-/// `fmod = 0` on integers; on floats ONNX allows only `fmod = 1`, the dividend's sign.
+/// `fmod = 0` on integers; on floats ONNX allows only `fmod = 1`, so the remainder is moved to
+/// the divisor's sign where the two differ: `r = fmod(a, b); r + b where r != 0 and r * b < 0`.
 fn modulo(c: &mut Converter, a: &Args) -> Result<(), String> {
     a.need(2)?;
+    let (name, i, dtype0) = (a.name, &a.i, a.dtype0());
     let outs = c.name_outputs(a.id);
-    let fmod = i64::from(a.l.ty == "Mod" || a.dtype0().is_float());
-    c.node("Mod", a.name, &a.i[..2], &[&outs[0]], vec![("fmod", A::I(fmod))]);
+    if a.l.ty == "Mod" || !dtype0.is_float() {
+        let fmod = i64::from(a.l.ty == "Mod");
+        c.node("Mod", name, &i[..2], &[&outs[0]], vec![("fmod", A::I(fmod))]);
+        return Ok(());
+    }
+    let r = c.op("Mod", name, &i[..2], vec![("fmod", A::I(1))]);
+    let zero = c.scalar(&format!("{name}/zero"), dtype0, 0.0)?;
+    let rb = c.op("Mul", name, &[&r, i[1]], vec![]);
+    let opposite = c.op("Less", name, &[&rb, &zero], vec![]);
+    let shifted = c.op("Add", name, &[&r, i[1]], vec![]);
+    c.node("Where", name, &[&opposite, &shifted, &r], &[&outs[0]], vec![]);
     Ok(())
 }
 
@@ -144,6 +155,7 @@ fn hard_sigmoid(c: &mut Converter, a: &Args) -> Result<(), String> {
 }
 
 fn elu(c: &mut Converter, a: &Args) -> Result<(), String> {
+    a.need(1)?;
     let alpha = a.l.float("alpha")?;
     let outs = c.name_outputs(a.id);
     c.node("Elu", a.name, &a.i[..1], &[&outs[0]], vec![("alpha", A::F(alpha))]);
@@ -152,6 +164,7 @@ fn elu(c: &mut Converter, a: &Args) -> Result<(), String> {
 
 /// `x * sigmoid(beta * x)`, or `x * sigmoid(x)` without a beta input.
 fn swish(c: &mut Converter, a: &Args) -> Result<(), String> {
+    a.need(1)?;
     let (name, i) = (a.name, &a.i);
     let s = match i.get(1) {
         Some(beta) => {

@@ -29,6 +29,10 @@ fn rnn_sequence(c: &mut Converter, a: &Args) -> Result<(), String> {
         return Err(format!("needs {} inputs", 5 + states));
     };
     let hidden = l.ints("hidden_size")?.first().copied().ok_or("no hidden_size")?;
+    // a size from the file: multiplied below, so bounded here
+    if !(1..=1 << 20).contains(&hidden) {
+        return Err(format!("hidden_size {hidden} is not a size (1 to 2^20)"));
+    }
     let acts: Vec<String> =
         l.attr("activations").unwrap_or(default_acts).split(',').map(|s| s.trim().to_string()).collect();
     if acts.join(", ") != default_acts {
@@ -67,7 +71,10 @@ fn rnn_sequence(c: &mut Converter, a: &Args) -> Result<(), String> {
     let r = c.constant(&format!("{name}/R"), rt, rs, rd.into());
     // ONNX bias per direction: Wb (G*H) then Rb (G*H)
     let (d, size) = (bs[0] as usize, bt.size());
-    let (gh, per) = (gates as usize * hidden as usize * size, bd.len() / d);
+    let (gh, per) = (gates as usize * hidden as usize * size, bd.len().checked_div(d).unwrap_or(0));
+    if per < gh || per * d != bd.len() {
+        return Err(format!("B holds {} bytes, not {d} directions of at least {gh}", bd.len()));
+    }
     let mut b2 = Vec::with_capacity(2 * gh * d);
     for k in 0..d {
         let dir = &bd[k * per..(k + 1) * per];
