@@ -236,6 +236,15 @@ fn ci() -> Result<()> {
     codegen::codegen(true)?;
     step("format", Command::new("cargo").args(["fmt", "--all", "--", "--check"]))?;
     step("clippy", Command::new("cargo").args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
+    // the crates that must build without ONNX, alone (in the workspace, features unify)
+    step(
+        "search and partition without ONNX",
+        Command::new("cargo").args(["clippy", "-p", "bident-search", "-p", "bident-partition", "--", "-D", "warnings"]),
+    )?;
+    step(
+        "profile's data types without measuring",
+        Command::new("cargo").args(["clippy", "-p", "bident-profile", "--no-default-features", "--", "-D", "warnings"]),
+    )?;
     let have_insta = Command::new("cargo").args(["insta", "--version"]).output().is_ok_and(|o| o.status.success());
     if !have_insta {
         step(

@@ -859,3 +859,24 @@ fn serving_replans_when_a_pu_slows_down() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("--threshold must be above 1"), "{err}");
 }
+
+/// Architecture invariant: the search and the partition link no ONNX, protobuf or engine code
+/// (their graph and cost-table types come from bident-ir and bident-profile without their
+/// `onnx` and `measure` features).
+#[test]
+fn search_and_partition_link_no_onnx_nor_engines() {
+    for krate in ["bident-search", "bident-partition"] {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let o = Command::new(cargo)
+            .args(["tree", "--offline", "-p", krate, "-e", "normal", "--prefix", "none"])
+            .current_dir(root())
+            .output()
+            .expect("cargo tree runs");
+        assert!(o.status.success(), "{}", stderr(&o));
+        let tree = String::from_utf8_lossy(&o.stdout);
+        assert!(tree.contains("bident-ir") && tree.contains("serde"), "{tree}");
+        for banned in ["prost", "bident-onnx", "openvino", "ort ", "ort-sys", "libloading", "roxmltree"] {
+            assert!(!tree.lines().any(|l| l.starts_with(banned)), "{krate} links {banned}:\n{tree}");
+        }
+    }
+}

@@ -133,6 +133,7 @@ pub struct RecordCheck {
 /// Compare `g`'s fused ops with `record` (per executed layer, the names of the ONNX nodes in
 /// it). Names resolve as in the backend-fusion derivation; nodes no layer names (constants
 /// folded away, nodes the backend renamed) are left out of the comparison.
+#[cfg(feature = "onnx")]
 pub fn check_against_record(g: &crate::FusedGraph, record: &[Vec<String>]) -> Result<RecordCheck, crate::IrError> {
     let model = g.decoded_model()?;
     let nodes = model.graph.map(|gr| gr.node).unwrap_or_default();

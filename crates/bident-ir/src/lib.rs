@@ -7,32 +7,54 @@
 //!
 //! Must not: touch any backend (extraction produces bytes; running them is bident-backend's
 //! job), or know about PUs, costs or plans.
+//!
+//! Everything that reads or writes ONNX (protobuf) is behind the `onnx` feature (on by
+//! default). Without it the crate is the `FusedGraph` data type, its verifier and its queries:
+//! what the search and the partition link, with no protobuf code.
 
+#[cfg(feature = "onnx")]
 mod annotate;
+#[cfg(feature = "onnx")]
 mod consts;
 mod error;
+#[cfg(feature = "onnx")]
 mod extract;
+#[cfg(feature = "onnx")]
 mod files;
+// its data types are the graph's; the derivation runs at import only
+#[cfg_attr(not(feature = "onnx"), allow(dead_code))]
 mod fusion;
+#[cfg(feature = "onnx")]
 mod inline;
+#[cfg(feature = "onnx")]
 mod lower;
+#[cfg(feature = "onnx")]
 mod ops;
+#[cfg(feature = "onnx")]
 mod ovir;
+#[cfg(feature = "onnx")]
 pub use bident_onnx as proto;
+#[cfg(feature = "onnx")]
 mod weights;
+mod work;
 
 use std::collections::BTreeMap;
 
 use bident_artifact::{Artifact, Blob, ContentHash};
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "onnx")]
 pub use annotate::{Annotated, FUSED_OP, NO_FUSED_OP, annotate};
 pub use bident_tensor::DType;
 pub use error::IrError;
+#[cfg(feature = "onnx")]
 pub use extract::Extractor;
-pub use fusion::{BackendFusion, BackendLayer, Fusion, FusionInfo, RecordCheck, check_against_record};
+#[cfg(feature = "onnx")]
+pub use fusion::check_against_record;
+pub use fusion::{BackendFusion, BackendLayer, Fusion, FusionInfo, RecordCheck};
+#[cfg(feature = "onnx")]
 pub use lower::{ImportOptions, import, import_bytes, import_openvino_ir_bytes, import_shared};
-pub use ops::{OpClass, Work};
+pub use work::{OpClass, Work};
 
 /// Index of a tensor in [`FusedGraph::tensors`].
 pub type TensorId = u32;
@@ -199,12 +221,14 @@ impl FusedGraph {
     }
 
     /// The lowered model as a standalone ONNX model, weights included.
+    #[cfg(feature = "onnx")]
     pub fn lowered_model(&self) -> Result<Vec<u8>, IrError> {
         use prost::Message;
         Ok(self.decoded_model()?.encode_to_vec())
     }
 
     /// The lowered model decoded, its weights slices of the reference (not copies).
+    #[cfg(feature = "onnx")]
     pub(crate) fn decoded_model(&self) -> Result<proto::ModelProto, IrError> {
         use prost::Message;
         let mut m = proto::ModelProto::decode(self.model.0.clone()).map_err(|e| IrError::StoredModel(e.to_string()))?;
@@ -213,6 +237,7 @@ impl FusedGraph {
     }
 
     /// The source model with its input shapes pinned as imported: what the backend runs whole.
+    #[cfg(feature = "onnx")]
     pub fn reference_model(&self) -> Result<Vec<u8>, IrError> {
         use prost::Message;
         let mut m =
@@ -229,6 +254,7 @@ impl FusedGraph {
 
 /// Decode a serialized ONNX `TensorProto` (a `.pb` file of the ONNX test suites) into its name
 /// and value.
+#[cfg(feature = "onnx")]
 pub fn read_tensor(bytes: &[u8]) -> Result<(String, bident_tensor::HostTensor), IrError> {
     use prost::Message;
     let t = proto::TensorProto::decode(bytes)

@@ -14,15 +14,23 @@
 //! slicing). The fit's error is measured by 5-fold cross-validation on the sample and stored
 //! with it.
 
+#[cfg(feature = "measure")]
 use std::sync::mpsc::{Receiver, Sender, channel};
 
 use bident_artifact::{Artifact, ContentHash};
-use bident_backend::{Backend, SocSpec};
-use bident_ir::{Extractor, FusedGraph, OpId};
+#[cfg(feature = "measure")]
+use bident_backend::Backend;
+use bident_backend::SocSpec;
+use bident_ir::OpId;
+#[cfg(feature = "measure")]
+use bident_ir::{Extractor, FusedGraph};
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "measure")]
+use crate::ProfileError;
+#[cfg(feature = "measure")]
 use crate::contention::{Answer, CoRun, Job, Probe, worker};
-use crate::{ProfileError, quantile};
+use crate::quantile;
 
 /// One measured pair on one PU: op `a` of model A and op `b` of model B, µs (medians).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -122,6 +130,7 @@ pub fn choose_pairs(n_a: usize, n_b: usize, max: usize, seed: u64) -> Vec<(usize
 }
 
 /// Measure co-execution costs of `a` and `b` on every PU of `soc`.
+#[cfg(feature = "measure")]
 pub fn measure(
     backend: &dyn Backend,
     soc: &SocSpec,
@@ -206,16 +215,19 @@ pub fn measure(
 }
 
 /// Observations of one op in a pair: (t_x, t_y, co_x).
+#[cfg_attr(not(feature = "measure"), allow(dead_code))]
 fn observations(pairs: &[PairCost]) -> Vec<(f64, f64, f64)> {
     pairs.iter().flat_map(|p| [(p.solo_a_us, p.solo_b_us, p.co_a_us), (p.solo_b_us, p.solo_a_us, p.co_b_us)]).collect()
 }
 
 /// The regressors of one observation: (t_x, t_y, min(t_x, t_y), 1).
+#[cfg_attr(not(feature = "measure"), allow(dead_code))]
 fn features(tx: f64, ty: f64) -> [f64; 4] {
     [tx, ty, tx.min(ty), 1.0]
 }
 
 /// Least squares of co_x on [`features`], by the normal equations.
+#[cfg_attr(not(feature = "measure"), allow(dead_code))]
 fn solve(obs: &[(f64, f64, f64)]) -> Option<[f64; 4]> {
     const N: usize = 4;
     let mut m = [[0.0f64; N + 1]; N];
@@ -249,6 +261,7 @@ fn solve(obs: &[(f64, f64, f64)]) -> Option<[f64; 4]> {
 }
 
 /// Fit on all measured pairs; the error by 5-fold cross-validation. None below 5 pairs.
+#[cfg_attr(not(feature = "measure"), allow(dead_code))]
 fn fit(pairs: &[PairCost]) -> Option<CoExecFit> {
     if pairs.len() < 5 {
         return None;

@@ -19,7 +19,7 @@ use bident_tensor::{DType, HostTensor};
 
 use crate::consts;
 use crate::proto::{AttributeProto, NodeProto};
-pub use work::{OpClass, Work};
+pub use crate::work::OpClass;
 
 /// Static type of a tensor.
 #[derive(Clone, Debug, PartialEq, Eq)]

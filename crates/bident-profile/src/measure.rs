@@ -1,0 +1,362 @@
+//! Measuring ops on a SoC's PUs through a backend (behind the `measure` feature): the cost
+//! table's op and segment columns, and the backend's own fusion of a whole model.
+
+use bident_backend::{Backend, BackendError, Executable, PuSpec, SocSpec};
+use bident_ir::{BackendLayer, Extractor, FusedGraph, OpId, TensorId};
+use bident_tensor::HostTensor;
+
+use crate::*;
+
+/// The backend's own grouping of `g`'s lowered model: compile it whole on `pu` with per-layer
+/// profiling, run it once, and return the layers with the nodes fused into each (the input of
+/// backend-true fusion, `bident_ir::Fusion::Backend`).
+pub fn backend_layers(backend: &dyn Backend, g: &FusedGraph, pu: &PuSpec) -> Result<Vec<BackendLayer>, ProfileError> {
+    let fail = |source| ProfileError::Reference { pu: pu.name.clone(), source };
+    let mut exe = backend.compile_profiled(&g.lowered_model()?, pu).map_err(fail)?;
+    let inputs = g.example_inputs(0);
+    let named: Vec<(&str, &HostTensor)> = g.inputs.iter().map(|&t| g.tensor(t).name.as_str()).zip(&inputs).collect();
+    let fed = bident_backend::feed_order(exe.inputs(), &named).ok_or_else(|| {
+        fail(BackendError::BadInput {
+            pu: pu.name.clone(),
+            index: 0,
+            name: exe.inputs().iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
+            reason: format!("the compiled model's inputs do not match the graph's {}", inputs.len()),
+        })
+    })?;
+    exe.run(&fed).map_err(fail)?;
+    Ok(exe
+        .layers()
+        .map_err(fail)?
+        .into_iter()
+        .map(|l| BackendLayer { name: l.name, layer_type: l.layer_type, fused: l.fused })
+        .collect())
+}
+
+/// Progress of a profiling run, for the caller to display.
+pub struct Progress<'a> {
+    pub pu: &'a str,
+    /// What is happening: `compiling` or `timing`.
+    pub phase: &'static str,
+    pub done: usize,
+    pub total: usize,
+}
+
+/// Profile every op of `g` on every PU of `soc`.
+///
+/// Protocol, per PU in turn (never two PUs at once, so they do not disturb each other): on a
+/// thread pinned to the PU's cores, compile every op, then run `warmup + runs` rounds, each
+/// round executing every op once in the graph's order with seeded inputs. Timing ops in rounds
+/// rather than each op back to back keeps caches and the backend's threads in the state the
+/// runtime meets them in.
+///
+/// With a `cache`, an (op, PU) pair measured before under the same conditions (see
+/// [`cache::CostCache::key`]) is taken from it and not measured; what is measured is stored.
+pub fn profile(
+    g: &FusedGraph,
+    soc: &SocSpec,
+    backend: &dyn Backend,
+    cfg: &ProfileConfig,
+    cache: Option<&cache::CostCache>,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<CostTable, ProfileError> {
+    let described = describe(backend, soc)?;
+    // the units timed: every op, then every segment compiled together, on every PU
+    let ex = Extractor::new(g)?;
+    let mut units: Vec<Unit> = Vec::with_capacity(g.ops.len() + cfg.segments.len());
+    for (i, op) in g.ops.iter().enumerate() {
+        units.push(Unit { model: ex.extract(i as OpId)?, inputs: seeded_inputs(g, &op.inputs, cfg.seed, i) });
+    }
+    for (k, ops) in cfg.segments.iter().enumerate() {
+        let (model, ins, _) = ex.extract_group(ops)?;
+        units.push(Unit { model, inputs: seeded_inputs(g, &ins, cfg.seed, g.ops.len() + k) });
+    }
+    let mut columns = measure_units(backend, soc, &units, &|_, _| true, cfg, cache, progress)?;
+    let mut take = |i: usize| -> Vec<Result<Cost, String>> {
+        columns.iter_mut().map(|col| col[i].take().unwrap_or_else(|| Err("not measured".into()))).collect()
+    };
+    let mut ops = Vec::with_capacity(g.ops.len());
+    for i in 0..g.ops.len() {
+        ops.push(OpCosts::from_results(g, i as OpId, soc, take(i).into_iter())?);
+    }
+    let segments = cfg
+        .segments
+        .iter()
+        .enumerate()
+        .map(|(k, ops)| SegmentCost {
+            ops: ops.clone(),
+            per_pu: take(g.ops.len() + k).into_iter().map(Result::ok).collect(),
+        })
+        .collect();
+    Ok(CostTable {
+        model: g.name.clone(),
+        graph: g.content_hash()?,
+        soc: soc.clone(),
+        simulated: soc.simulated,
+        backend: described,
+        measured_on: host_description(),
+        warmup: cfg.warmup,
+        io_every_call: vec![true; soc.pus.len()],
+        segments,
+        components: soc
+            .pus
+            .iter()
+            .map(|pu| {
+                format!(
+                    "{}; dispatch = infer minus the sum of the backend's per-layer times (PERF_COUNT), exec = \
+                     that sum (where the backend gives no layer times: dispatch 0, exec = infer)",
+                    backend.timing_meaning(pu)
+                )
+            })
+            .collect(),
+        contention: None,
+        ops,
+    })
+}
+
+/// What measured (or runs) `soc`'s PUs: each distinct backend's name and version in the order of
+/// the PUs, e.g. `openvino 2026.4.1 + onnxruntime 1.32.0`; a PU naming a backend that `backend`
+/// does not have is an error.
+pub fn describe(backend: &dyn Backend, soc: &SocSpec) -> Result<String, ProfileError> {
+    let mut ids: Vec<String> = vec![];
+    for pu in &soc.pus {
+        let id = backend.backend_id(&pu.backend).map_err(|source| ProfileError::WrongBackend {
+            soc: soc.name.clone(),
+            pu: pu.name.clone(),
+            source: Box::new(source),
+        })?;
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    Ok(ids.join(" + "))
+}
+
+/// A sub-model to time and the inputs to time it with.
+struct Unit {
+    model: Vec<u8>,
+    inputs: Vec<HostTensor>,
+}
+
+fn seeded_inputs(g: &FusedGraph, ins: &[TensorId], seed: u64, unit: usize) -> Vec<HostTensor> {
+    ins.iter()
+        .enumerate()
+        .map(|(k, &t)| {
+            let t = g.tensor(t);
+            HostTensor::seeded(t.dtype, t.shape.clone(), seed ^ ((unit as u64) << 16) ^ k as u64)
+        })
+        .collect()
+}
+
+/// One PU's results per unit: a cost or why not, None where not asked.
+type Column = Vec<Option<Result<Cost, String>>>;
+
+/// Time `units` on the PUs of `soc` (`on(unit, pu)`: whether to), PU by PU, through the cache:
+/// `columns[pu][unit]`, None where not asked.
+fn measure_units(
+    backend: &dyn Backend,
+    soc: &SocSpec,
+    units: &[Unit],
+    on: &dyn Fn(usize, usize) -> bool,
+    cfg: &ProfileConfig,
+    cache: Option<&cache::CostCache>,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Vec<Column>, ProfileError> {
+    let machine = host_description();
+    let mut columns = Vec::with_capacity(soc.pus.len());
+    for (j, pu) in soc.pus.iter().enumerate() {
+        // the PU's own backend: adding a backend to a SoC keeps the other PUs' cached costs
+        let backend_id = backend.backend_id(&pu.backend).map_err(|source| ProfileError::WrongBackend {
+            soc: soc.name.clone(),
+            pu: pu.name.clone(),
+            source: Box::new(source),
+        })?;
+        let asked: Vec<usize> = (0..units.len()).filter(|&i| on(i, j)).collect();
+        let key = |i: usize| cache::CostCache::key(&units[i].model, &units[i].inputs, pu, &backend_id, &machine, cfg);
+        let mut column: Column = vec![None; units.len()];
+        if let Some(c) = cache {
+            for &i in &asked {
+                column[i] = key(i).and_then(|k| c.get(k));
+            }
+        }
+        let todo: Vec<usize> = asked.iter().copied().filter(|&i| column[i].is_none()).collect();
+        if cache.is_some() {
+            progress(Progress { pu: &pu.name, phase: "cached", done: asked.len() - todo.len(), total: asked.len() });
+        }
+        if !todo.is_empty() {
+            let models: Vec<&[u8]> = todo.iter().map(|&i| units[i].model.as_slice()).collect();
+            let inputs: Vec<&[HostTensor]> = todo.iter().map(|&i| units[i].inputs.as_slice()).collect();
+            match profile_pu(backend, pu, &models, &inputs, cfg, progress)? {
+                Ok(measured) => {
+                    for (&i, r) in todo.iter().zip(measured) {
+                        if let (Some(c), Some(k)) = (cache, key(i)) {
+                            c.put(k, &r);
+                        }
+                        column[i] = Some(r);
+                    }
+                }
+                // the PU itself is unusable (e.g. cannot pin): every unit fails there with that
+                // reason, and nothing is cached
+                Err(reason) => todo.iter().for_each(|&i| column[i] = Some(Err(reason.clone()))),
+            }
+        }
+        columns.push(column);
+    }
+    Ok(columns)
+}
+
+/// Measure runs of ops compiled together, each on one PU (`wanted`: ops in execution order,
+/// PU index), under the profile's protocol and cache: what a plan's segments really cost.
+pub fn measure_segments(
+    g: &FusedGraph,
+    soc: &SocSpec,
+    backend: &dyn Backend,
+    cfg: &ProfileConfig,
+    cache: Option<&cache::CostCache>,
+    wanted: &[(Vec<OpId>, usize)],
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Vec<SegmentCost>, ProfileError> {
+    let ex = Extractor::new(g)?;
+    let mut units = Vec::with_capacity(wanted.len());
+    for (k, (ops, _)) in wanted.iter().enumerate() {
+        let (model, ins, _) = ex.extract_group(ops)?;
+        units.push(Unit { model, inputs: seeded_inputs(g, &ins, cfg.seed, g.ops.len() + k) });
+    }
+    let columns = measure_units(backend, soc, &units, &|i, j| wanted[i].1 == j, cfg, cache, progress)?;
+    Ok(wanted
+        .iter()
+        .enumerate()
+        .map(|(k, (ops, _))| SegmentCost {
+            ops: ops.clone(),
+            per_pu: columns.iter().map(|col| col[k].clone().and_then(Result::ok)).collect(),
+        })
+        .collect())
+}
+
+/// Profiled runs per op that split its inference call into dispatch and execution.
+const SPLIT_RUNS: usize = 5;
+
+/// One PU's column of the table: a cost, or the backend's reason, per op; `Err` when the PU
+/// itself cannot be used.
+fn profile_pu(
+    backend: &dyn Backend,
+    pu: &PuSpec,
+    models: &[&[u8]],
+    inputs: &[&[HostTensor]],
+    cfg: &ProfileConfig,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Result<Vec<Result<Cost, String>>, String>, ProfileError> {
+    let (tx, rx) = std::sync::mpsc::channel::<(&'static str, usize, usize)>();
+    std::thread::scope(|s| {
+        let worker = s.spawn(move || -> Result<Vec<Result<Cost, String>>, BackendError> {
+            bident_backend::pin_current_thread(&pu.name, &pu.cores)?;
+            let n = models.len();
+            // timed: the plain executable (a backend's per-layer profiling may slow a run down,
+            // ONNX Runtime's writes a file per run); the profiled one only splits the time into
+            // dispatch and execution, from a few runs of its own
+            let mut exes: Vec<Result<Box<dyn Executable>, String>> = Vec::with_capacity(n);
+            let mut profiled: Vec<Option<Box<dyn Executable>>> = Vec::with_capacity(n);
+            for (i, m) in models.iter().enumerate() {
+                let _ = tx.send(("compiling", i, n));
+                exes.push(backend.compile(m, pu).map_err(|e| e.to_string()));
+                profiled.push(exes[i].is_ok().then(|| backend.compile_profiled(m, pu).ok()).flatten());
+            }
+            let cap = cfg.runs.max(1);
+            let rounds = cfg.warmup + cap;
+            let rapl = power::Rapl::open();
+            let mut energy = None;
+            // samples[i] = [h2d, infer, d2h] per measured run; split[i]: execution's share of a
+            // profiled run's inference call
+            let mut samples: Vec<[Vec<f64>; 3]> = vec![Default::default(); n];
+            let mut split: Vec<Vec<f64>> = vec![vec![]; n];
+            let mut failed: Vec<Option<String>> = vec![None; n];
+            let mut done = vec![false; n];
+            for r in 0..rounds {
+                let _ = tx.send(("timing", r as usize, rounds as usize));
+                if r == cfg.warmup {
+                    energy = rapl.as_ref().and_then(power::Rapl::start);
+                }
+                for i in 0..n {
+                    let Ok(exe) = exes[i].as_mut() else { continue };
+                    if failed[i].is_some() || done[i] {
+                        continue;
+                    }
+                    let refs: Vec<&HostTensor> = inputs[i].iter().collect();
+                    if r >= cfg.warmup
+                        && split[i].len() < SPLIT_RUNS
+                        && let Some(p) = profiled[i].as_mut()
+                        && let Ok((_, t)) = p.run_timed(&refs)
+                        && let Ok(layers) = p.layers()
+                    {
+                        let infer = t.infer.as_secs_f64();
+                        let exec: f64 = layers.iter().map(|l| l.real_time.as_secs_f64()).sum();
+                        if infer > 0.0 && exec > 0.0 {
+                            split[i].push((exec / infer).min(1.0));
+                        }
+                    }
+                    match exe.run_timed(&refs) {
+                        Ok((_, t)) if r >= cfg.warmup => {
+                            let s = &mut samples[i];
+                            s[0].push(t.h2d.as_secs_f64() * 1e6);
+                            s[1].push(t.infer.as_secs_f64() * 1e6);
+                            s[2].push(t.d2h.as_secs_f64() * 1e6);
+                            if cfg.adaptive && s[1].len() as u32 >= cfg.min_runs.max(3) {
+                                let mut w = s[1].clone();
+                                w.sort_by(f64::total_cmp);
+                                done[i] = median_rel_ci(&w) <= cfg.rel_ci;
+                            }
+                        }
+                        Ok(_) => {}
+                        Err(e) => failed[i] = Some(e.to_string()),
+                    }
+                }
+                if r >= cfg.warmup
+                    && done.iter().zip(&failed).zip(&exes).all(|((d, f), e)| *d || f.is_some() || e.is_err())
+                {
+                    break;
+                }
+            }
+            let _ = tx.send(("timing", rounds as usize, rounds as usize));
+            let measured_w = rapl.as_ref().zip(energy.as_ref()).and_then(|(r, e)| r.watts_since(e));
+            Ok(exes
+                .into_iter()
+                .zip(samples)
+                .zip(split)
+                .zip(failed)
+                .map(|(((exe, [h2d, infer, d2h]), mut split), failed)| {
+                    exe?;
+                    if let Some(e) = failed {
+                        return Err(e);
+                    }
+                    // without a profile the whole call counts as execution
+                    let share = if split.is_empty() { 1.0 } else { quantile(&mut split, 0.5) };
+                    let dispatch = infer.iter().map(|t| t * (1.0 - share)).collect();
+                    let exec = infer.iter().map(|t| t * share).collect();
+                    let mut parts = [h2d, dispatch, exec, d2h];
+                    let runs = parts[2].len() as u32;
+                    let stop_check = (!cfg.adaptive).then(|| replay_stop(&infer, cfg));
+                    let mut q = |k: usize, p: f64| quantile(&mut parts[k], p);
+                    let median = [q(0, 0.5), q(1, 0.5), q(2, 0.5), q(3, 0.5)];
+                    Ok(Cost {
+                        h2d_us: median[0],
+                        dispatch_us: median[1],
+                        exec_us: median[2],
+                        d2h_us: median[3],
+                        p10_us: [q(0, 0.1), q(1, 0.1), q(2, 0.1), q(3, 0.1)],
+                        p90_us: [q(0, 0.9), q(1, 0.9), q(2, 0.9), q(3, 0.9)],
+                        runs,
+                        power_w: measured_w.unwrap_or(pu.declared_power_w),
+                        power: if measured_w.is_some() { PowerSource::Measured } else { PowerSource::Declared },
+                        stop_check,
+                    })
+                })
+                .collect())
+        });
+        for (phase, done, total) in rx {
+            progress(Progress { pu: &pu.name, phase, done, total });
+        }
+        match worker.join() {
+            Ok(col) => Ok(col.map_err(|e| e.to_string())),
+            Err(_) => Err(ProfileError::Worker(pu.name.clone())),
+        }
+    })
+}
