@@ -328,7 +328,8 @@ fn contention_measured_on_pinned_cores() {
 fn profile_cache_measures_only_what_changed() {
     let be = backend();
     let soc = SocSpec::preset("local", be.as_ref()).expect("local SoC");
-    let cfg = bident_profile::ProfileConfig { warmup: 1, runs: 3, adaptive: false, ..Default::default() };
+    // the cache trusted as it is (no entry re-timed): what a hit gives is the stored figure
+    let cfg = bident_profile::ProfileConfig { warmup: 1, runs: 3, adaptive: false, recheck: 0, ..Default::default() };
     let tmp = tempfile::tempdir().expect("tempdir");
     let cache = bident_profile::cache::CostCache::new(tmp.path());
     let profile = |model: &str| {
@@ -353,6 +354,53 @@ fn profile_cache_measures_only_what_changed() {
     assert_eq!(edited.ops.len(), first.ops.len());
     assert_eq!(cached, (first.ops.len() - 2) * soc.pus.len());
     assert_eq!(edited.ops[..8], first.ops[..8]);
+}
+
+/// A stale cache: entries that say 5x what the PU now takes (as if measured under load) are
+/// caught by re-timing a few of them, and every entry of the PU is measured again on its own.
+#[test]
+fn a_stale_profile_cache_is_caught_and_measured_again() {
+    use bident_profile::cache::CachedCost;
+    let be = backend();
+    let soc = SocSpec::preset_with("local", be.as_ref(), bident_backend::soc::Precisions::Exact).expect("local");
+    let cfg = bident_profile::ProfileConfig { warmup: 2, runs: 10, adaptive: false, ..Default::default() };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cache = bident_profile::cache::CostCache::new(tmp.path());
+    let case = ModelCase { model: "zoo:example".into(), input_shape: Default::default(), fusion: None };
+    let g = import(&case, &root().join("tests/data/import/example.yaml"));
+    let profile = |notes: &mut Vec<String>| {
+        bident_profile::profile(&g, &soc, be.as_ref(), &cfg, Some(&cache), &mut |p| notes.extend(p.note.clone()))
+            .expect("profile")
+    };
+    let fresh = profile(&mut vec![]);
+    // every entry now claims the PU is 5x slower than it is
+    for e in std::fs::read_dir(tmp.path()).expect("cache folder") {
+        let path = e.expect("entry").path();
+        if path.extension().is_none_or(|x| x != "bin") {
+            continue;
+        }
+        let stamped = bident_artifact::read::<CachedCost>(&path).expect("an entry");
+        let mut entry = stamped.value;
+        if let Ok(c) = &mut entry.result {
+            c.exec_us *= 5.0;
+            c.dispatch_us *= 5.0;
+        }
+        bident_artifact::write(&path, &entry, stamped.header.input_hash).expect("rewritten");
+    }
+    let mut notes = vec![];
+    let again = profile(&mut notes);
+    assert_eq!(notes.len(), soc.pus.len(), "one stale note per PU: {notes:?}");
+    assert!(notes.iter().all(|n| n.contains("the cached entries moved")), "{notes:?}");
+    // measured again: nothing left of the 5x
+    let mut ratios: Vec<f64> = fresh
+        .ops
+        .iter()
+        .zip(&again.ops)
+        .flat_map(|(a, b)| a.per_pu.iter().zip(&b.per_pu))
+        .filter_map(|(a, b)| Some(b.as_ref()?.weight_us() / a.as_ref()?.weight_us()))
+        .collect();
+    let median = bident_profile::quantile(&mut ratios, 0.5);
+    assert!(median < 2.0, "median ratio to the fresh table {median}");
 }
 
 /// Co-execution costs of two models' ops on each `cores` PU: a seeded sample when there are

@@ -323,6 +323,8 @@ impl Driver<'_> {
         let mut table = bident_profile::profile(g, soc, be.as_ref(), &cfg, cache.as_ref(), &mut |p| {
             if p.phase == "cached" {
                 self.note(Stage::Profile, format!("{}: {} of {} ops from the profile cache", p.pu, p.done, p.total));
+            } else if let Some(why) = &p.note {
+                self.note(Stage::Profile, format!("{}: {why}", p.pu));
             } else {
                 self.emit(Event::Progress {
                     stage: Stage::Profile,
@@ -458,7 +460,11 @@ impl Driver<'_> {
                 break;
             }
             let t0 = Instant::now();
-            let found = bident_profile::measure_segments(g, soc, be, &pcfg, cache.as_ref(), &wanted, &mut |_| {})?;
+            let found = bident_profile::measure_segments(g, soc, be, &pcfg, cache.as_ref(), &wanted, &mut |p| {
+                if let Some(why) = &p.note {
+                    self.note(Stage::Refine, format!("{}: {why}", p.pu));
+                }
+            })?;
             let before = plan.predicted_us;
             let summary: Vec<String> = found
                 .iter()

@@ -254,6 +254,12 @@ pub struct ProfileConfig {
     /// together on every PU, as the runtime runs them when a plan puts them on one PU
     /// (`CostTable::segments`).
     pub segments: Vec<Vec<OpId>>,
+    /// With a cache: per PU, this many of the entries taken from it are timed again first
+    /// (the costliest); 0 trusts the cache.
+    pub recheck: usize,
+    /// If the re-timed entries moved by more than this (median relative change), the PU's
+    /// cached entries are stale: every one of them is measured again.
+    pub drift: f64,
 }
 
 impl Default for ProfileConfig {
@@ -262,7 +268,20 @@ impl Default for ProfileConfig {
         // measured (`--fixed-runs` replays the rule): with a minimum of 10 or 20 the interval
         // closes on a lucky streak and up to a third of the medians land >3% off the 200-run
         // median; with 40 all of them were within 3% on the example on `cores`.
-        Self { warmup: 20, runs: 200, adaptive: true, min_runs: 40, rel_ci: 0.03, seed: 0, segments: vec![] }
+        // re-timing 3 entries costs a few hundred runs; 25% is past the spread of one
+        // configuration measured minutes apart here (up to ~10%) and well short of an entry
+        // measured under a busy machine (2-4x)
+        Self {
+            warmup: 20,
+            runs: 200,
+            adaptive: true,
+            min_runs: 40,
+            rel_ci: 0.03,
+            seed: 0,
+            segments: vec![],
+            recheck: 3,
+            drift: 0.25,
+        }
     }
 }
 

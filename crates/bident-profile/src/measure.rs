@@ -35,10 +35,12 @@ pub fn backend_layers(backend: &dyn Backend, g: &FusedGraph, pu: &PuSpec) -> Res
 /// Progress of a profiling run, for the caller to display.
 pub struct Progress<'a> {
     pub pu: &'a str,
-    /// What is happening: `compiling` or `timing`.
+    /// What is happening: `compiling`, `timing`, `cached` (`done` of `total` entries from the
+    /// cache) or `stale` (`note` says why the PU's cached entries are measured again).
     pub phase: &'static str,
     pub done: usize,
     pub total: usize,
+    pub note: Option<String>,
 }
 
 /// Profile every op of `g` on every PU of `soc`.
@@ -173,31 +175,76 @@ fn measure_units(
         let asked: Vec<usize> = (0..units.len()).filter(|&i| on(i, j)).collect();
         let key = |i: usize| cache::CostCache::key(&units[i].model, &units[i].inputs, pu, &backend_id, &machine, cfg);
         let mut column: Column = vec![None; units.len()];
+        let mut cached: Vec<(usize, crate::cache::Conditions)> = vec![];
         if let Some(c) = cache {
             for &i in &asked {
-                column[i] = key(i).and_then(|k| c.get(k));
-            }
-        }
-        let todo: Vec<usize> = asked.iter().copied().filter(|&i| column[i].is_none()).collect();
-        if cache.is_some() {
-            progress(Progress { pu: &pu.name, phase: "cached", done: asked.len() - todo.len(), total: asked.len() });
-        }
-        if !todo.is_empty() {
-            let models: Vec<&[u8]> = todo.iter().map(|&i| units[i].model.as_slice()).collect();
-            let inputs: Vec<&[HostTensor]> = todo.iter().map(|&i| units[i].inputs.as_slice()).collect();
-            match profile_pu(backend, pu, &models, &inputs, cfg, progress)? {
-                Ok(measured) => {
-                    for (&i, r) in todo.iter().zip(measured) {
-                        if let (Some(c), Some(k)) = (cache, key(i)) {
-                            c.put(k, &r);
-                        }
-                        column[i] = Some(r);
-                    }
+                if let Some(entry) = key(i).and_then(|k| c.get(k)) {
+                    column[i] = Some(entry.result);
+                    cached.push((i, entry.measured));
                 }
-                // the PU itself is unusable (e.g. cannot pin): every unit fails there with that
-                // reason, and nothing is cached
-                Err(reason) => todo.iter().for_each(|&i| column[i] = Some(Err(reason.clone()))),
             }
+        }
+        let mut todo: Vec<usize> = asked.iter().copied().filter(|&i| column[i].is_none()).collect();
+        if cache.is_some() {
+            progress(Progress {
+                pu: &pu.name,
+                phase: "cached",
+                done: asked.len() - todo.len(),
+                total: asked.len(),
+                note: None,
+            });
+        }
+        // the costliest cached entries are timed again with the rest: if they moved, the cache
+        // was measured under other conditions and none of the PU's entries is trusted
+        let weight = |r: &Option<Result<Cost, String>>| r.as_ref().and_then(|r| r.as_ref().ok()).map(Cost::weight_us);
+        let mut check: Vec<(usize, f64)> = cached.iter().filter_map(|&(i, _)| Some((i, weight(&column[i])?))).collect();
+        check.sort_by(|a, b| b.1.total_cmp(&a.1));
+        check.truncate(cfg.recheck);
+        todo.extend(check.iter().map(|&(i, _)| i));
+        let measure =
+            |todo: &[usize], column: &mut Column, progress: &mut dyn FnMut(Progress)| -> Result<(), ProfileError> {
+                if todo.is_empty() {
+                    return Ok(());
+                }
+                let models: Vec<&[u8]> = todo.iter().map(|&i| units[i].model.as_slice()).collect();
+                let inputs: Vec<&[HostTensor]> = todo.iter().map(|&i| units[i].inputs.as_slice()).collect();
+                match profile_pu(backend, pu, &models, &inputs, cfg, progress)? {
+                    Ok(measured) => {
+                        for (&i, r) in todo.iter().zip(measured) {
+                            if let (Some(c), Some(k)) = (cache, key(i)) {
+                                c.put(k, &r);
+                            }
+                            column[i] = Some(r);
+                        }
+                    }
+                    // the PU itself is unusable (e.g. cannot pin): every unit fails there with that
+                    // reason, and nothing is cached
+                    Err(reason) => todo.iter().for_each(|&i| column[i] = Some(Err(reason.clone()))),
+                }
+                Ok(())
+            };
+        measure(&todo, &mut column, progress)?;
+        let mut moved: Vec<f64> =
+            check.iter().filter_map(|&(i, was)| Some((weight(&column[i])? / was - 1.0).abs())).collect();
+        let moved = (!moved.is_empty()).then(|| quantile(&mut moved, 0.5));
+        if let Some(m) = moved.filter(|&m| m > cfg.drift) {
+            let again: Vec<usize> =
+                cached.iter().map(|&(i, _)| i).filter(|i| !check.iter().any(|c| c.0 == *i)).collect();
+            let when = cached.first().map_or(String::new(), |(_, c)| format!(", {}", c.describe()));
+            progress(Progress {
+                pu: &pu.name,
+                phase: "stale",
+                done: 0,
+                total: again.len(),
+                note: Some(format!(
+                    "the cached entries moved: {} re-timed by {:.0}% (median{when}); measuring its other {} cached \
+                     entries again",
+                    check.len(),
+                    m * 100.0,
+                    again.len()
+                )),
+            });
+            measure(&again, &mut column, progress)?;
         }
         columns.push(column);
     }
@@ -352,7 +399,7 @@ fn profile_pu(
                 .collect())
         });
         for (phase, done, total) in rx {
-            progress(Progress { pu: &pu.name, phase, done, total });
+            progress(Progress { pu: &pu.name, phase, done, total, note: None });
         }
         match worker.join() {
             Ok(col) => Ok(col.map_err(|e| e.to_string())),
