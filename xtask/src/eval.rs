@@ -49,6 +49,33 @@ pub struct EvalArgs {
     pub thirdparty: Option<Vec<String>>,
 }
 
+/// What a measured plan's run report says of it.
+#[derive(Clone)]
+struct Measured {
+    us: f64,
+    /// The prediction error per measured block: p10, median, p90.
+    error: [f64; 3],
+    regret: f64,
+    fastest: String,
+}
+
+impl Measured {
+    fn of(r: &bident_runtime::RunReport) -> Self {
+        Self {
+            us: r.measured_us,
+            error: r.prediction_error_blocks,
+            regret: r.regret,
+            fastest: r.fastest_candidate.clone(),
+        }
+    }
+
+    /// ` 123.4 µs | 5.1% (3.0-8.2) | 0.0% |`
+    fn cells(&self) -> String {
+        let [lo, mid, hi] = self.error.map(|e| e * 100.0);
+        format!(" {:.1} µs | {mid:.1}% ({lo:.1}-{hi:.1}) | {:.1}% |", self.us, self.regret * 100.0)
+    }
+}
+
 /// One of the paper's configurations: a family at a precision.
 struct Config {
     label: String,
@@ -84,9 +111,8 @@ struct Row {
     lat: Plan,
     energy: Plan,
     par: Plan,
-    /// On real PUs: (measured latency of the latency plan, its prediction error, the same for
-    /// the parallel plan).
-    measured: Option<[(f64, f64); 2]>,
+    /// On real PUs: the latency plan and the parallel plan as measured.
+    measured: Option<[Measured; 2]>,
 }
 
 pub fn eval(a: EvalArgs) -> Result<()> {
@@ -208,10 +234,7 @@ fn evaluate(
     let measured = match p.soc {
         Soc::Measured(..) => {
             let cfg = bident_runtime::RunConfig { runs: a.runs, ..Default::default() };
-            let r = |plan: &Plan| -> Result<(f64, f64)> {
-                let r = d.measure_plan(&p, plan, &cfg)?;
-                Ok((r.measured_us, r.prediction_error))
-            };
+            let r = |plan: &Plan| -> Result<Measured> { Ok(Measured::of(&d.measure_plan(&p, plan, &cfg)?)) };
             Some([r(&lat)?, r(&par)?])
         }
         Soc::Virtual(_) => None,
@@ -300,9 +323,9 @@ fn report(
         "| config | fused ops | best single PU | latency plan | speedup | its energy | energy plan: energy | its speedup |"
     );
     if measured {
-        let _ = write!(s, " measured latency plan | prediction error |");
+        let _ = write!(s, " measured latency plan | prediction error (p10-p90 of blocks) | regret |");
     }
-    let _ = writeln!(s, "\n|---|---|---|---|---|---|---|---|{}", if measured { "---|---|" } else { "" });
+    let _ = writeln!(s, "\n|---|---|---|---|---|---|---|---|{}", if measured { "---|---|---|" } else { "" });
     for r in rows {
         let mix = |p: &Plan| p.ops_per_pu.iter().map(|(pu, n)| format!("{n} {pu}")).collect::<Vec<_>>().join(", ");
         let _ = write!(
@@ -320,8 +343,8 @@ fn report(
             mix(&r.energy),
             r.best_us / r.energy.predicted_us,
         );
-        if let Some([(m, e), _]) = r.measured {
-            let _ = write!(s, " {m:.1} µs | {:.1}% |", e * 100.0);
+        if let Some([m, _]) = &r.measured {
+            s.push_str(&m.cells());
         }
         let _ = writeln!(s);
     }
@@ -346,9 +369,9 @@ fn report(
     let _ = writeln!(
         s,
         "| config | phases with parallel branches | parallel plan | speedup | gain over sequential |{}",
-        if measured { " measured | prediction error |" } else { "" }
+        if measured { " measured | prediction error (p10-p90 of blocks) | regret |" } else { "" }
     );
-    let _ = writeln!(s, "|---|---|---|---|---|{}", if measured { "---|---|" } else { "" });
+    let _ = writeln!(s, "|---|---|---|---|---|{}", if measured { "---|---|---|" } else { "" });
     for r in rows {
         let _ = write!(
             s,
@@ -360,8 +383,8 @@ fn report(
             r.best_us / r.par.predicted_us,
             (r.lat.predicted_us / r.par.predicted_us - 1.0) * 100.0
         );
-        if let Some([_, (m, e)]) = r.measured {
-            let _ = write!(s, " {m:.1} µs | {:.1}% |", e * 100.0);
+        if let Some([_, m]) = &r.measured {
+            s.push_str(&m.cells());
         }
         let _ = writeln!(s);
     }
@@ -372,6 +395,9 @@ fn report(
         geomean(par.iter().copied()),
         par.iter().copied().fold(0.0, f64::max)
     );
+    if measured {
+        regret_summary(&mut s, rows);
+    }
     let _ = writeln!(s, "## Figure 9: pairs running at once [{label}]\n");
     let speedups: Vec<f64> = pairs.iter().map(|p| p.2).collect();
     let best = pairs.iter().max_by(|x, y| x.2.total_cmp(&y.2));
@@ -411,6 +437,29 @@ fn report(
     }
     let _ = writeln!(s, "\n`matmul.svg`.");
     s
+}
+
+/// Over every measured plan: regret (measured / the fastest alternative measured beside it -
+/// 1) and the prediction error of its blocks, median and spread, and the worst.
+fn regret_summary(s: &mut String, rows: &[Row]) {
+    let all: Vec<(&str, &Measured)> =
+        rows.iter().flat_map(|r| r.measured.iter().flatten().map(move |m| (r.label.as_str(), m))).collect();
+    let q = |mut v: Vec<f64>, p: f64| bident_profile::quantile(&mut v, p) * 100.0;
+    let regrets: Vec<f64> = all.iter().map(|(_, m)| m.regret).collect();
+    let errors: Vec<f64> = all.iter().map(|(_, m)| m.error[1]).collect();
+    let worst = all.iter().max_by(|a, b| a.1.regret.total_cmp(&b.1.regret));
+    let _ = writeln!(
+        s,
+        "## Regret and prediction error [measured]\n\nOver {} measured plans: regret median {:.1}%, p90 {:.1}%, \
+         max {:.1}%{}; prediction error (each plan's median over its blocks) median {:.1}%, p90 {:.1}%.\n",
+        all.len(),
+        q(regrets.clone(), 0.5),
+        q(regrets.clone(), 0.9),
+        q(regrets, 1.0),
+        worst.map_or(String::new(), |(l, m)| format!(" ({l}: {} was faster)", m.fastest)),
+        q(errors.clone(), 0.5),
+        q(errors, 0.9)
+    );
 }
 
 fn heatmap(rows: &[Row], pairs: &[(usize, usize, f64, f64)], label: &str) -> String {

@@ -137,7 +137,7 @@ impl Driver<'_> {
             return Err(DriverError::Invalid(format!("`{}` is a virtual SoC: nothing runs on it", p.soc.spec().name)));
         };
         let be: Arc<dyn Backend> = be.clone();
-        Ok(bident_runtime::run(&p.graph, plan, spec, be, cfg)?)
+        Ok(bident_runtime::run(&p.graph, plan, spec, be, &with_candidates(plan, cfg))?)
     }
 
     /// The cost table of one small model (a probe: one op of one size) on `soc`, measured with
@@ -508,14 +508,7 @@ impl Driver<'_> {
         replan: &mut dyn FnMut(&Constraints) -> Result<(Plan, ContentHash)>,
     ) -> Result<(Plan, RunReport)> {
         let be = self.faulty(be, opts);
-        // every PU that runs the whole model is a candidate the plan's regret is measured
-        // against, in the same blocks
-        let mut config = opts.config.clone();
-        for b in plan.0.baselines.iter().filter(|b| b.predicted_us.is_some()) {
-            if !config.whole_on.contains(&b.pu) {
-                config.whole_on.push(b.pu.clone());
-            }
-        }
+        let config = with_candidates(&plan.0, &opts.config);
         let cfg = &config;
         // the engines' whole-model PUs a slower plan already gave way to
         let mut tried: Vec<String> = vec![];
@@ -759,6 +752,18 @@ pub struct Served {
     pub latencies: Vec<f64>,
     /// The plan serving at the end.
     pub plan: Plan,
+}
+
+/// `cfg` with every PU that runs the whole model among the runs measured beside `plan`: the
+/// candidates its regret is measured against, in the same blocks.
+fn with_candidates(plan: &Plan, cfg: &bident_runtime::RunConfig) -> bident_runtime::RunConfig {
+    let mut config = cfg.clone();
+    for b in plan.baselines.iter().filter(|b| b.predicted_us.is_some()) {
+        if !config.whole_on.contains(&b.pu) {
+            config.whole_on.push(b.pu.clone());
+        }
+    }
+    config
 }
 
 /// Options that name a PU must name one of the SoC's: an injected fault on a PU the SoC does not
