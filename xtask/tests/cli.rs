@@ -880,3 +880,26 @@ fn search_and_partition_link_no_onnx_nor_engines() {
         }
     }
 }
+
+/// A plan clearly slower than a PU running the whole model beside it gives way to that PU:
+/// the plan's busiest PU slowed 5x on purpose, the run plans the whole model on another one.
+#[test]
+fn a_plan_slower_than_a_whole_model_run_gives_way() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().display().to_string();
+    let args = ["pipeline", "--soc", "cores", "--backends", "openvino", "--runs", "5", "--profile-runs", "3"];
+    let o = xtask(&[&args[..], &["--out", &dir]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let plan: serde_norway::Value =
+        serde_norway::from_str(&std::fs::read_to_string(tmp.path().join("plan.yaml")).expect("plan.yaml"))
+            .expect("YAML");
+    let per_pu = plan["payload"]["ops_per_pu"].as_mapping().expect("ops per PU");
+    let busiest = per_pu.iter().max_by_key(|(_, n)| n.as_u64()).and_then(|(pu, _)| pu.as_str()).expect("a PU");
+    let fault = format!("{busiest}:slow=5");
+    let o = xtask(&[&args[..], &["--out", &dir, "--inject-fault", &fault, "--json"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("planning the whole model on `"), "{err}");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(!stdout.lines().any(|l| l.starts_with("plan ") && l.contains(&format!(" on {busiest} "))), "{stdout}");
+}

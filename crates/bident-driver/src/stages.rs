@@ -493,7 +493,8 @@ impl Driver<'_> {
     }
 
     /// Stage 5: run and measure the plan. A plan slower than the fastest engine default beside
-    /// it gives way to that engine's whole-model PU (and the better measured is kept); with
+    /// it gives way to that engine's whole-model PU, and one clearly slower than a PU running
+    /// the whole model beside it to that PU (the better measured is kept); with
     /// `fallback`, a PU that fails is excluded and the plan searched again (`replan`) until a
     /// plan runs or no PU is left to drop.
     #[allow(clippy::too_many_arguments)]
@@ -520,17 +521,17 @@ impl Driver<'_> {
                 Ok(report) => {
                     // a plan that measured slower than an engine's own defaults beside it gives
                     // way to that engine's PU running the whole model, when the SoC has it and no
-                    // pin says otherwise
-                    if report.speedup_vs_best_default() < 1.0
-                        && (plan.0.constraints.pin.is_empty() || !tried.is_empty())
-                        && let Some(pu) = default_pu(soc, &report, &plan.0, cfg).filter(|pu| !tried.contains(pu))
-                    {
+                    // pin says otherwise; one clearly slower (by more than the noise of two runs
+                    // of one configuration) than a PU running the whole model beside it gives way
+                    // to that PU
+                    let unpinned = plan.0.constraints.pin.is_empty() || !tried.is_empty();
+                    if unpinned && let Some((pu, what)) = faster_whole(soc, &report, &plan.0, cfg, &tried) {
                         self.note(
                             Stage::Run,
                             format!(
-                                "the plan measured {:.1} µs, slower than {} at {:.1} µs beside it; planning the whole \
-                                 model on `{pu}` (that engine at its defaults) instead",
-                                report.measured_us, report.backend_default, report.measured_backend_default_us
+                                "the plan measured {:.1} µs, slower than {what} beside it; planning the whole model \
+                                 on `{pu}` instead",
+                                report.measured_us
                             ),
                         );
                         let mut c = plan.0.constraints.clone();
@@ -854,6 +855,44 @@ pub(crate) fn whole_model_runs(costs: &CostTable, phased: &PhasedGraph) -> Vec<(
 /// The PU of `soc` that is the fastest backend default of `report`: that backend's device,
 /// whole (not pinned), asking for nothing but the device's default precision; None when the SoC
 /// has no such PU, the plan excludes it or already runs everything on it.
+/// How much faster than the plan a PU running the whole model beside it must measure before
+/// the plan gives way to it (the spread of two sessions of one configuration in one run here).
+const GIVE_WAY_MARGIN: f64 = 0.02;
+
+/// The PU the plan gives way to, and what it measured, in words: the fastest engine default's
+/// PU where the plan is slower than that default, else the fastest PU that ran the whole model
+/// beside the plan more than [`GIVE_WAY_MARGIN`] faster; never one tried already or excluded.
+fn faster_whole(
+    soc: &SocSpec,
+    report: &RunReport,
+    plan: &Plan,
+    cfg: &bident_runtime::RunConfig,
+    tried: &[String],
+) -> Option<(String, String)> {
+    let fresh = |pu: &String| !tried.contains(pu) && !plan.constraints.exclude.contains(pu);
+    let default = (report.speedup_vs_best_default() < 1.0)
+        .then(|| default_pu(soc, report, plan, cfg))
+        .flatten()
+        .filter(fresh)
+        .map(|pu| {
+            (
+                pu,
+                report.measured_backend_default_us,
+                format!("{} at {:.1} µs", report.backend_default, report.measured_backend_default_us),
+            )
+        });
+    let whole = report
+        .measured_whole
+        .iter()
+        .filter(|w| w.same_as.is_none() && fresh(&w.pu))
+        .filter(|w| !(plan.ops_per_pu.len() == 1 && plan.ops_per_pu.contains_key(&w.pu)))
+        .filter_map(|w| Some((w.pu.clone(), w.measured_us?)))
+        .filter(|(_, us)| *us < report.measured_us * (1.0 - GIVE_WAY_MARGIN))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(pu, us)| (pu.clone(), us, format!("the whole model on `{pu}` at {us:.1} µs")));
+    [default, whole].into_iter().flatten().min_by(|a, b| a.1.total_cmp(&b.1)).map(|(pu, _, what)| (pu, what))
+}
+
 fn default_pu(soc: &SocSpec, report: &RunReport, plan: &Plan, cfg: &bident_runtime::RunConfig) -> Option<String> {
     let d = report.best_default()?;
     let reference = soc.pu(report.best_single_pu.first()?)?;
