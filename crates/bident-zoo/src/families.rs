@@ -3,7 +3,11 @@
 //!
 //! - `tiny`: the same architecture, small enough for tests (seconds on a CPU);
 //! - `full`: the paper's shapes (ViT-B/16, one LLaMA-7B decode layer, ...) except where noted
-//!   in [`FAMILIES`] (a few blocks of a deep stack; those are said);
+//!   in [`FAMILIES`] (a few blocks of a deep stack; those are said). The deep stacks (pi0.5,
+//!   Mamba's 48 blocks) share one seeded weight set per stack: the ops, shapes and work are the
+//!   model's, the file a fraction of its weights (pi0.5 is 0.37 GB in f16, not 6 GB).
+//!   `tests/data/paper-size/sizes.txt` pins their sizes against the paper's, and says why
+//!   bident's fused-op counts differ where they do;
 //! - `fp32`, `fp16` (weights and activations in f16) and `int8` (int8 weights through
 //!   `DequantizeLinear`, activations quantized and dequantized before every MatMul and Conv: the
 //!   QDQ form NNCF produces).
@@ -24,7 +28,7 @@ pub const FAMILIES: &[(&str, &str)] = &[
     ("resnet50", "ResNet-50 v1.5, 224x224, bottlenecks [3, 4, 6, 3]"),
     ("vit", "ViT-B/16: 224x224, patch 16, 12 layers, hidden 768, 12 heads, MLP 3072"),
     ("llama", "one LLaMA-7B decode layer: hidden 4096, 32 heads, KV cache of 512 positions, SwiGLU 11008"),
-    ("mamba", "4 of Mamba-370M's 48 blocks: d_model 1024, d_inner 2048, d_state 16, sequence 64"),
+    ("mamba", "Mamba-370M's 48 blocks (sharing one weight set): d_model 1024, d_inner 2048, d_state 16, sequence 64"),
     ("hyena", "2 Hyena operator layers: width 768, sequence 1024, implicit filters, FFT long convolution"),
     ("kan", "KAN [64, 128, 64, 10], B-spline grid 5, order 3, batch 64"),
     ("snn-vgg9", "spiking VGG9 on 32x32 (7 conv + 2 linear), leaky integrate-and-fire, 4 time steps unrolled"),
@@ -32,7 +36,9 @@ pub const FAMILIES: &[(&str, &str)] = &[
     ("lavish", "LAVISH: ViT-B/16 visual and audio towers (4 layers each shown) with cross-modal adapters"),
     (
         "pi05",
-        "pi0.5-style VLA: text embedder, INT8 vision encoder, prefix decoder, 10 denoising steps of an action expert",
+        "pi0.5 at the paper's depth: text embedder, INT8 SigLIP So400m/14 (27 layers), Gemma 2B prefix decoder (18 \
+         layers) keeping each layer's cache, 10 denoising steps of an 18-layer Gemma 300M action expert; each stack \
+         shares one weight set",
     ),
 ];
 
