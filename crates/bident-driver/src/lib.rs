@@ -360,10 +360,19 @@ impl<'a> Driver<'a> {
     pub fn model_path(&self, spec: &Model) -> Result<(PathBuf, String)> {
         match spec {
             Model::Zoo(name) => {
+                let t0 = std::time::Instant::now();
                 let bytes = bident_zoo::build_bytes(name, 0)
                     .ok_or_else(|| DriverError::Invalid(format!("no zoo model `{name}` (try `cargo xtask zoo`)")))?;
                 let path = self.target.join("bident/zoo").join(format!("{name}.onnx"));
                 folder::write_replacing(&path, &bytes)?;
+                self.note(
+                    Stage::Import,
+                    format!(
+                        "zoo model `{name}` built ({:.1} MB) in {:.2} s",
+                        bytes.len() as f64 / 1e6,
+                        t0.elapsed().as_secs_f64()
+                    ),
+                );
                 Ok((path, name.clone()))
             }
             Model::File(path) => {

@@ -200,6 +200,7 @@ impl Driver<'_> {
         path: &Path,
         fuser: crate::BackendName,
     ) -> Result<(FusedGraph, ContentHash)> {
+        let t0 = Instant::now();
         folder.clear(&[FUSED, PHASED, COSTS, PLAN, REPORT])?;
         let mut opts = self.import_options(spec)?;
         let g = match spec.fusion {
@@ -215,12 +216,13 @@ impl Driver<'_> {
         self.note(
             Stage::Import,
             format!(
-                "{} -> {} fused ops by {} ({} ONNX nodes, {} folded) -> {}",
+                "{} -> {} fused ops by {} ({} ONNX nodes, {} folded) in {:.2} s -> {}",
                 path.display(),
                 g.ops.len(),
                 g.fusion.source,
                 g.source.nodes,
                 g.source.folded_nodes,
+                t0.elapsed().as_secs_f64(),
                 folder.path(FUSED).display()
             ),
         );
@@ -268,6 +270,7 @@ impl Driver<'_> {
         gh: ContentHash,
         pass: &str,
     ) -> Result<(PhasedGraph, ContentHash)> {
+        let t0 = Instant::now();
         folder.clear(&[PHASED, PLAN, REPORT])?;
         let pass = self.passes.partition(pass)?;
         let p = pass.partition(g)?;
@@ -276,7 +279,13 @@ impl Driver<'_> {
         let h = folder.write(PHASED, &p, ContentHash::of_value(&(gh, pass.name()))?)?;
         self.note(
             Stage::Partition,
-            format!("{} phases, {} with parallel branches ({})", p.phases.len(), p.parallel_phases(), pass.name()),
+            format!(
+                "{} phases, {} with parallel branches ({}) in {:.2} s",
+                p.phases.len(),
+                p.parallel_phases(),
+                pass.name(),
+                t0.elapsed().as_secs_f64()
+            ),
         );
         Ok((p, h))
     }
@@ -293,6 +302,7 @@ impl Driver<'_> {
         pairs: Vec<(OpId, OpId)>,
         contention: Option<&bident_profile::Contention>,
     ) -> Result<(CostTable, ContentHash)> {
+        let t0 = Instant::now();
         folder.clear(&[COSTS, PLAN, REPORT])?;
         let cfg = ProfileConfig {
             runs: m.runs,
@@ -308,17 +318,17 @@ impl Driver<'_> {
                 self.note(
                     Stage::Profile,
                     format!(
-                        "{} ops x {} PUs SIMULATED on virtual SoC {} (analytic model; nothing was measured)",
+                        "{} ops x {} PUs SIMULATED on virtual SoC {} (analytic model; nothing was measured) in {:.2} s",
                         table.ops.len(),
                         v.spec.pus.len(),
-                        v.spec.name
+                        v.spec.name,
+                        t0.elapsed().as_secs_f64()
                     ),
                 );
                 self.emit(Event::Profiled { table: &table, cfg: &cfg });
                 return Ok((table, h));
             }
         };
-        let t0 = Instant::now();
         let cache = self.cache(m);
         let mut table = bident_profile::profile(g, soc, be.as_ref(), &cfg, cache.as_ref(), &mut |p| {
             if p.phase == "cached" {
