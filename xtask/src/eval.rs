@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use bident_partition::PhasedGraph;
 use bident_profile::CostTable;
-use bident_search::{Mode, Objective, Plan};
+use bident_search::{Mode, Objective, Plan, SearchError};
 use clap::Args;
 
 use bident_driver::{Goal, Soc};
@@ -151,7 +151,7 @@ pub fn eval(a: EvalArgs) -> Result<()> {
     };
     let report = report(&a, &rows, &pairs, &sweep, label, &machine);
     std::fs::write(out.join("report.md"), &report)?;
-    std::fs::write(out.join("heatmap.svg"), heatmap(&rows, &pairs, label))?;
+    std::fs::write(out.join("heatmap.svg"), heatmap(&rows, &pairs.planned, label))?;
     std::fs::write(out.join("energy.svg"), energy_chart(&rows, label))?;
     let pus: Vec<String> = rows[0].costs.soc.pus.iter().map(|p| p.name.clone()).collect();
     std::fs::write(out.join("matmul.svg"), matmul_chart(&sweep, &pus, label))?;
@@ -159,7 +159,7 @@ pub fn eval(a: EvalArgs) -> Result<()> {
     eprintln!(
         "eval: {} configurations and {} pairs in {:.1} s [{label}] -> {}",
         rows.len(),
-        pairs.len(),
+        pairs.planned.len(),
         t0.elapsed().as_secs_f64(),
         out.join("report.md").display()
     );
@@ -261,17 +261,29 @@ fn evaluate(
     })
 }
 
+/// Figure 9's pairs: (i, j, speedup, energy change) of those planned, and those too large for
+/// the joint search, with the reason.
+struct Pairs {
+    planned: Vec<(usize, usize, f64, f64)>,
+    too_large: Vec<(usize, usize, String)>,
+}
+
 /// Figure 9: every pair of configurations (the same one twice included) planned to run at once,
-/// against both run one after the other on their best single PUs. (i, j, speedup, energy
-/// change).
-fn pairs(rows: &[Row]) -> Result<Vec<(usize, usize, f64, f64)>> {
-    let mut out = vec![];
+/// against both run one after the other on their best single PUs. A pair whose joint search
+/// would not fit in memory is listed as such; any other failure stops the eval.
+fn pairs(rows: &[Row]) -> Result<Pairs> {
+    let mut out = Pairs { planned: vec![], too_large: vec![] };
     for i in 0..rows.len() {
         for j in i..rows.len() {
             let (a, b) = (&rows[i], &rows[j]);
-            let p = bident_driver::pair_plan((&a.phased, &a.costs), (&b.phased, &b.costs), Objective::Latency)
-                .with_context(|| format!("{} + {}", a.label, b.label))?;
-            out.push((i, j, p.speedup, p.predicted_energy_uj / p.baseline_energy_uj - 1.0));
+            match bident_driver::pair_plan((&a.phased, &a.costs), (&b.phased, &b.costs), Objective::Latency) {
+                Ok(p) => out.planned.push((i, j, p.speedup, p.predicted_energy_uj / p.baseline_energy_uj - 1.0)),
+                Err(bident_driver::DriverError::Search(e)) if matches!(*e, SearchError::TooLarge { .. }) => {
+                    eprintln!("eval: {} + {}: not planned: {e}", a.label, b.label);
+                    out.too_large.push((i, j, e.to_string()));
+                }
+                Err(e) => return Err(anyhow::Error::new(e).context(format!("{} + {}", a.label, b.label))),
+            }
         }
     }
     Ok(out)
@@ -299,14 +311,7 @@ fn geomean(v: impl Iterator<Item = f64>) -> f64 {
     if n == 0 { f64::NAN } else { (sum / n as f64).exp() }
 }
 
-fn report(
-    a: &EvalArgs,
-    rows: &[Row],
-    pairs: &[(usize, usize, f64, f64)],
-    sweep: &Sweep,
-    label: &str,
-    machine: &str,
-) -> String {
+fn report(a: &EvalArgs, rows: &[Row], all_pairs: &Pairs, sweep: &Sweep, label: &str, machine: &str) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# bident evaluation: {} SoC, {} models [{label}]\n", a.soc, a.size);
     let _ = writeln!(
@@ -399,6 +404,7 @@ fn report(
         regret_summary(&mut s, rows);
     }
     let _ = writeln!(s, "## Figure 9: pairs running at once [{label}]\n");
+    let pairs = &all_pairs.planned;
     let speedups: Vec<f64> = pairs.iter().map(|p| p.2).collect();
     let best = pairs.iter().max_by(|x, y| x.2.total_cmp(&y.2));
     let worst = pairs.iter().min_by(|x, y| x.2.total_cmp(&y.2));
@@ -419,6 +425,13 @@ fn report(
         speedups.iter().filter(|&&x| x < 1.0 - 1e-9).count(),
         mean(&pairs.iter().map(|p| p.3).collect::<Vec<_>>()) * 100.0
     );
+    if !all_pairs.too_large.is_empty() {
+        let _ = writeln!(s, "{} pairs not planned (empty in the heatmap):\n", all_pairs.too_large.len());
+        for (i, j, why) in &all_pairs.too_large {
+            let _ = writeln!(s, "- {} + {}: {why}", rows[*i].label, rows[*j].label);
+        }
+        let _ = writeln!(s);
+    }
     let _ = writeln!(s, "## Figure 7: energy of the latency- and energy-optimal plans [{label}]\n\n`energy.svg`.\n");
     let _ = writeln!(s, "## Figure 3: MatMul [1,N,N] x [N,N] per PU, dispatch + execution µs [{label}]\n");
     let pus: Vec<String> =

@@ -125,9 +125,7 @@ pub fn search(
     };
     let states = (na + 1) * (nb + 1) * kk * kk * 4;
     if states > MAX_STATES {
-        return Err(SearchError::Check(format!(
-            "{na} x {nb} ops on {k} PUs is {states} search states, above the {MAX_STATES} this search holds in memory"
-        )));
+        return Err(SearchError::TooLarge { a: na, b: nb, pus: k, states, max: MAX_STATES });
     }
     let mut cost = vec![f64::INFINITY; states];
     let mut from: Vec<u32> = vec![u32::MAX; states];

@@ -368,6 +368,9 @@ pub enum SearchError {
     Check(String),
     #[error("constraint: {0}")]
     Constraint(String),
+    /// The joint search of two models would need more states than it holds in memory.
+    #[error("{a} x {b} ops on {pus} PUs is {states} joint search states, above the {max} the search holds in memory")]
+    TooLarge { a: usize, b: usize, pus: usize, states: usize, max: usize },
 }
 
 /// A mapping: an assignment (PU index by op id), how it runs, and the search's own estimate.
