@@ -132,8 +132,10 @@ fn plain_dp(k: usize, w: &[f64], into: &[f64], out: &[f64]) -> (Vec<usize>, f64)
             from[i * k + j] = arg;
         }
     }
-    let (mut j, best) =
-        (0..k).map(|j| (j, cost[(n - 1) * k + j] + out[(n - 1) * k + j])).min_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
+    let (mut j, best) = (0..k)
+        .map(|j| (j, cost[(n - 1) * k + j] + out[(n - 1) * k + j]))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .expect("k > 0");
     let mut assign = vec![0; n];
     for i in (0..n).rev() {
         assign[i] = j;

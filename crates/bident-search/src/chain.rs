@@ -205,9 +205,9 @@ impl Chain {
         // flat, op-major: (i, j) at i * k + j
         let mut cost = vec![inf; n * k];
         let mut from = vec![u32::MAX; n * k];
-        for j in 0..k {
+        for (j, c) in cost[..k].iter_mut().enumerate() {
             if self.w[j].is_some() {
-                cost[j] = scale(j, self.into_flat[j]) + scale(j, self.w_flat[j]);
+                *c = scale(j, self.into_flat[j]) + scale(j, self.w_flat[j]);
             }
         }
         for i in 1..n {
