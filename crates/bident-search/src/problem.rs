@@ -417,16 +417,19 @@ impl Problem {
                 u
             })
             .collect();
+        // how many branches use each PU: another branch uses PU o when more than this one does
+        let mut users = vec![0usize; k];
+        used.iter().for_each(|u| u.iter().zip(&mut users).for_each(|(&x, n)| *n += x as usize));
         phase
             .iter()
-            .enumerate()
-            .map(|(b, ops)| {
+            .zip(&used)
+            .map(|(ops, u)| {
                 // per PU: the worst SF against a PU another branch uses
                 let worst: Vec<f64> = (0..k)
                     .map(|j| {
                         (0..k)
                             .filter(|&o| o != j && !self.exclusive[j][o])
-                            .filter(|&o| used.iter().enumerate().any(|(b2, u)| b2 != b && u[o]))
+                            .filter(|&o| users[o] > u[o] as usize)
                             .map(|o| self.sf[j][o])
                             .fold(1.0, f64::max)
                     })
@@ -489,11 +492,16 @@ impl Problem {
             }
             return Some((now, energy));
         }
-        // list scheduling from the barrier: the earliest-ready branch head goes first, once its
-        // PU and every PU sharing its hardware are free
+        // list scheduling from the barrier: the branch head that can start first goes first
+        // (the lowest branch among equals), once its PU and every PU sharing its hardware are
+        // free. Per PU the heads waiting on it: those ready by the time it is free all start
+        // then (the lowest branch first), the rest in order of readiness; O(ops log branches).
+        use std::cmp::Reverse;
+        use std::collections::BinaryHeap;
+        let k = self.pus();
+        let key = |t: f64| Reverse(t.to_bits());
         let mut next = vec![0usize; phase.len()];
-        let mut ready = vec![at; phase.len()];
-        let mut pu_free = vec![at; self.pus()];
+        let mut pu_free = vec![at; k];
         let free = |pu_free: &[f64], j: usize| {
             pu_free
                 .iter()
@@ -502,23 +510,55 @@ impl Problem {
                 .map(|(_, &t)| t)
                 .fold(at, f64::max)
         };
+        // (ready, branch) of heads not yet ready when their PU is free; branches ready by then
+        let mut waiting: Vec<BinaryHeap<(Reverse<u64>, Reverse<usize>)>> = vec![BinaryHeap::new(); k];
+        let mut ready_by: Vec<BinaryHeap<Reverse<usize>>> = vec![BinaryHeap::new(); k];
+        for (b, ops) in phase.iter().enumerate() {
+            if let Some(&c) = ops.first() {
+                waiting[assign[c]].push((key(at), Reverse(b)));
+            }
+        }
         let mut end = at;
         loop {
-            let pick = (0..phase.len())
-                .filter(|&b| next[b] < phase[b].len())
-                .map(|b| (b, ready[b].max(free(&pu_free, assign[phase[b][next[b]]]))))
-                .min_by(|x, y| x.1.total_cmp(&y.1));
-            let Some((b, start)) = pick else { break };
+            let mut pick: Option<(f64, usize)> = None;
+            for j in 0..k {
+                let f = free(&pu_free, j);
+                while let Some(&(Reverse(t), Reverse(b))) = waiting[j].peek() {
+                    if f64::from_bits(t) > f {
+                        break;
+                    }
+                    waiting[j].pop();
+                    ready_by[j].push(Reverse(b));
+                }
+                let cand = match ready_by[j].peek() {
+                    Some(&Reverse(b)) => Some((f, b)),
+                    None => waiting[j].peek().map(|&(Reverse(t), Reverse(b))| (f64::from_bits(t), b)),
+                };
+                if let Some(c) = cand
+                    && pick.is_none_or(|p| c.0.total_cmp(&p.0).then(c.1.cmp(&p.1)).is_lt())
+                {
+                    pick = Some(c);
+                }
+            }
+            let Some((start, b)) = pick else { break };
             let c = phase[b][next[b]];
+            let j = assign[c];
+            if ready_by[j].peek() == Some(&Reverse(b)) {
+                ready_by[j].pop();
+            } else {
+                waiting[j].pop();
+            }
             let finish = start + duration[b][next[b]];
             if let Some(tl) = tl.as_deref_mut() {
                 tl.start[c] = start;
                 tl.finish[c] = finish;
             }
-            ready[b] = finish;
-            pu_free[assign[c]] = finish;
+            pu_free[j] = finish;
             end = end.max(finish);
             next[b] += 1;
+            if let Some(&c2) = phase[b].get(next[b]) {
+                waiting[assign[c2]].push((key(finish), Reverse(b)));
+            }
         }
         Some((end, energy))
     }
