@@ -966,7 +966,17 @@ impl Problem {
         const MAX_PASSES: usize = 20;
         let k = self.pus();
         let order: Vec<usize> = self.order().collect();
-        let branches: Vec<&Vec<usize>> = self.phases.iter().filter(|ph| ph.len() > 1).flatten().collect();
+        // wide phases are climbed with moves priced locally (`wide`); their ops are left out of
+        // the moves below, each of which would simulate the whole phase again
+        let wide: Vec<bool> = (0..self.phases.len()).map(|pi| self.is_wide(pi)).collect();
+        let in_wide = |c: usize| wide[self.place[c].0];
+        let branches: Vec<&Vec<usize>> = self
+            .phases
+            .iter()
+            .enumerate()
+            .filter(|(pi, ph)| ph.len() > 1 && !wide[*pi])
+            .flat_map(|(_, ph)| ph)
+            .collect();
         // large exact phases are the costly part: a phase is solved again only when an op it
         // depends on moved. Its local objective reads its ops, their producers, consumers and
         // order neighbours, theirs in turn (their transfers and savings), and whole parallel
@@ -1008,9 +1018,13 @@ impl Problem {
                     self.phases[pi].iter().flatten().for_each(|&c| mark(c, &mut dirty, &mut hot));
                     // optimal for the rest as it is now
                     dirty[pi] = false;
+                } else if wide[pi] && self.climb_wide(assign, pi, obj) > 0 {
+                    moved += 1;
+                    self.phases[pi].iter().flatten().for_each(|&c| mark(c, &mut dirty, &mut hot));
+                    dirty[pi] = false;
                 }
             }
-            for &c in &order {
+            for &c in order.iter().filter(|&&c| !in_wide(c)) {
                 if self.best_single_move(assign, c, schedule, obj) {
                     moved += 1;
                     mark(c, &mut dirty, &mut hot);
@@ -1023,13 +1037,15 @@ impl Problem {
                     b.iter().for_each(|&c| mark(c, &mut dirty, &mut hot));
                 }
             }
-            let was_hot = std::mem::replace(&mut hot, vec![false; self.ops()]);
+            // runs wholly inside a wide phase are its climb's (no op of one is hot)
+            let mut was_hot = std::mem::replace(&mut hot, vec![false; self.ops()]);
+            was_hot.iter_mut().enumerate().for_each(|(c, h)| *h &= !in_wide(c));
             moved += self.block_moves(assign, &order, &was_hot, schedule, obj, &mut |run| {
                 run.iter().for_each(|&c| mark(c, &mut dirty, &mut hot))
             });
             if moved == 0 {
                 // nothing moved near the last moves: every run once more, for moves further away
-                let all = vec![true; self.ops()];
+                let all: Vec<bool> = (0..self.ops()).map(|c| !in_wide(c)).collect();
                 moved += self.block_moves(assign, &order, &all, schedule, obj, &mut |run| {
                     run.iter().for_each(|&c| mark(c, &mut dirty, &mut hot))
                 });
