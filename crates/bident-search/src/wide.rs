@@ -3,9 +3,9 @@
 //! PUs they leave and join, and the ops outside the phase they exchange data with are priced
 //! again, not the whole phase.
 //!
-//! The phase's span is priced by its bound under the evaluator's list scheduling: no PU (with
-//! the PUs sharing its hardware) finishes before it has run its load, and no branch before its
-//! ops one after another. With many more branches than PUs the list schedule is within one
+//! The phase's span is priced by its bound under the evaluator's list scheduling: no PU finishes
+//! before it has run its load, no two PUs sharing hardware before both have, and no branch
+//! before its ops one after another. With many more branches than PUs the list schedule is within one
 //! op of that bound. Energy is exact (a sum over the ops). Where a move changes whether another
 //! branch shares a PU, every branch's contention factor is priced again (rare: a PU gaining its
 //! first or second branch, or losing it). The climb's result is kept only when the evaluator
@@ -15,9 +15,18 @@ use std::collections::BTreeMap;
 
 use crate::{Objective, Problem, Schedule};
 
-/// Phases of more branches than this are climbed by [`Problem::climb_wide`] under a parallel
-/// schedule, instead of by moves each simulating the whole phase again.
+/// Phases of more branches than this (and more than [`EXACT_MOVES_LIMIT`] ops) are climbed by
+/// [`Problem::climb_wide`] under a parallel schedule, instead of by moves each simulating the
+/// whole phase again.
 pub const WIDE_PHASE: usize = 16;
+
+/// Phases of at most this many ops are climbed by moves under the evaluator (each simulating
+/// the phase again) however many branches they have: there the list schedule can be well above
+/// the loads' bound (PUs sharing hardware), and such moves are still affordable.
+pub const EXACT_MOVES_LIMIT: usize = 512;
+
+/// The weight of the loads' spread in a wide phase's latency price.
+const TIE_BREAK: f64 = 0.01;
 
 /// A wide phase's priced state under one assignment.
 struct Priced {
@@ -44,7 +53,9 @@ fn recount(users: &mut [usize], was: &[u32], is: &[u32]) {
 impl Problem {
     /// Whether phase `pi` is climbed by [`Problem::climb_wide`] under a parallel schedule.
     pub(crate) fn is_wide(&self, pi: usize) -> bool {
-        self.phases[pi].len() > WIDE_PHASE && self.segment_cost.is_empty()
+        self.phases[pi].len() > WIDE_PHASE
+            && self.segment_cost.is_empty()
+            && self.phases[pi].iter().map(Vec::len).sum::<usize>() > EXACT_MOVES_LIMIT
     }
 
     /// The contention factor of an op of branch `b` on PU `j`: the worst SF against a PU some
@@ -109,9 +120,16 @@ impl Problem {
     fn wide_value(&self, load: &[f64], energy: &[f64], longest: f64, obj: Objective) -> f64 {
         match obj {
             Objective::Energy => energy.iter().sum(),
-            Objective::Latency => (0..self.pus())
-                .map(|j| (0..self.pus()).filter(|&o| o == j || self.exclusive[j][o]).map(|o| load[o]).sum::<f64>())
-                .fold(longest, f64::max),
+            Objective::Latency => {
+                // two PUs sharing hardware run one after the other: their loads add up
+                let k = self.pus();
+                let pairs = (0..k).flat_map(|j| (j + 1..k).map(move |o| (j, o)));
+                let shared = pairs.filter(|&(j, o)| self.exclusive[j][o]).map(|(j, o)| load[j] + load[o]);
+                let span = load.iter().copied().chain(shared).fold(longest, f64::max);
+                // where two PUs tie for the span no single move lowers it: a little of the
+                // loads' spread breaks the tie towards balance
+                span + TIE_BREAK * load.iter().map(|l| l * l).sum::<f64>().sqrt()
+            }
         }
     }
 
