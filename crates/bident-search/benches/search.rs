@@ -108,11 +108,123 @@ fn pipeline(n: usize, k: usize, width: usize) -> Problem {
     }
 }
 
+/// The floor of the paper's DP: a straight eq. (1) over flat arrays (latency, no savings), the
+/// least work any DP kernel does. Returns the assignment and its cost.
+fn plain_dp(k: usize, w: &[f64], into: &[f64], out: &[f64]) -> (Vec<usize>, f64) {
+    let n = w.len() / k;
+    let mut cost = vec![f64::INFINITY; n * k];
+    let mut from = vec![0u32; n * k];
+    for j in 0..k {
+        cost[j] = into[j] + w[j];
+    }
+    for i in 1..n {
+        for j in 0..k {
+            let (mut best, mut arg) = (f64::INFINITY, 0);
+            for p in 0..k {
+                let hop = if p == j { 0.0 } else { into[i * k + j] + out[(i - 1) * k + p] };
+                let c = cost[(i - 1) * k + p] + hop;
+                if c < best {
+                    best = c;
+                    arg = p as u32;
+                }
+            }
+            cost[i * k + j] = best + w[i * k + j];
+            from[i * k + j] = arg;
+        }
+    }
+    let (mut j, best) = (0..k)
+        .map(|j| (j, cost[(n - 1) * k + j] + out[(n - 1) * k + j]))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .expect("k > 0");
+    let mut assign = vec![0; n];
+    for i in (0..n).rev() {
+        assign[i] = j;
+        j = from[i * k + j] as usize;
+    }
+    (assign, best)
+}
+
 fn dp(c: &mut Criterion) {
     let mut g = c.benchmark_group("sequential_dp");
     for (n, k) in [(100, 3), (500, 3), (4600, 3)] {
         let ch = chain(n, k);
         g.bench_with_input(BenchmarkId::new(format!("k{k}"), n), &ch, |b, ch| b.iter(|| ch.dp(Objective::Latency)));
+    }
+    // the same chain of 4,600 ops in flat arrays for the plain kernel: the floor
+    let (n, k) = (4600, 3);
+    let (w, h2d, d2h, _) = rows(n, k);
+    let accel = |j: usize| j > 0;
+    let flat_w: Vec<f64> = w.iter().flatten().map(|w| w.unwrap_or(f64::INFINITY)).collect();
+    let on_accel = |v: &[Vec<f64>]| -> Vec<f64> {
+        v.iter().flat_map(|r| r.iter().enumerate().map(|(j, &t)| if accel(j) { t } else { 0.0 })).collect()
+    };
+    let (into, out) = (on_accel(&h2d), on_accel(&d2h));
+    let ch = chain(n, k);
+    let (_, floor) = plain_dp(k, &flat_w, &into, &out);
+    let (_, ours) = ch.dp(Objective::Latency).expect("the chain runs");
+    assert!((floor - ours).abs() <= 1e-9 * floor, "the floor kernel solves the same chain: {floor} vs {ours}");
+    g.bench_function(BenchmarkId::new(format!("plain_kernel_floor_k{k}"), n), |b| {
+        b.iter(|| plain_dp(k, &flat_w, &into, &out))
+    });
+    g.finish();
+}
+
+/// One phase of `width` parallel branches of 3 ops (a wide model), each branch reading a graph
+/// input and writing a graph output.
+fn wide(width: usize, k: usize) -> Problem {
+    let n = 3 * width;
+    let phases: Vec<Vec<Vec<usize>>> = vec![(0..width).map(|b| (3 * b..3 * b + 3).collect()).collect()];
+    let mut preds = vec![vec![]; n];
+    let mut succs = vec![vec![]; n];
+    let mut place = vec![(0, 0); n];
+    let (mut from_host, mut to_host) = (vec![false; n], vec![false; n]);
+    for (bi, b) in phases[0].iter().enumerate() {
+        for w in b.windows(2) {
+            preds[w[1]].push(w[0]);
+            succs[w[0]].push(w[1]);
+        }
+        b.iter().for_each(|&o| place[o] = (0, bi));
+        from_host[b[0]] = true;
+        to_host[b[2]] = true;
+    }
+    let mut r = rng();
+    let (w, h2d, d2h, power) = rows(n, k);
+    let links = bident_search::OrderLinks::new(&phases, &place);
+    Problem {
+        w,
+        h2d,
+        d2h,
+        power,
+        accelerator: (0..k).map(|j| j > 0).collect(),
+        preds,
+        succs,
+        from_host,
+        to_host,
+        sf: (0..k).map(|i| (0..k).map(|j| if i == j { 1.0 } else { 1.0 + 0.1 * r() }).collect()).collect(),
+        exclusive: vec![vec![false; k]; k],
+        phases,
+        place,
+        prev: links.prev,
+        next: links.next,
+        joins_in_parallel: links.joins_in_parallel,
+        saving: vec![vec![0.0; k]; n],
+        segment_cost: Default::default(),
+    }
+}
+
+fn wide_phases(c: &mut Criterion) {
+    let mut g = c.benchmark_group("wide_phase");
+    g.sample_size(10);
+    let widths: Vec<usize> = match std::env::var("BIDENT_WIDE") {
+        Ok(v) => v.split(',').filter_map(|w| w.trim().parse().ok()).collect(),
+        Err(_) => vec![200, 1000, 5000],
+    };
+    for width in widths {
+        let p = wide(width, 3);
+        let cfg = SearchConfig { objective: Objective::Latency, mode: Mode::Parallel, ..Default::default() };
+        g.bench_with_input(BenchmarkId::new("parallel_k3_branches", width), &p, |b, p| {
+            b.iter(|| best_mapping(p, &cfg))
+        });
     }
     g.finish();
 }
@@ -154,5 +266,5 @@ fn concurrent(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, dp, searches, concurrent);
+criterion_group!(benches, dp, searches, concurrent, wide_phases);
 criterion_main!(benches);

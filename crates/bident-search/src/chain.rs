@@ -19,6 +19,11 @@ use crate::Objective;
 pub struct Chain {
     k: usize,
     w: Vec<Option<f64>>,
+    /// The DP kernel's flat views: `w` with +inf where unsupported, the H2D an op pays entering
+    /// an accelerator and the D2H it pays leaving one (0 on the host).
+    w_flat: Vec<f64>,
+    into_flat: Vec<f64>,
+    out_flat: Vec<f64>,
     h2d: Vec<f64>,
     d2h: Vec<f64>,
     power: Vec<f64>,
@@ -58,7 +63,12 @@ impl Chain {
         accelerator: Vec<bool>,
     ) -> Self {
         let saving = vec![0.0; w.len()];
-        Chain { k, w, h2d, d2h, power, saving, runs: Default::default(), accelerator }
+        let w_flat = w.iter().map(|w| w.unwrap_or(f64::INFINITY)).collect();
+        let on_accel = |v: &[f64]| -> Vec<f64> {
+            v.iter().enumerate().map(|(x, &t)| if accelerator[x % k] { t } else { 0.0 }).collect()
+        };
+        let (into_flat, out_flat) = (on_accel(&h2d), on_accel(&d2h));
+        Chain { k, w, w_flat, into_flat, out_flat, h2d, d2h, power, saving, runs: Default::default(), accelerator }
     }
 
     /// The same chain knowing what some runs of consecutive positions cost measured whole
@@ -176,44 +186,63 @@ impl Chain {
 
     /// Eq. (1): O(N K^2) dynamic programming over the chain. None if some op runs nowhere.
     pub fn dp(&self, obj: Objective) -> Option<(Vec<usize>, f64)> {
+        match obj {
+            Objective::Latency => self.dp_kernel::<false>(),
+            Objective::Energy => self.dp_kernel::<true>(),
+        }
+    }
+
+    /// The DP's forward pass over the flat cost arrays (no Option per cell, one allocation per
+    /// call), then the walk back. `ENERGY`: every term at its PU's power. Sums in the same order
+    /// as [`Chain::evaluate`]'s terms, so equal costs tie the same way whatever the layout.
+    fn dp_kernel<const ENERGY: bool>(&self) -> Option<(Vec<usize>, f64)> {
         let (n, k) = (self.len(), self.pus());
         if n == 0 {
             return Some((vec![], 0.0));
         }
         let inf = f64::INFINITY;
+        let scale = |x: usize, us: f64| if ENERGY { us * self.power[x] } else { us };
         // flat, op-major: (i, j) at i * k + j
         let mut cost = vec![inf; n * k];
         let mut from = vec![u32::MAX; n * k];
         for (j, c) in cost[..k].iter_mut().enumerate() {
-            if let Some(w) = self.w(0, j) {
-                *c = self.weight(obj, 0, j, self.entry(0, j)) + self.weight(obj, 0, j, w);
+            if self.w[j].is_some() {
+                *c = scale(j, self.into_flat[j]) + scale(j, self.w_flat[j]);
             }
         }
         for i in 1..n {
             let (done, rest) = cost.split_at_mut(i * k);
             let prev = &done[(i - 1) * k..];
+            let here = &mut rest[..k];
+            let from = &mut from[i * k..(i + 1) * k];
+            let base = i * k;
             for j in 0..k {
-                let Some(w) = self.w(i, j) else { continue };
-                let stay = self.weight(obj, i, j, w);
-                let here = &mut rest[j];
+                let x = base + j;
+                // unsupported: +inf, which no candidate beats
+                let stay = scale(x, self.w_flat[x]);
+                let into = scale(x, self.into_flat[x]);
+                let join = scale(x, self.saving[x]);
+                let (mut best, mut arg) = (inf, u32::MAX);
                 for (p, &before) in prev.iter().enumerate() {
-                    if before == inf {
-                        continue;
-                    }
-                    let (into, out) = self.transfer(i, p, j);
-                    let c = before + self.weight(obj, i, j, into) + self.weight(obj, i - 1, p, out) + stay
-                        - self.weight(obj, i, j, self.joined(i, p, j));
-                    if c < *here {
-                        *here = c;
-                        from[i * k + j] = p as u32;
+                    let c = if p == j {
+                        before + stay - join
+                    } else {
+                        before + into + scale(base - k + p, self.out_flat[base - k + p]) + stay - 0.0
+                    };
+                    if c < best {
+                        best = c;
+                        arg = p as u32;
                     }
                 }
+                here[j] = best;
+                from[j] = arg;
             }
         }
+        let last = (n - 1) * k;
         let (mut j, best) = (0..k)
-            .map(|j| (j, cost[(n - 1) * k + j] + self.weight(obj, n - 1, j, self.exit(n - 1, j))))
+            .map(|j| (j, cost[last + j] + scale(last + j, self.out_flat[last + j])))
             .min_by(|a, b| a.1.total_cmp(&b.1))?;
-        if best == inf {
+        if best == inf || best.is_nan() {
             return None;
         }
         let mut assign = vec![0; n];
@@ -345,6 +374,42 @@ mod tests {
                     }
                     (None, None) => {}
                     (d, b) => prop_assert!(false, "dp {d:?} vs brute {b:?}"),
+                }
+            }
+        }
+    }
+
+    fn long_instance() -> impl Strategy<Value = Chain> {
+        (50usize..=400, 2usize..=4).prop_flat_map(|(n, k)| {
+            (
+                proptest::collection::vec(
+                    proptest::collection::vec(proptest::option::weighted(0.9, 1.0f64..100.0), k),
+                    n,
+                ),
+                proptest::collection::vec(proptest::collection::vec(0.0f64..30.0, k), n),
+                proptest::collection::vec(proptest::collection::vec(0.0f64..30.0, k), n),
+                proptest::collection::vec(any::<bool>(), k),
+                proptest::collection::vec(0.0f64..60.0, n * k),
+            )
+                .prop_map(|(w, h, d, a, s)| chain(w, h, d, a).with_savings(s))
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// The flat DP kernel on long chains: the optimum of the explicit graph (Dijkstra, which
+        /// shares none of its code), and its assignment costs what it says.
+        #[test]
+        fn dp_kernel_equals_dijkstra_on_long_chains(c in long_instance()) {
+            for obj in [Objective::Latency, Objective::Energy] {
+                match (c.dp(obj), c.dijkstra(obj)) {
+                    (Some((assign, a)), Some((_, b))) => {
+                        prop_assert!((a - b).abs() <= 1e-9 * a.max(1.0), "dp {a} dijkstra {b}");
+                        let e = c.evaluate(&assign, obj).expect("dp assignment is feasible");
+                        prop_assert!((e - a).abs() <= 1e-9 * a.max(1.0));
+                    }
+                    (None, None) => {}
+                    (d, j) => prop_assert!(false, "dp {:?} vs dijkstra {:?}", d.map(|d| d.1), j.map(|j| j.1)),
                 }
             }
         }

@@ -23,6 +23,7 @@ pub mod concurrent;
 pub mod diff;
 pub mod pass;
 pub mod problem;
+mod wide;
 
 use std::collections::BTreeMap;
 
@@ -289,7 +290,7 @@ pub struct Plan {
     pub predicted_us: f64,
     pub predicted_energy_uj: f64,
     /// The search's own estimate of its objective before the evaluator (the paper's eq. 1 for
-    /// the DP; the sum of contention-adjusted branch makespans for the per-branch search).
+    /// the DP; the per-branch optimum as the parallel evaluator runs it, for the per-branch search).
     pub search_estimate: f64,
     /// Lower bounds no mapping can beat under the plan's schedule and constraints
     /// ([`Problem::lower_bound`]), and how far the plan is above them (0.1 = 10%).
@@ -552,8 +553,8 @@ pub fn sequential_mapping(p: &Problem, obj: Objective) -> Option<Mapping> {
     Some(Mapping { assign: best, schedule: Schedule::Sequential, estimate })
 }
 
-/// The paper's parallel search: the DP on every branch on its own, a phase's cost being its
-/// slowest branch after contention; then hill climbing under the parallel evaluator.
+/// The paper's parallel search: the DP on every branch on its own, priced by the parallel
+/// evaluator; then hill climbing under it.
 pub fn parallel_mapping(p: &Problem, obj: Objective) -> Option<Mapping> {
     let mut assign = vec![0; p.ops()];
     for b in p.phases.iter().flatten() {
@@ -562,23 +563,10 @@ pub fn parallel_mapping(p: &Problem, obj: Objective) -> Option<Mapping> {
             assign[op] = j;
         }
     }
-    // the paper's estimate: per phase, the slowest branch, each op scaled by its contention
-    let estimate = p
-        .phases
-        .iter()
-        .map(|phase| {
-            let factors = (phase.len() > 1).then(|| p.factors(&assign, phase));
-            phase
-                .iter()
-                .enumerate()
-                .map(|(bi, b)| {
-                    let local: Vec<usize> = b.iter().map(|&o| assign[o]).collect();
-                    let factor = |i: usize| factors.as_ref().map_or(1.0, |f| f[bi][i]);
-                    p.chain(b).evaluate_scaled(&local, obj, &factor).unwrap_or(f64::INFINITY)
-                })
-                .fold(0.0, f64::max)
-        })
-        .sum();
+    // the estimate: the per-branch optimum run as the evaluator runs it (branches sharing a
+    // PU one after the other, contention), not the slowest branch alone, which a phase of many
+    // branches on few PUs exceeds by its width
+    let estimate = p.evaluate(&assign, Schedule::Parallel)?.objective(obj);
     p.improve(&mut assign, Schedule::Parallel, obj);
     Some(Mapping { assign, schedule: Schedule::Parallel, estimate })
 }

@@ -417,16 +417,19 @@ impl Problem {
                 u
             })
             .collect();
+        // how many branches use each PU: another branch uses PU o when more than this one does
+        let mut users = vec![0usize; k];
+        used.iter().for_each(|u| u.iter().zip(&mut users).for_each(|(&x, n)| *n += x as usize));
         phase
             .iter()
-            .enumerate()
-            .map(|(b, ops)| {
+            .zip(&used)
+            .map(|(ops, u)| {
                 // per PU: the worst SF against a PU another branch uses
                 let worst: Vec<f64> = (0..k)
                     .map(|j| {
                         (0..k)
                             .filter(|&o| o != j && !self.exclusive[j][o])
-                            .filter(|&o| used.iter().enumerate().any(|(b2, u)| b2 != b && u[o]))
+                            .filter(|&o| users[o] > u[o] as usize)
                             .map(|o| self.sf[j][o])
                             .fold(1.0, f64::max)
                     })
@@ -489,11 +492,16 @@ impl Problem {
             }
             return Some((now, energy));
         }
-        // list scheduling from the barrier: the earliest-ready branch head goes first, once its
-        // PU and every PU sharing its hardware are free
+        // list scheduling from the barrier: the branch head that can start first goes first
+        // (the lowest branch among equals), once its PU and every PU sharing its hardware are
+        // free. Per PU the heads waiting on it: those ready by the time it is free all start
+        // then (the lowest branch first), the rest in order of readiness; O(ops log branches).
+        use std::cmp::Reverse;
+        use std::collections::BinaryHeap;
+        let k = self.pus();
+        let key = |t: f64| Reverse(t.to_bits());
         let mut next = vec![0usize; phase.len()];
-        let mut ready = vec![at; phase.len()];
-        let mut pu_free = vec![at; self.pus()];
+        let mut pu_free = vec![at; k];
         let free = |pu_free: &[f64], j: usize| {
             pu_free
                 .iter()
@@ -502,23 +510,55 @@ impl Problem {
                 .map(|(_, &t)| t)
                 .fold(at, f64::max)
         };
+        // (ready, branch) of heads not yet ready when their PU is free; branches ready by then
+        let mut waiting: Vec<BinaryHeap<(Reverse<u64>, Reverse<usize>)>> = vec![BinaryHeap::new(); k];
+        let mut ready_by: Vec<BinaryHeap<Reverse<usize>>> = vec![BinaryHeap::new(); k];
+        for (b, ops) in phase.iter().enumerate() {
+            if let Some(&c) = ops.first() {
+                waiting[assign[c]].push((key(at), Reverse(b)));
+            }
+        }
         let mut end = at;
         loop {
-            let pick = (0..phase.len())
-                .filter(|&b| next[b] < phase[b].len())
-                .map(|b| (b, ready[b].max(free(&pu_free, assign[phase[b][next[b]]]))))
-                .min_by(|x, y| x.1.total_cmp(&y.1));
-            let Some((b, start)) = pick else { break };
+            let mut pick: Option<(f64, usize)> = None;
+            for j in 0..k {
+                let f = free(&pu_free, j);
+                while let Some(&(Reverse(t), Reverse(b))) = waiting[j].peek() {
+                    if f64::from_bits(t) > f {
+                        break;
+                    }
+                    waiting[j].pop();
+                    ready_by[j].push(Reverse(b));
+                }
+                let cand = match ready_by[j].peek() {
+                    Some(&Reverse(b)) => Some((f, b)),
+                    None => waiting[j].peek().map(|&(Reverse(t), Reverse(b))| (f64::from_bits(t), b)),
+                };
+                if let Some(c) = cand
+                    && pick.is_none_or(|p| c.0.total_cmp(&p.0).then(c.1.cmp(&p.1)).is_lt())
+                {
+                    pick = Some(c);
+                }
+            }
+            let Some((start, b)) = pick else { break };
             let c = phase[b][next[b]];
+            let j = assign[c];
+            if ready_by[j].peek() == Some(&Reverse(b)) {
+                ready_by[j].pop();
+            } else {
+                waiting[j].pop();
+            }
             let finish = start + duration[b][next[b]];
             if let Some(tl) = tl.as_deref_mut() {
                 tl.start[c] = start;
                 tl.finish[c] = finish;
             }
-            ready[b] = finish;
-            pu_free[assign[c]] = finish;
+            pu_free[j] = finish;
             end = end.max(finish);
             next[b] += 1;
+            if let Some(&c2) = phase[b].get(next[b]) {
+                waiting[assign[c2]].push((key(finish), Reverse(b)));
+            }
         }
         Some((end, energy))
     }
@@ -926,7 +966,17 @@ impl Problem {
         const MAX_PASSES: usize = 20;
         let k = self.pus();
         let order: Vec<usize> = self.order().collect();
-        let branches: Vec<&Vec<usize>> = self.phases.iter().filter(|ph| ph.len() > 1).flatten().collect();
+        // wide phases are climbed with moves priced locally (`wide`); their ops are left out of
+        // the moves below, each of which would simulate the whole phase again
+        let wide: Vec<bool> = (0..self.phases.len()).map(|pi| self.is_wide(pi)).collect();
+        let in_wide = |c: usize| wide[self.place[c].0];
+        let branches: Vec<&Vec<usize>> = self
+            .phases
+            .iter()
+            .enumerate()
+            .filter(|(pi, ph)| ph.len() > 1 && !wide[*pi])
+            .flat_map(|(_, ph)| ph)
+            .collect();
         // large exact phases are the costly part: a phase is solved again only when an op it
         // depends on moved. Its local objective reads its ops, their producers, consumers and
         // order neighbours, theirs in turn (their transfers and savings), and whole parallel
@@ -968,9 +1018,13 @@ impl Problem {
                     self.phases[pi].iter().flatten().for_each(|&c| mark(c, &mut dirty, &mut hot));
                     // optimal for the rest as it is now
                     dirty[pi] = false;
+                } else if wide[pi] && self.climb_wide(assign, pi, obj) > 0 {
+                    moved += 1;
+                    self.phases[pi].iter().flatten().for_each(|&c| mark(c, &mut dirty, &mut hot));
+                    dirty[pi] = false;
                 }
             }
-            for &c in &order {
+            for &c in order.iter().filter(|&&c| !in_wide(c)) {
                 if self.best_single_move(assign, c, schedule, obj) {
                     moved += 1;
                     mark(c, &mut dirty, &mut hot);
@@ -983,13 +1037,15 @@ impl Problem {
                     b.iter().for_each(|&c| mark(c, &mut dirty, &mut hot));
                 }
             }
-            let was_hot = std::mem::replace(&mut hot, vec![false; self.ops()]);
+            // runs wholly inside a wide phase are its climb's (no op of one is hot)
+            let mut was_hot = std::mem::replace(&mut hot, vec![false; self.ops()]);
+            was_hot.iter_mut().enumerate().for_each(|(c, h)| *h &= !in_wide(c));
             moved += self.block_moves(assign, &order, &was_hot, schedule, obj, &mut |run| {
                 run.iter().for_each(|&c| mark(c, &mut dirty, &mut hot))
             });
             if moved == 0 {
                 // nothing moved near the last moves: every run once more, for moves further away
-                let all = vec![true; self.ops()];
+                let all: Vec<bool> = (0..self.ops()).map(|c| !in_wide(c)).collect();
                 moved += self.block_moves(assign, &order, &all, schedule, obj, &mut |run| {
                     run.iter().for_each(|&c| mark(c, &mut dirty, &mut hot))
                 });

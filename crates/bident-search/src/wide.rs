@@ -1,0 +1,289 @@
+//! Hill climbing on one wide parallel phase (more than [`WIDE_PHASE`] branches) with moves
+//! priced incrementally: a move touches one branch, so only that branch's ops, the loads of the
+//! PUs they leave and join, and the ops outside the phase they exchange data with are priced
+//! again, not the whole phase.
+//!
+//! The phase's span is priced by its bound under the evaluator's list scheduling: no PU finishes
+//! before it has run its load, no two PUs sharing hardware before both have, and no branch
+//! before its ops one after another. With many more branches than PUs the list schedule is within one
+//! op of that bound. Energy is exact (a sum over the ops). Where a move changes whether another
+//! branch shares a PU, every branch's contention factor is priced again (rare: a PU gaining its
+//! first or second branch, or losing it). The climb's result is kept only when the evaluator
+//! says the whole plan got better.
+
+use std::collections::BTreeMap;
+
+use crate::{Objective, Problem, Schedule};
+
+/// Phases of more branches than this (and more than [`EXACT_MOVES_LIMIT`] ops) are climbed by
+/// [`Problem::climb_wide`] under a parallel schedule, instead of by moves each simulating the
+/// whole phase again.
+pub const WIDE_PHASE: usize = 16;
+
+/// Phases of at most this many ops are climbed by moves under the evaluator (each simulating
+/// the phase again) however many branches they have: there the list schedule can be well above
+/// the loads' bound (PUs sharing hardware), and such moves are still affordable.
+pub const EXACT_MOVES_LIMIT: usize = 512;
+
+/// The weight of the loads' spread in a wide phase's latency price.
+const TIE_BREAK: f64 = 0.01;
+
+/// A wide phase's priced state under one assignment.
+struct Priced {
+    /// Per op of the phase (by position in `ops`): its duration.
+    dur: Vec<f64>,
+    /// Per branch: its ops one after another, and how many of its ops sit on each PU.
+    len: Vec<f64>,
+    uses: Vec<Vec<u32>>,
+    /// Per PU: how many branches use it, the time its ops take, their energy.
+    users: Vec<usize>,
+    load: Vec<f64>,
+    energy: Vec<f64>,
+    /// Branch lengths as a multiset (bits of the non-negative length -> count).
+    lens: BTreeMap<u64, usize>,
+}
+
+/// Branches per PU after one branch's ops per PU went from `was` to `is`.
+fn recount(users: &mut [usize], was: &[u32], is: &[u32]) {
+    for ((n, &a), &b) in users.iter_mut().zip(was).zip(is) {
+        *n = *n - (a > 0) as usize + (b > 0) as usize;
+    }
+}
+
+impl Problem {
+    /// Whether phase `pi` is climbed by [`Problem::climb_wide`] under a parallel schedule.
+    pub(crate) fn is_wide(&self, pi: usize) -> bool {
+        self.phases[pi].len() > WIDE_PHASE
+            && self.segment_cost.is_empty()
+            && self.phases[pi].iter().map(Vec::len).sum::<usize>() > EXACT_MOVES_LIMIT
+    }
+
+    /// The contention factor of an op of branch `b` on PU `j`: the worst SF against a PU some
+    /// other branch uses (`users` counts branch `b` where `uses_b` says it uses a PU).
+    fn wide_factor(&self, users: &[usize], uses_b: &[u32], j: usize) -> f64 {
+        (0..self.pus())
+            .filter(|&o| o != j && !self.exclusive[j][o])
+            .filter(|&o| users[o] > (uses_b[o] > 0) as usize)
+            .map(|o| self.sf[j][o])
+            .fold(1.0, f64::max)
+    }
+
+    /// Branch `b`'s ops' durations under `assign`, as the evaluator's `run_phase` computes them
+    /// (transfers, saving, contention), given how many branches use each PU.
+    fn wide_branch(&self, assign: &[usize], branch: &[usize], users: &[usize], uses_b: &[u32], dur: &mut [f64]) {
+        for (d, &c) in dur.iter_mut().zip(branch) {
+            let j = assign[c];
+            let w = self.w[c][j].unwrap_or(f64::INFINITY);
+            let (i, o) = self.transfers(assign, c);
+            let f = self.wide_factor(users, uses_b, j);
+            *d = i + (w - self.saved(assign, c, Schedule::Parallel)) * f + o;
+        }
+    }
+
+    fn wide_price(&self, assign: &[usize], pi: usize) -> Priced {
+        let (k, phase) = (self.pus(), &self.phases[pi]);
+        let uses: Vec<Vec<u32>> = phase
+            .iter()
+            .map(|b| {
+                let mut u = vec![0u32; k];
+                b.iter().for_each(|&c| u[assign[c]] += 1);
+                u
+            })
+            .collect();
+        let mut users = vec![0usize; k];
+        uses.iter().for_each(|u| u.iter().zip(&mut users).for_each(|(&x, n)| *n += (x > 0) as usize));
+        let mut p = Priced {
+            dur: vec![0.0; phase.iter().map(Vec::len).sum()],
+            len: vec![0.0; phase.len()],
+            uses,
+            users,
+            load: vec![0.0; k],
+            energy: vec![0.0; k],
+            lens: BTreeMap::new(),
+        };
+        let mut at = 0;
+        for (bi, b) in phase.iter().enumerate() {
+            let dur = &mut p.dur[at..at + b.len()];
+            self.wide_branch(assign, b, &p.users, &p.uses[bi], dur);
+            for (&c, &d) in b.iter().zip(dur.iter()) {
+                p.load[assign[c]] += d;
+                p.energy[assign[c]] += d * self.power[c][assign[c]];
+            }
+            p.len[bi] = dur.iter().sum();
+            *p.lens.entry(p.len[bi].to_bits()).or_insert(0) += 1;
+            at += b.len();
+        }
+        p
+    }
+
+    /// The phase's surrogate objective from per-PU loads and energies and its longest branch.
+    fn wide_value(&self, load: &[f64], energy: &[f64], longest: f64, obj: Objective) -> f64 {
+        match obj {
+            Objective::Energy => energy.iter().sum(),
+            Objective::Latency => {
+                // two PUs sharing hardware run one after the other: their loads add up
+                let k = self.pus();
+                let pairs = (0..k).flat_map(|j| (j + 1..k).map(move |o| (j, o)));
+                let shared = pairs.filter(|&(j, o)| self.exclusive[j][o]).map(|(j, o)| load[j] + load[o]);
+                let span = load.iter().copied().chain(shared).fold(longest, f64::max);
+                // where two PUs tie for the span no single move lowers it: a little of the
+                // loads' spread breaks the tie towards balance
+                span + TIE_BREAK * load.iter().map(|l| l * l).sum::<f64>().sqrt()
+            }
+        }
+    }
+
+    /// What the ops outside phase `pi` exchanging data with `branch` contribute (their
+    /// transfers change with its PUs); None if one sits in another phase of several branches
+    /// (then the branch is left alone: its price is not local).
+    fn wide_outside(&self, assign: &[usize], pi: usize, branch: &[usize], obj: Objective) -> Option<f64> {
+        let mut total = 0.0;
+        for &c in branch {
+            for &x in self.preds[c].iter().chain(&self.succs[c]) {
+                let px = self.place[x].0;
+                if px == pi {
+                    continue;
+                }
+                if self.phases[px].len() > 1 {
+                    return None;
+                }
+                total += self.contribution(assign, x, Schedule::Parallel, obj);
+            }
+        }
+        Some(total)
+    }
+
+    /// Climb wide phase `pi` under a parallel schedule (the rest as in `assign`): every branch
+    /// in turn moves whole to one PU, or one of its ops to another PU, where that lowers the
+    /// phase's price; until nothing moves. Kept only if the evaluator's objective drops; returns
+    /// the moves kept.
+    pub(crate) fn climb_wide(&self, assign: &mut [usize], pi: usize, obj: Objective) -> usize {
+        const MAX_PASSES: usize = 50;
+        let (k, phase) = (self.pus(), &self.phases[pi]);
+        let full = |a: &[usize]| self.evaluate(a, Schedule::Parallel).map_or(f64::INFINITY, |t| t.objective(obj));
+        let before_all = full(assign);
+        let start: Vec<usize> = phase.iter().flatten().map(|&c| assign[c]).collect();
+        let offsets: Vec<usize> = phase
+            .iter()
+            .scan(0, |at, b| {
+                let o = *at;
+                *at += b.len();
+                Some(o)
+            })
+            .collect();
+        let mut st = self.wide_price(assign, pi);
+        let longest = |lens: &BTreeMap<u64, usize>| lens.keys().next_back().map_or(0.0, |&b| f64::from_bits(b));
+        let mut value = self.wide_value(&st.load, &st.energy, longest(&st.lens), obj);
+        let mut moves = 0;
+        let mut dur = vec![];
+        let mut uses_new = vec![0u32; k];
+        for _ in 0..MAX_PASSES {
+            let mut moved = 0;
+            for (bi, b) in phase.iter().enumerate() {
+                let Some(outside_before) = self.wide_outside(assign, pi, b, obj) else { continue };
+                let current: Vec<usize> = b.iter().map(|&c| assign[c]).collect();
+                let old_dur = &st.dur[offsets[bi]..offsets[bi] + b.len()];
+                // the phase without branch b
+                let mut load = st.load.clone();
+                let mut energy = st.energy.clone();
+                for ((&c, &d), &j) in b.iter().zip(old_dur).zip(&current) {
+                    load[j] -= d;
+                    energy[j] -= d * self.power[c][j];
+                }
+                let key = st.len[bi].to_bits();
+                let others_longest = match st.lens.iter().next_back() {
+                    Some((&top, &n)) if top != key || n > 1 => f64::from_bits(top),
+                    _ => st.lens.range(..key).next_back().map_or(0.0, |(&b, _)| f64::from_bits(b)),
+                };
+                // candidates: the branch whole on each PU, and each op alone on each other PU
+                let mut candidates: Vec<Vec<usize>> = (0..k).map(|j| vec![j; b.len()]).collect();
+                for i in 0..b.len() {
+                    for j in (0..k).filter(|&j| j != current[i]) {
+                        let mut c = current.clone();
+                        c[i] = j;
+                        candidates.push(c);
+                    }
+                }
+                let tolerance = 1e-9 * value.abs().max(1.0);
+                let mut best: Option<(f64, Vec<usize>)> = None;
+                for cand in candidates {
+                    if cand == current || b.iter().zip(&cand).any(|(&c, &j)| self.w[c][j].is_none()) {
+                        continue;
+                    }
+                    b.iter().zip(&cand).for_each(|(&c, &j)| assign[c] = j);
+                    uses_new.iter_mut().for_each(|u| *u = 0);
+                    cand.iter().for_each(|&j| uses_new[j] += 1);
+                    // whether another branch's view of who shares a PU changes: then every factor
+                    let flips = (0..k).any(|o| {
+                        let (was, is) = (st.uses[bi][o] > 0, uses_new[o] > 0);
+                        was != is && st.users[o] - was as usize <= 1
+                    });
+                    let v = if flips {
+                        let p = self.wide_price(assign, pi);
+                        self.wide_value(&p.load, &p.energy, longest(&p.lens), obj)
+                    } else {
+                        let mut users = st.users.clone();
+                        recount(&mut users, &st.uses[bi], &uses_new);
+                        dur.resize(b.len(), 0.0);
+                        self.wide_branch(assign, b, &users, &uses_new, &mut dur);
+                        let (mut l, mut e) = (load.clone(), energy.clone());
+                        for ((&c, &d), &j) in b.iter().zip(&dur).zip(&cand) {
+                            l[j] += d;
+                            e[j] += d * self.power[c][j];
+                        }
+                        self.wide_value(&l, &e, others_longest.max(dur.iter().sum()), obj)
+                    };
+                    let outside = self.wide_outside(assign, pi, b, obj).unwrap_or(f64::INFINITY);
+                    let delta = (v - value) + (outside - outside_before);
+                    if delta < best.as_ref().map_or(0.0, |x| x.0) - tolerance {
+                        best = Some((delta, cand));
+                    }
+                }
+                let chosen = best.as_ref().map_or(&current, |x| &x.1);
+                b.iter().zip(chosen).for_each(|(&c, &j)| assign[c] = j);
+                let Some((_, chosen)) = best else { continue };
+                moved += 1;
+                uses_new.iter_mut().for_each(|u| *u = 0);
+                chosen.iter().for_each(|&j| uses_new[j] += 1);
+                let flips = (0..k).any(|o| {
+                    let (was, is) = (st.uses[bi][o] > 0, uses_new[o] > 0);
+                    was != is && st.users[o] - was as usize <= 1
+                });
+                if flips {
+                    st = self.wide_price(assign, pi);
+                } else {
+                    // only branch b changed: its durations, its length, its PUs' loads
+                    recount(&mut st.users, &st.uses[bi], &uses_new);
+                    st.uses[bi].copy_from_slice(&uses_new);
+                    let slot = &mut st.dur[offsets[bi]..offsets[bi] + b.len()];
+                    self.wide_branch(assign, b, &st.users, &st.uses[bi], slot);
+                    for ((&c, &d), &j) in b.iter().zip(slot.iter()).zip(&chosen) {
+                        load[j] += d;
+                        energy[j] += d * self.power[c][j];
+                    }
+                    (st.load, st.energy) = (load, energy);
+                    let key = st.len[bi].to_bits();
+                    match st.lens.get_mut(&key) {
+                        Some(n) if *n > 1 => *n -= 1,
+                        _ => {
+                            st.lens.remove(&key);
+                        }
+                    }
+                    st.len[bi] = slot.iter().sum();
+                    *st.lens.entry(st.len[bi].to_bits()).or_insert(0) += 1;
+                }
+                value = self.wide_value(&st.load, &st.energy, longest(&st.lens), obj);
+            }
+            moves += moved;
+            if moved == 0 {
+                break;
+            }
+        }
+        if moves > 0 && full(assign) >= before_all * (1.0 - 1e-12) {
+            // the price's bound and the list schedule disagree here: keep the plan as it was
+            phase.iter().flatten().zip(&start).for_each(|(&c, &j)| assign[c] = j);
+            return 0;
+        }
+        moves
+    }
+}
