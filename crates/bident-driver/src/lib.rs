@@ -167,6 +167,7 @@ impl PlanOptions {
             objective: self.goal.objective(),
             mode: self.mode,
             constraints: self.constraints.clone(),
+            ..Default::default()
         }
     }
 }

@@ -414,12 +414,37 @@ impl Driver<'_> {
             write_front(folder, &front)?;
             front.into_iter().next().ok_or_else(|| DriverError::Invalid("an empty latency/energy front".into()))?
         } else {
-            bident_search::search_by(self.passes.search(&p.search)?, phased.0, costs.0, &cfg)?
+            self.search_reporting(self.passes.search(&p.search)?, phased.0, costs.0, cfg)?
         };
         let ms = t0.elapsed().as_secs_f64() * 1e3;
         let h = folder.write(PLAN, &plan, plan.input_hash(phased.1, costs.1)?)?;
         self.emit(Event::Searched { plan: &plan, ms });
         Ok((plan, h))
+    }
+
+    /// `search` on its own thread, its progress reported as it goes.
+    fn search_reporting(
+        &self,
+        search: &dyn bident_search::MappingSearch,
+        phased: &PhasedGraph,
+        costs: &CostTable,
+        mut cfg: bident_search::SearchConfig,
+    ) -> Result<Plan> {
+        let (tx, rx) = std::sync::mpsc::channel::<(String, usize, usize)>();
+        cfg.progress = bident_search::ProgressHook::new(move |what, done, total| {
+            let _ = tx.send((what.to_string(), done, total));
+        });
+        std::thread::scope(|s| {
+            // cfg moves in: the channel closes when the search is done
+            let worker = s.spawn(move || bident_search::search_by(search, phased, costs, &cfg));
+            for (what, done, total) in rx {
+                self.emit(Event::Progress { stage: Stage::Search, what, done, total });
+            }
+            match worker.join() {
+                Ok(plan) => Ok(plan?),
+                Err(_) => Err(DriverError::Invalid(format!("the search `{}` panicked", search.name()))),
+            }
+        })
     }
 
     /// Between search and run, on real PUs: measure the plan's segments of three or more ops
@@ -731,6 +756,7 @@ impl Driver<'_> {
             objective: p.plan.objective,
             mode: p.plan.mode,
             constraints: p.plan.constraints.clone(),
+            ..Default::default()
         };
         let (g, p_soc) = (p.g.clone(), soc.clone());
         let mut server = bident_runtime::Server::new((p.g, p.phased), p.costs, p.plan, soc, be, search, cfg)?;

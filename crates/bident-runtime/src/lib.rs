@@ -642,7 +642,8 @@ fn measure(
     }
     // how far each engine's default is from the f32 reference, with the same inputs: where the
     // plan computes in a reduced precision, it may be as far from f32 as the engine's own
-    // default at that precision (what a user would run instead), not further
+    // default at that precision (what a user would run instead), not further; a plan that is
+    // an engine's default gives that engine's own outputs (in f32 too: engines round apart)
     let mut wants = vec![];
     for (m, g) in graphs.iter().enumerate() {
         // the reference outputs are exact: a baseline PU in a reduced precision (a concurrent
@@ -664,7 +665,7 @@ fn measure(
         default_errs.push((!sessions.is_empty()).then_some(per_model));
     }
     let allowance: Option<Vec<Vec<f64>>> =
-        defaults.iter().zip(&default_errs).filter(|((d, _), _)| d.computes_in(reduced)).find_map(
+        defaults.iter().zip(&default_errs).filter(|((d, _), _)| d.is_plan || d.computes_in(reduced)).find_map(
             |((d, _), e)| match e {
                 // the plan is that default: its outputs are the engine's own, at its precision
                 None if d.is_plan => Some(graphs.iter().map(|g| vec![f64::INFINITY; g.outputs.len()]).collect()),
@@ -713,7 +714,7 @@ fn measure(
     let (fast, measured_backend_default_us) =
         fastest(&backend_defaults).ok_or_else(|| RuntimeError::Program("no backend default was measured".into()))?;
     let backend_default = fast.description.clone();
-    let engine = backend_defaults.iter().find(|d| needed_allowance && d.computes_in(reduced));
+    let engine = backend_defaults.iter().find(|d| needed_allowance && (d.is_plan || d.computes_in(reduced)));
     let tolerance = tolerance_words(reduced, engine);
     // the alternatives to the plan: each measured once, the plan itself left out
     let reference = (!reference_is_plan)

@@ -105,6 +105,7 @@ fn pipeline(n: usize, k: usize, width: usize) -> Problem {
         // no measured runs: the search's fast path
         saving: vec![vec![0.0; k]; n],
         segment_cost: Default::default(),
+        progress: Default::default(),
     }
 }
 
@@ -209,6 +210,7 @@ fn wide(width: usize, k: usize) -> Problem {
         joins_in_parallel: links.joins_in_parallel,
         saving: vec![vec![0.0; k]; n],
         segment_cost: Default::default(),
+        progress: Default::default(),
     }
 }
 

@@ -80,11 +80,45 @@ pub struct SearchConfig {
     pub objective: Objective,
     pub mode: Mode,
     pub constraints: Constraints,
+    /// Told how long work goes (the parallel hill climbing on large graphs).
+    #[serde(skip)]
+    pub progress: ProgressHook,
 }
 
 impl Default for SearchConfig {
     fn default() -> Self {
-        Self { objective: Objective::Latency, mode: Mode::Sequential, constraints: Constraints::default() }
+        Self {
+            objective: Objective::Latency,
+            mode: Mode::Sequential,
+            constraints: Constraints::default(),
+            progress: ProgressHook::default(),
+        }
+    }
+}
+
+/// Where a search reports long work: `(what, done, total)`, called on the searching thread.
+/// The default reports nowhere.
+#[derive(Clone, Default)]
+pub struct ProgressHook(Option<std::sync::Arc<ProgressFn>>);
+
+/// A progress report's receiver: `(what, done, total)`.
+pub type ProgressFn = dyn Fn(&str, usize, usize) + Send + Sync;
+
+impl ProgressHook {
+    pub fn new(f: impl Fn(&str, usize, usize) + Send + Sync + 'static) -> Self {
+        Self(Some(std::sync::Arc::new(f)))
+    }
+
+    pub fn report(&self, what: &str, done: usize, total: usize) {
+        if let Some(f) = &self.0 {
+            f(what, done, total);
+        }
+    }
+}
+
+impl std::fmt::Debug for ProgressHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "ProgressHook(set)" } else { "ProgressHook(none)" })
     }
 }
 
@@ -421,6 +455,7 @@ pub(crate) fn search_with(
     let pinned = cfg.constraints.apply(&mut p, costs)?;
     let constrained = p.clone();
     adjust(&mut p);
+    p.progress = cfg.progress.clone();
     let best = search.map(&p, cfg).ok_or(SearchError::Empty)?;
     pass::check_mapping(search.name(), &p, &best)?;
     let bound = constrained.lower_bound(best.schedule);

@@ -76,6 +76,8 @@ pub struct Problem {
     pub saving: Vec<Vec<f64>>,
     /// Measured runs of three or more ops: `(first op, last op, pu)` -> cost of the run.
     pub segment_cost: std::collections::HashMap<(usize, usize, usize), f64>,
+    /// Where long searches on this problem report their progress.
+    pub progress: crate::ProgressHook,
 }
 
 /// Each op's neighbours in the execution order (phase by phase, branch by branch), and whether
@@ -204,6 +206,7 @@ impl Problem {
             joins_in_parallel,
             saving,
             segment_cost,
+            progress: crate::ProgressHook::default(),
         }
     }
 
@@ -960,6 +963,8 @@ impl Problem {
     /// (single moves cannot swap two branches' PUs). Until nothing moves. Every move strictly
     /// lowers the objective, so the plan never gets worse. Returns the moves made.
     pub fn improve(&self, assign: &mut [usize], schedule: Schedule, obj: Objective) -> usize {
+        /// Graphs from this many ops report the climb's passes.
+        const PROGRESS_FROM: usize = 1000;
         if schedule == Schedule::Sequential {
             return self.climb_sequential(assign, obj, false);
         }
@@ -1010,9 +1015,16 @@ impl Problem {
             near.for_each(|x| hot[x] = true);
         };
         let mut moves = 0;
-        for _ in 0..MAX_PASSES {
+        // graphs large enough to take a while report each pass
+        let report = self.ops() >= PROGRESS_FROM;
+        let total = np + order.len();
+        for pass in 0..MAX_PASSES {
+            let what = format!("hill climbing, pass {} (at most {MAX_PASSES})", pass + 1);
             let mut moved = 0;
             for pi in 0..np {
+                if report && pi % 64 == 0 {
+                    self.progress.report(&what, pi, total);
+                }
                 if std::mem::take(&mut dirty[pi]) && self.exact_phase(assign, pi, schedule, obj) {
                     moved += 1;
                     self.phases[pi].iter().flatten().for_each(|&c| mark(c, &mut dirty, &mut hot));
@@ -1024,11 +1036,17 @@ impl Problem {
                     dirty[pi] = false;
                 }
             }
-            for &c in order.iter().filter(|&&c| !in_wide(c)) {
+            for (i, &c) in order.iter().enumerate().filter(|&(_, &c)| !in_wide(c)) {
+                if report && i % 256 == 0 {
+                    self.progress.report(&what, np + i, total);
+                }
                 if self.best_single_move(assign, c, schedule, obj) {
                     moved += 1;
                     mark(c, &mut dirty, &mut hot);
                 }
+            }
+            if report {
+                self.progress.report(&what, total, total);
             }
             for b in &branches {
                 let choices: Vec<Vec<usize>> = (0..k).map(|j| vec![j; b.len()]).collect();
