@@ -645,15 +645,36 @@ fn measure(
     // default at that precision (what a user would run instead), not further; a plan that is
     // an engine's default gives that engine's own outputs (in f32 too: engines round apart)
     let mut wants = vec![];
+    // per model and output: how far the other engines' exact whole-model outputs are from the
+    // reference (engines round apart even in f32, and a model that quantises its activations,
+    // as BitNet does, turns that into whole steps): a plan may be that far from it too
+    let mut engines_apart: Vec<Option<Vec<f64>>> = vec![];
     for (m, g) in graphs.iter().enumerate() {
         // the reference outputs are exact: a baseline PU in a reduced precision (a concurrent
         // plan's best single PU may be one) leaves them to an exact PU of the SoC
-        let exact = match soc.pus.iter().find(|p| p.is_exact()) {
-            Some(pu) if !refs[m].is_exact() => Some(whole(g, pu, &soc.name, &backend, cfg)?),
-            _ => None,
+        let (exact, by) = match soc.pus.iter().find(|p| p.is_exact()) {
+            Some(pu) if !refs[m].is_exact() => (Some(whole(g, pu, &soc.name, &backend, cfg)?), pu.backend.as_str()),
+            _ => (None, refs[m].backend.as_str()),
         };
         let reference = exact.as_ref().unwrap_or(&mono[m]);
-        wants.push(reference.run(std::slice::from_ref(&inputs[m]))?.outputs.swap_remove(0));
+        let want = reference.run(std::slice::from_ref(&inputs[m]))?.outputs.swap_remove(0);
+        let mut apart: Option<Vec<f64>> = None;
+        let mut seen = vec![by];
+        for pu in soc.pus.iter().filter(|p| p.is_exact()) {
+            if seen.contains(&pu.backend.as_str()) {
+                continue;
+            }
+            seen.push(pu.backend.as_str());
+            let got =
+                whole(g, pu, &soc.name, &backend, cfg)?.run(std::slice::from_ref(&inputs[m]))?.outputs.swap_remove(0);
+            let e = output_errors(g, &got, &want)?;
+            apart = Some(match apart {
+                Some(a) => a.iter().zip(&e).map(|(x, y)| x.max(*y)).collect(),
+                None => e,
+            });
+        }
+        engines_apart.push(apart);
+        wants.push(want);
     }
     let mut default_errs: Vec<Option<Vec<Vec<f64>>>> = vec![];
     for (_, sessions) in &defaults {
@@ -672,11 +693,20 @@ fn measure(
                 e => e.clone(),
             },
         );
+    // each output's allowance: the engine default's at the plan's precision, or the engines'
+    // distance from each other, whichever is larger
+    let allowance: Vec<Option<Vec<f64>>> = engines_apart
+        .iter()
+        .enumerate()
+        .map(|(m, apart)| match (allowance.as_ref().map(|a| &a[m]), apart) {
+            (Some(a), Some(b)) => Some(a.iter().zip(b).map(|(x, y)| x.max(*y)).collect()),
+            (a, b) => a.or(b.as_ref()).cloned(),
+        })
+        .collect();
     let mut needed_allowance = false;
     for (m, g) in graphs.iter().enumerate() {
         for inf in &kept {
-            let (err, loose) =
-                check_outputs(g, &inf.outputs[m], &wants[m], reduced, allowance.as_ref().map(|a| a[m].as_slice()))?;
+            let (err, loose) = check_outputs(g, &inf.outputs[m], &wants[m], reduced, allowance[m].as_deref())?;
             max_abs_err = max_abs_err.max(err);
             needed_allowance |= loose;
         }
@@ -715,7 +745,13 @@ fn measure(
         fastest(&backend_defaults).ok_or_else(|| RuntimeError::Program("no backend default was measured".into()))?;
     let backend_default = fast.description.clone();
     let engine = backend_defaults.iter().find(|d| needed_allowance && (d.is_plan || d.computes_in(reduced)));
-    let tolerance = tolerance_words(reduced, engine);
+    let mut tolerance = tolerance_words(reduced, engine);
+    let apart = engines_apart.iter().flatten().flatten().fold(f64::NAN, |a, &b| a.max(b));
+    if needed_allowance && apart.is_finite() {
+        tolerance.push_str(&format!(
+            ", or no further from it than the engines' exact whole-model runs are from each other (max abs {apart:.3e})"
+        ));
+    }
     // the alternatives to the plan: each measured once, the plan itself left out
     let reference = (!reference_is_plan)
         .then(|| (format!("the whole model on {}", best.join(" then ")), measured_best_single_pu_us));
