@@ -366,14 +366,14 @@ impl<'a> Driver<'a> {
                     .ok_or_else(|| DriverError::Invalid(format!("no zoo model `{name}` (try `cargo xtask zoo`)")))?;
                 let path = self.target.join("bident/zoo").join(format!("{name}.onnx"));
                 folder::write_replacing(&path, &bytes)?;
-                self.note(
-                    Stage::Import,
-                    format!(
-                        "zoo model `{name}` built ({:.1} MB) in {:.2} s",
-                        bytes.len() as f64 / 1e6,
-                        t0.elapsed().as_secs_f64()
-                    ),
-                );
+                // said only where it takes a while (the paper-size models take seconds)
+                let secs = t0.elapsed().as_secs_f64();
+                if secs >= 0.5 {
+                    self.note(
+                        Stage::Import,
+                        format!("zoo model `{name}` built ({:.1} MB) in {secs:.2} s", bytes.len() as f64 / 1e6),
+                    );
+                }
                 Ok((path, name.clone()))
             }
             Model::File(path) => {
