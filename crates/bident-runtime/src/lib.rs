@@ -938,7 +938,8 @@ fn check_outputs(
 /// One output `a` against the reference `b` (`err`: their largest absolute difference): within
 /// the precision's tolerance, or (a float output) no further from `b` than its allowance
 /// (`allowed`: the engine's own default at the plan's reduced precision, or the engines' exact
-/// runs from each other), with the precision's absolute tolerance as slack. Whether it needed the allowance; the mismatch otherwise.
+/// runs from each other), with the precision's absolute tolerance as slack. Whether it needed
+/// the allowance; the mismatch otherwise.
 fn check_output(
     a: &HostTensor,
     b: &HostTensor,
