@@ -337,11 +337,16 @@ mod tests {
         best
     }
 
-    fn instance() -> impl Strategy<Value = Chain> {
-        (1usize..=6, 1usize..=3).prop_flat_map(|(n, k)| {
+    /// Chains of `ops` ops on `pus` PUs, each op supported on a PU with probability `supported`.
+    fn chains(
+        ops: std::ops::RangeInclusive<usize>,
+        pus: std::ops::RangeInclusive<usize>,
+        supported: f64,
+    ) -> impl Strategy<Value = Chain> {
+        (ops, pus).prop_flat_map(move |(n, k)| {
             (
                 proptest::collection::vec(
-                    proptest::collection::vec(proptest::option::weighted(0.85, 1.0f64..100.0), k),
+                    proptest::collection::vec(proptest::option::weighted(supported, 1.0f64..100.0), k),
                     n,
                 ),
                 proptest::collection::vec(proptest::collection::vec(0.0f64..30.0, k), n),
@@ -351,6 +356,10 @@ mod tests {
             )
                 .prop_map(|(w, h, d, a, s)| chain(w, h, d, a).with_savings(s))
         })
+    }
+
+    fn instance() -> impl Strategy<Value = Chain> {
+        chains(1..=6, 1..=3, 0.85)
     }
 
     proptest! {
@@ -380,19 +389,7 @@ mod tests {
     }
 
     fn long_instance() -> impl Strategy<Value = Chain> {
-        (50usize..=400, 2usize..=4).prop_flat_map(|(n, k)| {
-            (
-                proptest::collection::vec(
-                    proptest::collection::vec(proptest::option::weighted(0.9, 1.0f64..100.0), k),
-                    n,
-                ),
-                proptest::collection::vec(proptest::collection::vec(0.0f64..30.0, k), n),
-                proptest::collection::vec(proptest::collection::vec(0.0f64..30.0, k), n),
-                proptest::collection::vec(any::<bool>(), k),
-                proptest::collection::vec(0.0f64..60.0, n * k),
-            )
-                .prop_map(|(w, h, d, a, s)| chain(w, h, d, a).with_savings(s))
-        })
+        chains(50..=400, 2..=4, 0.9)
     }
 
     proptest! {
