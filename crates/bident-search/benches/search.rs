@@ -38,7 +38,6 @@ fn chain(n: usize, k: usize) -> Chain {
 /// A multi-stage pipeline of `n` ops on `k` PUs: chains of 20 ops alternating with phases of
 /// `width` parallel branches of 3 ops (attention heads), each branch fed by the previous phase.
 fn pipeline(n: usize, k: usize, width: usize) -> Problem {
-    let mut r = rng();
     let mut phases: Vec<Vec<Vec<usize>>> = vec![];
     let mut next = 0;
     while next < n {
@@ -79,34 +78,11 @@ fn pipeline(n: usize, k: usize, width: usize) -> Problem {
             }
         }
     }
-    let (w, h2d, d2h, power) = rows(n, k);
     let mut from_host = vec![false; n];
     from_host[0] = true;
     let mut to_host = vec![false; n];
     to_host[n - 1] = true;
-    let links = bident_search::OrderLinks::new(&phases, &place);
-    Problem {
-        w,
-        h2d,
-        d2h,
-        power,
-        accelerator: (0..k).map(|j| j > 0).collect(),
-        preds,
-        succs,
-        from_host,
-        to_host,
-        sf: (0..k).map(|i| (0..k).map(|j| if i == j { 1.0 } else { 1.0 + 0.1 * r() }).collect()).collect(),
-        exclusive: vec![vec![false; k]; k],
-        phases,
-        place,
-        prev: links.prev,
-        next: links.next,
-        joins_in_parallel: links.joins_in_parallel,
-        // no measured runs: the search's fast path
-        saving: vec![vec![0.0; k]; n],
-        segment_cost: Default::default(),
-        progress: Default::default(),
-    }
+    problem(k, phases, place, (preds, succs), (from_host, to_host))
 }
 
 /// The floor of the paper's DP: a straight eq. (1) over flat arrays (latency, no savings), the
@@ -188,30 +164,7 @@ fn wide(width: usize, k: usize) -> Problem {
         from_host[b[0]] = true;
         to_host[b[2]] = true;
     }
-    let mut r = rng();
-    let (w, h2d, d2h, power) = rows(n, k);
-    let links = bident_search::OrderLinks::new(&phases, &place);
-    Problem {
-        w,
-        h2d,
-        d2h,
-        power,
-        accelerator: (0..k).map(|j| j > 0).collect(),
-        preds,
-        succs,
-        from_host,
-        to_host,
-        sf: (0..k).map(|i| (0..k).map(|j| if i == j { 1.0 } else { 1.0 + 0.1 * r() }).collect()).collect(),
-        exclusive: vec![vec![false; k]; k],
-        phases,
-        place,
-        prev: links.prev,
-        next: links.next,
-        joins_in_parallel: links.joins_in_parallel,
-        saving: vec![vec![0.0; k]; n],
-        segment_cost: Default::default(),
-        progress: Default::default(),
-    }
+    problem(k, phases, place, (preds, succs), (from_host, to_host))
 }
 
 fn wide_phases(c: &mut Criterion) {
@@ -270,3 +223,39 @@ fn concurrent(c: &mut Criterion) {
 
 criterion_group!(benches, dp, searches, concurrent, wide_phases);
 criterion_main!(benches);
+
+/// The bench problem of `phases` on `k` PUs with [`rows`] costs and seeded contention factors, no
+/// measured runs (the search's fast path).
+fn problem(
+    k: usize,
+    phases: Vec<Vec<Vec<usize>>>,
+    place: Vec<(usize, usize)>,
+    (preds, succs): (Vec<Vec<usize>>, Vec<Vec<usize>>),
+    (from_host, to_host): (Vec<bool>, Vec<bool>),
+) -> Problem {
+    let n = place.len();
+    let mut r = rng();
+    let (w, h2d, d2h, power) = rows(n, k);
+    let links = bident_search::OrderLinks::new(&phases, &place);
+    Problem {
+        w,
+        h2d,
+        d2h,
+        power,
+        accelerator: (0..k).map(|j| j > 0).collect(),
+        preds,
+        succs,
+        from_host,
+        to_host,
+        sf: (0..k).map(|i| (0..k).map(|j| if i == j { 1.0 } else { 1.0 + 0.1 * r() }).collect()).collect(),
+        exclusive: vec![vec![false; k]; k],
+        phases,
+        place,
+        prev: links.prev,
+        next: links.next,
+        joins_in_parallel: links.joins_in_parallel,
+        saving: vec![vec![0.0; k]; n],
+        segment_cost: Default::default(),
+        progress: Default::default(),
+    }
+}
