@@ -920,7 +920,9 @@ fn faster_whole(
     let whole = report
         .measured_whole
         .iter()
-        .filter(|w| w.same_as.is_none() && fresh(&w.pu))
+        // a run that is the reference's or an engine default's (not measured twice) counts: it
+        // is still the whole model on that PU, measured beside the plan
+        .filter(|w| w.same_as.as_deref() != Some("the plan") && fresh(&w.pu))
         .filter(|w| !(plan.ops_per_pu.len() == 1 && plan.ops_per_pu.contains_key(&w.pu)))
         .filter_map(|w| Some((w.pu.clone(), w.measured_us?)))
         .filter(|(_, us)| *us < report.measured_us * (1.0 - GIVE_WAY_MARGIN))
