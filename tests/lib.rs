@@ -224,6 +224,7 @@ pub fn plan_on(
         warmup: 0,
         components: vec!["placeholder".into(); k],
         io_every_call: vec![true; k],
+        launch_us: vec![],
         segments: vec![],
         contention: None,
         ops: g

@@ -68,6 +68,7 @@ fn synthetic_costs(g: &bident_ir::FusedGraph) -> bident_profile::CostTable {
         warmup: 0,
         components: vec!["synthetic".into(); 2],
         io_every_call: vec![false; 2],
+        launch_us: vec![],
         segments: vec![],
         contention: None,
         ops,
@@ -96,6 +97,40 @@ fn plans_on_a_synthetic_soc() {
             redactions().bind(|| insta::assert_yaml_snapshot!(snap, plan));
         }
     }
+}
+
+/// The runtime's launch cost is in every predicted latency, once per inference: the largest of
+/// the plan's PUs', the smallest in the lower bound; the ops' times and the energy do not move.
+#[test]
+fn predictions_pay_the_runtime_launch_once() {
+    let path = root().join("tests/data/import/example.yaml");
+    let case: ModelCase = read_case(&path);
+    let g = import(&case, &path);
+    let phased = bident_partition::partition(&g).expect("partition");
+    let costs = synthetic_costs(&g);
+    let launched = bident_profile::CostTable { launch_us: vec![5.0, 9.0], ..costs.clone() };
+    let cfg = bident_search::SearchConfig::default();
+    let (a, b) = (
+        bident_search::search(&phased, &costs, &cfg).expect("search"),
+        bident_search::search(&phased, &launched, &cfg).expect("search"),
+    );
+    let (pa, pb) = (bident_search::Problem::new(&phased, &costs), bident_search::Problem::new(&phased, &launched));
+    for (j, extra) in [(0, 5.0), (1, 9.0)] {
+        let (x, y) = (pa.whole_on(j).expect("whole"), pb.whole_on(j).expect("whole"));
+        assert!((y.latency_us - x.latency_us - extra).abs() < 1e-9, "PU {j}: {} -> {}", x.latency_us, y.latency_us);
+        assert_eq!(x.energy_uj, y.energy_uj);
+        assert_eq!(x.finish, y.finish);
+    }
+    let mixed: Vec<usize> = (0..pa.ops()).map(|c| c % 2).collect();
+    let (x, y) = (
+        pa.evaluate(&mixed, bident_search::Schedule::Sequential).expect("mixed"),
+        pb.evaluate(&mixed, bident_search::Schedule::Sequential).expect("mixed"),
+    );
+    assert!((y.latency_us - x.latency_us - 9.0).abs() < 1e-9);
+    assert!((b.lower_bound_us - a.lower_bound_us - 5.0).abs() < 1e-9);
+    let extra = if b.ops_per_pu.contains_key("npu") { 9.0 } else { 5.0 };
+    assert!(b.predicted_us <= a.predicted_us + extra + 1e-9, "{} vs {}", b.predicted_us, a.predicted_us);
+    bident_search::check_plan(&b, &phased, &launched).expect("the plan checks against its costs");
 }
 
 /// Floats in plan snapshots, rounded so that the last bits of a sum do not churn them.

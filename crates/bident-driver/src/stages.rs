@@ -54,6 +54,9 @@ pub struct Outcome {
 /// Representative ops for the contention co-runs: compute-bound (MatMul, Conv) and
 /// memory-bound (a 2 MB-per-operand Add), in f32 like the measured PUs.
 const CONTENTION_PROBES: &[(&str, u64)] = &[("matmul", 256), ("conv", 32), ("add", 512)];
+/// The runtime's launch cost is measured on an Add of this size, in this many blocks per PU.
+const LAUNCH_PROBE: u64 = 16;
+const LAUNCH_BLOCKS: usize = 40;
 
 impl Driver<'_> {
     /// Every stage in order: import, partition, profile ([`Driver::prepare`]), search and
@@ -350,6 +353,7 @@ impl Driver<'_> {
                 None => self.measure_contention(soc, be.as_ref())?,
             });
         }
+        table.launch_us = self.measure_launch(soc, be)?;
         let h = folder.write(COSTS, &table, bident_profile::input_hash(gh, soc, &cfg)?)?;
         let failed: usize = table.ops.iter().map(|o| o.failures.len()).sum();
         let entries: Vec<u32> = table.ops.iter().flat_map(|o| o.per_pu.iter().flatten().map(|c| c.runs)).collect();
@@ -394,6 +398,34 @@ impl Driver<'_> {
         let names: Vec<String> = probes.iter().map(|p| p.name.clone()).collect();
         self.emit(Event::Contention { soc, contention: &c, probes: &names });
         Ok(c)
+    }
+
+    /// What an inference through bident's runtime costs beyond its ops on each PU of `soc`
+    /// used alone (µs), measured on a one-op probe: a plan's prediction adds it.
+    pub fn measure_launch(&self, soc: &SocSpec, be: &Arc<Backends>) -> Result<Vec<f64>> {
+        let model = bident_zoo::probe("add", bident_tensor::DType::F32, LAUNCH_PROBE)
+            .ok_or_else(|| DriverError::Invalid("no launch probe".into()))?;
+        let probe = bident_ir::import_bytes(
+            &prost::Message::encode_to_vec(&model),
+            "launch-probe.onnx",
+            None,
+            &Default::default(),
+        )?;
+        let t0 = Instant::now();
+        let launch = (0..soc.pus.len())
+            .map(|pu| Ok(bident_runtime::launch_us(&probe, soc, pu, be.clone(), LAUNCH_BLOCKS)?))
+            .collect::<Result<Vec<f64>>>()?;
+        let each: Vec<String> = soc.pus.iter().zip(&launch).map(|(p, us)| format!("{} {us:.1}", p.name)).collect();
+        self.note(
+            Stage::Profile,
+            format!(
+                "an inference through the runtime costs beyond its ops (µs, where the plan uses that PU alone): {} \
+                 (measured on a one-op probe in {:.2} s)",
+                each.join(", "),
+                t0.elapsed().as_secs_f64()
+            ),
+        );
+        Ok(launch)
     }
 
     /// Stage 4: the plan, by the search `p.search` (or the latency/energy front, whose fastest

@@ -199,6 +199,11 @@ pub struct CostTable {
     /// its ops and transfers are paid only where data crosses PUs (the paper's model; the
     /// virtual SoC).
     pub io_every_call: Vec<bool>,
+    /// Per PU: what an inference through bident's runtime costs beyond its ops where the plan
+    /// uses that PU alone (µs: handing the worker its job, waking it, collecting its outputs),
+    /// measured on a one-op probe; a plan's prediction adds the largest of its PUs' once. Empty
+    /// where nothing runs through the runtime (the virtual SoC) or nobody measured it.
+    pub launch_us: Vec<f64>,
     /// Runs of consecutive ops (in the execution order) measured compiled as one sub-model (the
     /// backend fuses across them and keeps its own layout between them): pairs of neighbours on
     /// every PU, and the longer segments of plans on the PU the plan puts them on.
@@ -210,7 +215,7 @@ pub struct CostTable {
 
 impl Artifact for CostTable {
     const KIND: &'static str = "cost-table";
-    const SCHEMA_VERSION: u32 = 7;
+    const SCHEMA_VERSION: u32 = 8;
 }
 
 impl CostTable {

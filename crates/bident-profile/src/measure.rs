@@ -98,6 +98,7 @@ pub fn profile(
         measured_on: host_description(),
         warmup: cfg.warmup,
         io_every_call: vec![true; soc.pus.len()],
+        launch_us: vec![],
         segments,
         components: soc
             .pus

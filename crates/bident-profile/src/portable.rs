@@ -69,6 +69,7 @@ const META: &[&str] = &[
     "warmup",
     "components",
     "io_every_call",
+    "launch_us",
     "segments",
     "soc",
     "contention",
@@ -84,7 +85,7 @@ pub fn export(t: &CostTable, format: Format) -> Result<String, ProfileError> {
                 format!("{CSV_MAGIC} (schema {})\n", <CostTable as bident_artifact::Artifact>::SCHEMA_VERSION);
             let meta = serde_json::json!({
                 "model": t.model, "graph": t.graph, "simulated": t.simulated, "backend": t.backend,
-                "measured_on": t.measured_on, "warmup": t.warmup, "components": t.components, "io_every_call": t.io_every_call, "segments": t.segments, "soc": t.soc,
+                "measured_on": t.measured_on, "warmup": t.warmup, "components": t.components, "io_every_call": t.io_every_call, "launch_us": t.launch_us, "segments": t.segments, "soc": t.soc,
                 "contention": t.contention,
             });
             for key in META {
@@ -291,6 +292,15 @@ impl CostTable {
                 self.components.len(),
                 self.io_every_call.len()
             )));
+        }
+        if !(self.launch_us.is_empty() || self.launch_us.len() == n) {
+            return Err(bad(format!(
+                "it has the runtime's launch cost of {} PUs, the SoC has {n}",
+                self.launch_us.len()
+            )));
+        }
+        if let Some(v) = self.launch_us.iter().find(|v| !(v.is_finite() && (0.0..=1e6).contains(*v))) {
+            return Err(bad(format!("its runtime launch cost {v} µs is negative, not finite or over a second")));
         }
         for s in &self.segments {
             if s.ops.len() < 2 || s.ops.iter().any(|&o| o as usize >= g.ops.len()) || s.per_pu.len() != n {

@@ -258,6 +258,7 @@ pub fn simulate(g: &FusedGraph, soc: &VirtualSoc) -> Result<CostTable, ProfileEr
         measured_on: format!("nowhere: simulated {} (calibrated to {})", soc.spec.name, soc.calibration),
         warmup: 0,
         io_every_call: vec![false; soc.spec.pus.len()],
+        launch_us: vec![],
         segments: vec![],
         components: soc
             .spec

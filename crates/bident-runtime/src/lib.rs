@@ -420,6 +420,70 @@ pub fn model_inputs(g: &FusedGraph, seed: u64) -> Vec<Arc<HostTensor>> {
         .collect()
 }
 
+/// What an inference through a [`Session`] costs beyond its backend calls where the program
+/// uses PU `pu` alone (µs): handing the worker its job and the inputs, waking it, collecting its
+/// outputs. Measured on `g` (a one-op probe) in `blocks` pairs of blocks of [`BLOCK`] runs: the
+/// session's, then direct calls of the same model compiled for the same PU on a thread pinned
+/// as its worker is, each block after the other's threads went idle; the difference of the
+/// medians, not below 0. A plan's prediction adds it once per inference (the search reads it
+/// from the cost table).
+pub fn launch_us(
+    g: &FusedGraph,
+    soc: &SocSpec,
+    pu: usize,
+    backend: Arc<dyn Backend>,
+    blocks: usize,
+) -> Result<f64, RuntimeError> {
+    let spec = soc.pus.get(pu).ok_or_else(|| RuntimeError::Program(format!("no PU {pu} in `{}`", soc.name)))?;
+    let bytes = g.reference_model()?;
+    let session = whole(g, spec, &soc.name, &backend, &RunConfig::default())?;
+    let op = |e| RuntimeError::Op {
+        what: "a probe".into(),
+        name: g.name.clone(),
+        pu: spec.name.clone(),
+        source: Box::new(e),
+    };
+    let mut exe = backend.compile(&bytes, spec).map_err(op)?;
+    let inputs = model_inputs(g, 0);
+    let named: Vec<(&str, &HostTensor)> =
+        g.inputs.iter().zip(&inputs).map(|(&t, x)| (g.tensor(t).name.as_str(), x.as_ref())).collect();
+    let feed = bident_backend::feed_order(exe.inputs(), &named)
+        .ok_or_else(|| RuntimeError::Program(format!("the probe `{}` does not take its inputs by name", g.name)))?;
+    let (mut through, mut direct) = (vec![], vec![]);
+    // longer than a worker polls for its next job
+    let idle = || std::thread::sleep(Duration::from_millis(1));
+    for _ in 0..blocks {
+        idle();
+        for r in 0..=BLOCK {
+            let inf = session.run(std::slice::from_ref(&inputs))?;
+            if r > 0 {
+                through.push(inf.total_us);
+            }
+        }
+        idle();
+        let exe = &mut exe;
+        let feed = &feed;
+        let times = std::thread::scope(|s| {
+            s.spawn(|| -> Result<Vec<f64>, BackendError> {
+                bident_backend::pin_current_thread(&spec.name, &spec.cores)?;
+                let mut times = vec![];
+                for r in 0..=BLOCK {
+                    let t = std::time::Instant::now();
+                    exe.run(feed)?;
+                    if r > 0 {
+                        times.push(t.elapsed().as_secs_f64() * 1e6);
+                    }
+                }
+                Ok(times)
+            })
+            .join()
+        });
+        direct.extend(times.map_err(|_| RuntimeError::Program("the probe's thread panicked".into()))?.map_err(op)?);
+    }
+    let q = bident_profile::quantile;
+    Ok((q(&mut through, 0.5) - q(&mut direct, 0.5)).max(0.0))
+}
+
 /// A session running model `g` whole on `pu` (alone in a one-PU SoC).
 fn whole(
     g: &FusedGraph,

@@ -256,6 +256,7 @@ fn problem(
         joins_in_parallel: links.joins_in_parallel,
         saving: vec![vec![0.0; k]; n],
         segment_cost: Default::default(),
+        launch: vec![],
         progress: Default::default(),
     }
 }

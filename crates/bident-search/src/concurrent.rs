@@ -580,6 +580,8 @@ pub fn plan(
     let ((ca, order_a, pa), (cb, order_b, pb)) = (stream(a), stream(b));
     let (steps, Evaluation { timing, latency_us: latency, energy_uj: energy }) =
         best_steps(&ca, &cb, &pa.interference(), co.0, mode, obj)?;
+    // both models run as one inference of one session: its launch is paid once
+    let latency = latency + pa.launch_of(steps.iter().flat_map(|&(sa, sb)| sa.into_iter().chain(sb).map(|s| s.1)));
     let pus: Vec<String> = ta.soc.pus.iter().map(|p| p.name.clone()).collect();
     let base = serial_baseline(&pa, &pb)?;
     let [ja, jb] = base.pus;
@@ -766,6 +768,7 @@ mod tests {
             warmup: 0,
             components: vec![],
             io_every_call: vec![false; 2],
+            launch_us: vec![],
             segments: vec![],
             contention: None,
             ops: (0..3)

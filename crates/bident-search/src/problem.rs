@@ -76,6 +76,9 @@ pub struct Problem {
     pub saving: Vec<Vec<f64>>,
     /// Measured runs of three or more ops: `(first op, last op, pu)` -> cost of the run.
     pub segment_cost: std::collections::HashMap<(usize, usize, usize), f64>,
+    /// `launch[pu]`: what an inference costs the runtime beyond its ops where it uses that PU
+    /// (µs; 0 where not measured); a mapping's latency adds the largest of its PUs' once.
+    pub launch: Vec<f64>,
     /// Where long searches on this problem report their progress.
     pub progress: crate::ProgressHook,
 }
@@ -206,6 +209,7 @@ impl Problem {
             joins_in_parallel,
             saving,
             segment_cost,
+            launch: (0..k).map(|j| t.launch_us.get(j).copied().unwrap_or(0.0)).collect(),
             progress: crate::ProgressHook::default(),
         }
     }
@@ -314,7 +318,9 @@ impl Problem {
                 })
                 .sum::<f64>(),
         };
-        (latency * floor, energy * floor)
+        // every mapping uses some PU, and pays at least the least launch cost
+        let launch = self.launch.iter().copied().fold(f64::INFINITY, f64::min);
+        (latency * floor + if launch.is_finite() { launch } else { 0.0 }, energy * floor)
     }
 
     /// The number of assignments, K^N (None when it overflows).
@@ -586,8 +592,15 @@ impl Problem {
             now = end;
             tl.energy_uj += energy;
         }
-        tl.latency_us = now;
+        tl.latency_us = now + self.launch_of(assign.iter().copied());
         Some(tl)
+    }
+
+    /// What an inference on `pus` costs the runtime beyond its ops: the largest of their
+    /// [`Problem::launch`] (their workers are woken and answer at once). Latency only: the
+    /// energy figures are the ops'.
+    pub fn launch_of(&self, pus: impl IntoIterator<Item = usize>) -> f64 {
+        pus.into_iter().map(|j| self.launch.get(j).copied().unwrap_or(0.0)).fold(0.0, f64::max)
     }
 
     /// The model whole on PU `j`, one op after another: the one rule for "a model on a single

@@ -117,6 +117,7 @@ fn problem(shape: &[Vec<usize>], k: usize, r: &mut impl FnMut() -> f64) -> Probl
         joins_in_parallel,
         saving,
         segment_cost,
+        launch: vec![],
         progress: Default::default(),
     }
 }
