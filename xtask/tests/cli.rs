@@ -885,6 +885,7 @@ fn search_and_partition_link_no_onnx_nor_engines() {
 /// plan with every op on core0, core0 slowed 20x on purpose at run time (far more than a loaded
 /// machine slows the other core), the run plans the whole model on core1. The plan is imported
 /// rather than searched, so the two alike cores' noise cannot put it on core1 to begin with.
+/// Served, the plan that gave way may leave core1 again.
 #[test]
 fn a_plan_slower_than_a_whole_model_run_gives_way() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -913,4 +914,15 @@ fn a_plan_slower_than_a_whole_model_run_gives_way() {
     assert!(err.contains("planning the whole model on `core1` instead"), "{err}");
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.lines().any(|l| l.starts_with("plan ") && l.contains(": 10 on core1 ")), "{stdout}");
+    // the plan holds the whole model on core1 because the run gave way there, not by a pin: a
+    // serving session may leave core1 when it slows down
+    let plan: serde_norway::Value =
+        serde_norway::from_str(&std::fs::read_to_string(tmp.path().join("plan.yaml")).expect("plan.yaml"))
+            .expect("YAML");
+    let c = &plan["payload"]["constraints"];
+    assert!(c["pin"].as_sequence().is_some_and(|p| p.is_empty()) && c["whole"].as_str() == Some("core1"), "{c:?}");
+    let o = xtask(&["serve", &dir, "--inferences", "120", "--inject-fault", "core1:slow=5@30"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("re-plan    drift on core1") && stdout.contains("new plan"), "{stdout}");
 }

@@ -591,7 +591,7 @@ impl Driver<'_> {
                     // pin says otherwise; one clearly slower (by more than the noise of two runs
                     // of one configuration) than a PU running the whole model beside it gives way
                     // to that PU
-                    let unpinned = plan.0.constraints.pin.is_empty() || !tried.is_empty();
+                    let unpinned = plan.0.constraints.pin.is_empty();
                     if unpinned && let Some((pu, what)) = faster_whole(soc, &report, &plan.0, cfg, &tried) {
                         self.note(
                             Stage::Run,
@@ -602,7 +602,7 @@ impl Driver<'_> {
                             ),
                         );
                         let mut c = plan.0.constraints.clone();
-                        c.pin = g.ops.iter().map(|op| (op.name.clone(), pu.clone())).collect();
+                        c.whole = Some(pu.clone());
                         let speedup = report.speedup_vs_best_default();
                         if best.as_ref().is_none_or(|b| speedup > b.0) {
                             best = Some((speedup, plan.0.constraints.clone(), report));
@@ -651,6 +651,7 @@ impl Driver<'_> {
                 );
                 let mut c = plan.0.constraints.clone();
                 c.pin.retain(|(_, p)| !reduced.contains(p));
+                c.whole.take_if(|p| reduced.contains(p));
                 c.exclude.extend(reduced);
                 plan = replan(&c)?;
                 continue;
@@ -665,6 +666,7 @@ impl Driver<'_> {
             let mut c = plan.0.constraints.clone();
             let pins = c.pin.len();
             c.pin.retain(|(_, p)| *p != pu);
+            c.whole.take_if(|p| *p == pu);
             if c.pin.len() < pins {
                 self.note(Stage::Run, format!("dropping {} --pin to `{pu}`", pins - c.pin.len()));
             }
@@ -784,10 +786,12 @@ impl Driver<'_> {
             .run(std::slice::from_ref(&inputs))?
             .outputs
             .swap_remove(0);
+        // a plan that gave way to a whole-model run is not held there: a drifting PU may be left
+        let constraints = bident_search::Constraints { whole: None, ..p.plan.constraints.clone() };
         let search = bident_search::SearchConfig {
             objective: p.plan.objective,
             mode: p.plan.mode,
-            constraints: p.plan.constraints.clone(),
+            constraints,
             ..Default::default()
         };
         let (g, p_soc) = (p.g.clone(), soc.clone());

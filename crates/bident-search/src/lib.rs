@@ -131,6 +131,10 @@ pub struct Constraints {
     pub forbid: Vec<(String, String)>,
     /// PUs no op may use.
     pub exclude: Vec<String>,
+    /// Every op on this PU: the model whole there, because a measured run gave way to it (not a
+    /// user's pin: a later run or a serving session may plan away from it again).
+    #[serde(default)]
+    pub whole: Option<String>,
 }
 
 impl Constraints {
@@ -138,7 +142,7 @@ impl Constraints {
     /// named is one of `pus`, and no op is pinned twice under one name. Ops are checked by the
     /// search.
     pub fn check_names(&self, pus: &[&str]) -> Result<(), SearchError> {
-        let named = self.pin.iter().chain(&self.forbid).map(|(_, pu)| pu).chain(&self.exclude);
+        let named = self.pin.iter().chain(&self.forbid).map(|(_, pu)| pu).chain(&self.exclude).chain(&self.whole);
         if let Some(pu) = named.into_iter().find(|pu| !pus.contains(&pu.as_str())) {
             return Err(SearchError::Constraint(format!("no PU named `{pu}` (the SoC has {})", pus.join(", "))));
         }
@@ -188,7 +192,11 @@ impl Constraints {
         }
         let mut pinned = vec![false; p.ops()];
         let mut pinned_to: Vec<Option<&str>> = vec![None; p.ops()];
-        for (o, name) in &self.pin {
+        let whole: Vec<(String, String)> = match &self.whole {
+            Some(pu) => (0..n).map(|c| (c.to_string(), pu.clone())).collect(),
+            None => vec![],
+        };
+        for (o, name) in self.pin.iter().chain(&whole) {
             let (c, j) = (op(o)?, pu(name)?);
             match pinned_to[c].replace(name) {
                 Some(first) if first != name => {
@@ -388,7 +396,7 @@ impl Plan {
 
 impl Artifact for Plan {
     const KIND: &'static str = "plan";
-    const SCHEMA_VERSION: u32 = 6;
+    const SCHEMA_VERSION: u32 = 7;
 }
 
 #[derive(Debug, thiserror::Error)]
