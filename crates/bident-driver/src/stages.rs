@@ -412,9 +412,18 @@ impl Driver<'_> {
             &Default::default(),
         )?;
         let t0 = Instant::now();
-        let launch = (0..soc.pus.len())
-            .map(|pu| Ok(bident_runtime::launch_us(&probe, soc, pu, be.clone(), LAUNCH_BLOCKS)?))
-            .collect::<Result<Vec<f64>>>()?;
+        // a PU that cannot run the probe is priced without it, and the run says so
+        let launch: Vec<f64> = (0..soc.pus.len())
+            .map(|pu| {
+                bident_runtime::launch_us(&probe, soc, pu, be.clone(), LAUNCH_BLOCKS).unwrap_or_else(|e| {
+                    self.note(
+                        Stage::Profile,
+                        format!("{}: no launch cost measured ({}); counting 0", soc.pus[pu].name, chain(&e)),
+                    );
+                    0.0
+                })
+            })
+            .collect();
         let each: Vec<String> = soc.pus.iter().zip(&launch).map(|(p, us)| format!("{} {us:.1}", p.name)).collect();
         self.note(
             Stage::Profile,
