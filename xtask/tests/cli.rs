@@ -821,7 +821,7 @@ fn a_custom_search_runs_through_the_driver() {
     assert!(stderr(&o).contains("1 phases, 0 with parallel branches (chain)"), "{}", stderr(&o));
 }
 
-/// `cargo xtask serve`: a folder's plan served while its busiest PU slows down 5x; the server
+/// `cargo xtask serve`: a folder's plan served while its busiest PU slows down 20x; the server
 /// re-plans and says so, and the serving trace shows the switch. Bad options are one line.
 #[test]
 fn serving_replans_when_a_pu_slows_down() {
@@ -846,7 +846,9 @@ fn serving_replans_when_a_pu_slows_down() {
             .expect("YAML");
     let per_pu = plan["payload"]["ops_per_pu"].as_mapping().expect("ops per PU");
     let busiest = per_pu.iter().max_by_key(|(_, n)| n.as_u64()).and_then(|(pu, _)| pu.as_str()).expect("a PU");
-    let fault = format!("{busiest}:slow=5@30");
+    // 20x: far beyond what a loaded machine makes of the other PU's profiled costs (at 5x, a
+    // profile taken beside other tests once priced the other core too high to move to)
+    let fault = format!("{busiest}:slow=20@30");
     let o = xtask(&["serve", &dir, "--inferences", "200", "--inject-fault", &fault]);
     assert!(o.status.success(), "{}", stderr(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
@@ -915,13 +917,13 @@ fn a_plan_slower_than_a_whole_model_run_gives_way() {
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.lines().any(|l| l.starts_with("plan ") && l.contains(": 10 on core1 ")), "{stdout}");
     // the plan holds the whole model on core1 because the run gave way there, not by a pin: a
-    // serving session may leave core1 when it slows down
+    // serving session may leave core1 when it slows down (20x, as in the serving test)
     let plan: serde_norway::Value =
         serde_norway::from_str(&std::fs::read_to_string(tmp.path().join("plan.yaml")).expect("plan.yaml"))
             .expect("YAML");
     let c = &plan["payload"]["constraints"];
     assert!(c["pin"].as_sequence().is_some_and(|p| p.is_empty()) && c["whole"].as_str() == Some("core1"), "{c:?}");
-    let o = xtask(&["serve", &dir, "--inferences", "120", "--inject-fault", "core1:slow=5@30"]);
+    let o = xtask(&["serve", &dir, "--inferences", "120", "--inject-fault", "core1:slow=20@30"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("re-plan    drift on core1") && stdout.contains("new plan"), "{stdout}");
