@@ -192,12 +192,14 @@ impl Constraints {
         }
         let mut pinned = vec![false; p.ops()];
         let mut pinned_to: Vec<Option<&str>> = vec![None; p.ops()];
-        let whole: Vec<(String, String)> = match &self.whole {
-            Some(pu) => (0..n).map(|c| (c.to_string(), pu.clone())).collect(),
-            None => vec![],
-        };
-        for (o, name) in self.pin.iter().chain(&whole) {
-            let (c, j) = (op(o)?, pu(name)?);
+        // the user's pins, then every op on the PU a run gave way to
+        let mut pins: Vec<(usize, &str)> =
+            self.pin.iter().map(|(o, name)| Ok((op(o)?, name.as_str()))).collect::<Result<_, _>>()?;
+        if let Some(name) = &self.whole {
+            pins.extend((0..n).map(|c| (c, name.as_str())));
+        }
+        for (c, name) in pins {
+            let j = pu(name)?;
             match pinned_to[c].replace(name) {
                 Some(first) if first != name => {
                     return Err(bad(format!(
