@@ -24,8 +24,6 @@ pub struct Chain {
     w_flat: Vec<f64>,
     into_flat: Vec<f64>,
     out_flat: Vec<f64>,
-    h2d: Vec<f64>,
-    d2h: Vec<f64>,
     power: Vec<f64>,
     /// What op i saves on PU j when op i-1 ran there too (0 for the first op).
     saving: Vec<f64>,
@@ -64,11 +62,12 @@ impl Chain {
     ) -> Self {
         let saving = vec![0.0; w.len()];
         let w_flat = w.iter().map(|w| w.unwrap_or(f64::INFINITY)).collect();
-        let on_accel = |v: &[f64]| -> Vec<f64> {
-            v.iter().enumerate().map(|(x, &t)| if accelerator[x % k] { t } else { 0.0 }).collect()
+        let on_accel = |mut v: Vec<f64>| -> Vec<f64> {
+            v.iter_mut().enumerate().filter(|(x, _)| !accelerator[x % k]).for_each(|(_, t)| *t = 0.0);
+            v
         };
-        let (into_flat, out_flat) = (on_accel(&h2d), on_accel(&d2h));
-        Chain { k, w, w_flat, into_flat, out_flat, h2d, d2h, power, saving, runs: Default::default(), accelerator }
+        let (into_flat, out_flat) = (on_accel(h2d), on_accel(d2h));
+        Chain { k, w, w_flat, into_flat, out_flat, power, saving, runs: Default::default(), accelerator }
     }
 
     /// The same chain knowing what some runs of consecutive positions cost measured whole
@@ -119,12 +118,14 @@ impl Chain {
         self.w[i * self.k + j]
     }
 
+    /// H2D of op `i` on PU `j` (0 on the host, which reads its own memory).
     pub fn h2d(&self, i: usize, j: usize) -> f64 {
-        self.h2d[i * self.k + j]
+        self.into_flat[i * self.k + j]
     }
 
+    /// D2H of op `i` on PU `j` (0 on the host).
     pub fn d2h(&self, i: usize, j: usize) -> f64 {
-        self.d2h[i * self.k + j]
+        self.out_flat[i * self.k + j]
     }
 
     pub fn power(&self, i: usize, j: usize) -> f64 {

@@ -365,12 +365,16 @@ impl Problem {
     /// The paper's chain over `ops` (in that order), for the DP, with the pair savings between
     /// neighbours and the runs measured whole (by position).
     pub fn chain(&self, ops: &[usize]) -> crate::Chain {
-        let pos: std::collections::HashMap<usize, usize> = ops.iter().enumerate().map(|(p, &o)| (o, p)).collect();
+        if self.segment_cost.is_empty() {
+            return self.chain_pairs(ops);
+        }
+        let mut pos = vec![None; self.ops()];
+        ops.iter().enumerate().for_each(|(p, &o)| pos[o] = Some(p));
         let runs = self
             .segment_cost
             .iter()
             .filter_map(|(&(first, last, j), &t)| {
-                let (p0, p1) = (*pos.get(&first)?, *pos.get(&last)?);
+                let (p0, p1) = (pos[first]?, pos[last]?);
                 // the positions between must be the run's neighbours in order
                 (p0 < p1 && (p0..p1).all(|p| self.next[ops[p]] == Some(ops[p + 1]))).then_some(((p0, p1, j), t))
             })
@@ -379,23 +383,26 @@ impl Problem {
     }
 
     fn chain_pairs(&self, ops: &[usize]) -> crate::Chain {
-        crate::Chain::from_flat(
-            self.pus(),
-            ops.iter().flat_map(|&o| self.w[o].iter().copied()).collect(),
-            ops.iter().flat_map(|&o| self.h2d[o].iter().copied()).collect(),
-            ops.iter().flat_map(|&o| self.d2h[o].iter().copied()).collect(),
-            ops.iter().flat_map(|&o| self.power[o].iter().copied()).collect(),
-            self.accelerator.clone(),
-        )
-        .with_savings(
-            ops.iter()
-                .enumerate()
-                .flat_map(|(i, &o)| {
-                    let joined = i > 0 && self.prev[o] == Some(ops[i - 1]);
-                    self.saving[o].iter().map(move |&s| if joined { s } else { 0.0 })
-                })
-                .collect(),
-        )
+        let len = ops.len() * self.pus();
+        let (mut w, mut h2d, mut d2h, mut power, mut saving) = (
+            Vec::with_capacity(len),
+            Vec::with_capacity(len),
+            Vec::with_capacity(len),
+            Vec::with_capacity(len),
+            Vec::with_capacity(len),
+        );
+        for (i, &o) in ops.iter().enumerate() {
+            w.extend_from_slice(&self.w[o]);
+            h2d.extend_from_slice(&self.h2d[o]);
+            d2h.extend_from_slice(&self.d2h[o]);
+            power.extend_from_slice(&self.power[o]);
+            if i > 0 && self.prev[o] == Some(ops[i - 1]) {
+                saving.extend_from_slice(&self.saving[o]);
+            } else {
+                saving.extend(std::iter::repeat_n(0.0, self.pus()));
+            }
+        }
+        crate::Chain::from_flat(self.pus(), w, h2d, d2h, power, self.accelerator.clone()).with_savings(saving)
     }
 
     /// The phased execution order.
@@ -837,6 +844,7 @@ impl Problem {
     /// objective. A single move cannot leave a run compiled together, or a group that shares its
     /// transfers, without losing the saving on both sides first; the run together can. Calls
     /// `moved` with every run that moved; returns how many did.
+    #[allow(clippy::too_many_arguments)]
     fn block_moves(
         &self,
         assign: &mut [usize],
@@ -844,6 +852,7 @@ impl Problem {
         hot: &[bool],
         schedule: Schedule,
         obj: Objective,
+        mut slack: Option<&mut Slack>,
         moved: &mut dyn FnMut(&[usize]),
     ) -> usize {
         let choices: Vec<Vec<Vec<usize>>> =
@@ -852,8 +861,14 @@ impl Problem {
         for k in 0..order.len() {
             for len in 2..=Self::MAX_BLOCK.min(order.len() - k) {
                 let run = &order[k..k + len];
-                if run.iter().any(|&c| hot[c]) && self.best_move(assign, run, &choices[len], schedule, obj) {
+                if !run.iter().any(|&c| hot[c]) || slack.as_ref().is_some_and(|s| !s.may_improve(self, assign, run)) {
+                    continue;
+                }
+                if self.best_move(assign, run, &choices[len], schedule, obj) {
                     count += 1;
+                    if let Some(s) = slack.as_mut() {
+                        s.refresh(self, assign, run);
+                    }
                     moved(run);
                 }
             }
@@ -895,31 +910,51 @@ impl Problem {
         // on it: there the evaluator is eq. 1, which the DP minimised)
         let mut hot = vec![false; n];
         let mut queue = std::collections::VecDeque::new();
-        // queue `c`, its producers and consumers, and its neighbours in the order
+        // an op's neighbours: producers, consumers and neighbours in the order
+        let nbrs = |x: usize| {
+            self.preds[x].iter().copied().chain(self.succs[x].iter().copied()).chain(self.prev[x]).chain(self.next[x])
+        };
+        // queue every op within two links of `c`: a move's price reads the shares of the op and
+        // its neighbours, and each share reads that op's neighbours' PUs (transfers, savings), so
+        // those are exactly the ops whose best move a move of `c` can change
         let around =
             |c: usize, queue: &mut std::collections::VecDeque<usize>, queued: &mut [bool], hot: &mut [bool]| {
-                let k = pos[c];
-                let order_nbrs = [(k > 0).then(|| order[k - 1]), (k + 1 < n).then(|| order[k + 1])];
-                let all = std::iter::once(c)
-                    .chain(self.preds[c].iter().copied())
-                    .chain(self.succs[c].iter().copied())
-                    .chain(order_nbrs.into_iter().flatten());
-                for x in all {
+                let mut touch = |x: usize| {
                     hot[x] = true;
                     if !queued[x] {
                         queued[x] = true;
                         queue.push_back(x);
                     }
+                };
+                touch(c);
+                for x in nbrs(c) {
+                    touch(x);
+                    nbrs(x).for_each(&mut touch);
                 }
             };
         let exact_dp = from_dp && self.segment_cost.is_empty();
-        for &c in order.iter().filter(|&&c| !exact_dp || !regular(c)) {
-            around(c, &mut queue, &mut queued, &mut hot);
+        // where every op's share is its own (no measured runs), most moves are ruled out
+        // without pricing them
+        let mut slack = self.segment_cost.is_empty().then(|| Slack::new(self, assign, obj));
+        // from the DP's optimum, a move's price differs from eq. (1)'s only where the op or a
+        // neighbour is irregular: those ops start the worklist (otherwise every op does)
+        let mut start = vec![!exact_dp; n];
+        for c in order.iter().copied().filter(|&c| exact_dp && !regular(c)) {
+            start[c] = true;
+            nbrs(c).for_each(|x| start[x] = true);
+        }
+        for &c in order.iter().filter(|&&c| start[c]) {
+            hot[c] = true;
+            queued[c] = true;
+            queue.push_back(c);
         }
         let mut moves = 0;
         for pi in 0..self.phases.len() {
             if self.exact_phase(assign, pi, Schedule::Sequential, obj) {
                 moves += 1;
+                if let Some(s) = slack.as_mut() {
+                    s.refresh(self, assign, &self.phases[pi].concat());
+                }
                 for &c in self.phases[pi].iter().flatten() {
                     around(c, &mut queue, &mut queued, &mut hot);
                 }
@@ -930,8 +965,14 @@ impl Problem {
         loop {
             while let Some(c) = queue.pop_front() {
                 queued[c] = false;
+                if slack.as_ref().is_some_and(|s| !s.may_improve(self, assign, &[c])) {
+                    continue;
+                }
                 if self.best_single_move(assign, c, Schedule::Sequential, obj) {
                     moves += 1;
+                    if let Some(s) = slack.as_mut() {
+                        s.refresh(self, assign, &[c]);
+                    }
                     if moves > cap {
                         return moves;
                     }
@@ -941,18 +982,22 @@ impl Problem {
             // no single move helps: try runs of neighbours, and single moves again around any
             // that moved
             let was_hot = std::mem::replace(&mut hot, vec![false; n]);
-            let blocks = self.block_moves(assign, &order, &was_hot, Schedule::Sequential, obj, &mut |run| {
-                run.iter().for_each(|&c| around(c, &mut queue, &mut queued, &mut hot))
-            });
+            let blocks =
+                self.block_moves(assign, &order, &was_hot, Schedule::Sequential, obj, slack.as_mut(), &mut |run| {
+                    run.iter().for_each(|&c| around(c, &mut queue, &mut queued, &mut hot))
+                });
             moves += blocks;
             if moves > cap {
                 return moves;
             }
+            if blocks == 0 && self.segment_cost.is_empty() {
+                // every op a move could have made movable was queued (`around`): a local optimum
+                return moves;
+            }
             if blocks == 0 {
-                // the worklist follows dataflow and order neighbours, but an op's best PU can
-                // also change through a move further away (a run measured whole, a transfer
-                // shared along a fork): one sweep of every op and every run confirms the local
-                // optimum, or starts the climb again where it is not
+                // a run measured whole prices its ops from the whole run, which reaches past two
+                // links: one sweep of every op and every run confirms the local optimum, or
+                // starts the climb again where it is not
                 for &c in &order {
                     if self.best_single_move(assign, c, Schedule::Sequential, obj) {
                         moves += 1;
@@ -961,7 +1006,7 @@ impl Problem {
                 }
                 if queue.is_empty() {
                     let all = vec![true; n];
-                    let blocks = self.block_moves(assign, &order, &all, Schedule::Sequential, obj, &mut |run| {
+                    let blocks = self.block_moves(assign, &order, &all, Schedule::Sequential, obj, None, &mut |run| {
                         run.iter().for_each(|&c| around(c, &mut queue, &mut queued, &mut hot))
                     });
                     moves += blocks;
@@ -1075,13 +1120,13 @@ impl Problem {
             // runs wholly inside a wide phase are its climb's (no op of one is hot)
             let mut was_hot = std::mem::replace(&mut hot, vec![false; self.ops()]);
             was_hot.iter_mut().enumerate().for_each(|(c, h)| *h &= !in_wide(c));
-            moved += self.block_moves(assign, &order, &was_hot, schedule, obj, &mut |run| {
+            moved += self.block_moves(assign, &order, &was_hot, schedule, obj, None, &mut |run| {
                 run.iter().for_each(|&c| mark(c, &mut dirty, &mut hot))
             });
             if moved == 0 {
                 // nothing moved near the last moves: every run once more, for moves further away
                 let all: Vec<bool> = (0..self.ops()).map(|c| !in_wide(c)).collect();
-                moved += self.block_moves(assign, &order, &all, schedule, obj, &mut |run| {
+                moved += self.block_moves(assign, &order, &all, schedule, obj, None, &mut |run| {
                     run.iter().for_each(|&c| mark(c, &mut dirty, &mut hot))
                 });
             }
@@ -1091,5 +1136,159 @@ impl Problem {
             }
         }
         moves
+    }
+}
+
+/// Per op, how far its share of a sequential objective is above its floor (its cost less the
+/// most it can save on its PU): the transfers it pays and the saving it misses. Moving `run` to
+/// PU `j` changes only the shares of `run` and its neighbours, so it lowers the objective by at
+/// most their excess less what the floors of `run` rise: a move that cannot win is ruled out
+/// without pricing it. Valid while every op's share is its own (no measured runs).
+pub(crate) struct Slack {
+    excess: Vec<f64>,
+    /// Per op, the excess of its neighbours (an op counted once per link), and `near_on[c * pus
+    /// + j]` the part of it on PU `j`.
+    near: Vec<f64>,
+    near_on: Vec<f64>,
+    /// Per op, the most its floor falls on another PU.
+    gain: Vec<f64>,
+    /// `floor[c * pus + j]`: the least share op `c` can have on PU `j` (its cost less the most it
+    /// can save there; infinite where `j` cannot run it).
+    floor: Vec<f64>,
+    obj: Objective,
+}
+
+impl Slack {
+    fn new(p: &Problem, assign: &[usize], obj: Objective) -> Self {
+        let k = p.pus();
+        let floor = (0..p.ops() * k)
+            .map(|i| {
+                let (c, j) = (i / k, i % k);
+                p.w[c][j].map_or(f64::INFINITY, |w| {
+                    let d = w - p.saving[c][j];
+                    match obj {
+                        Objective::Latency => d,
+                        Objective::Energy => d * p.power[c][j],
+                    }
+                })
+            })
+            .collect();
+        let n = p.ops();
+        let mut s = Slack {
+            excess: vec![0.0; n],
+            near: vec![0.0; n],
+            near_on: vec![0.0; n * k],
+            gain: vec![0.0; n],
+            floor,
+            obj,
+        };
+        for c in 0..n {
+            s.excess[c] = s.own_excess(p, assign, c);
+            s.gain[c] = s.own_gain(p, assign, c);
+        }
+        for c in 0..n {
+            s.sum_near(p, assign, c);
+        }
+        s
+    }
+
+    /// `near` and `near_on` of op `c` from its neighbours' excess.
+    fn sum_near(&mut self, p: &Problem, assign: &[usize], c: usize) {
+        let k = p.pus();
+        let on = &mut self.near_on[c * k..(c + 1) * k];
+        on.fill(0.0);
+        for x in Self::neighbours(p, c) {
+            on[assign[x]] += self.excess[x];
+        }
+        self.near[c] = on.iter().sum();
+    }
+
+    fn floor(&self, p: &Problem, c: usize, j: usize) -> f64 {
+        self.floor[c * p.pus() + j]
+    }
+
+    /// The transfers op `c` of `run` pays on PU `j` whatever the rest of `run` does: from and to
+    /// the host, and to neighbours outside `run` on other PUs.
+    fn forced(&self, p: &Problem, assign: &[usize], run: &[usize], c: usize, j: usize) -> f64 {
+        if !p.accelerator[j] {
+            return 0.0;
+        }
+        let apart = |x: &usize| assign[*x] != j && !run.contains(x);
+        let into = if p.from_host[c] || p.preds[c].iter().any(apart) { p.h2d[c][j] } else { 0.0 };
+        let out = if p.to_host[c] || p.succs[c].iter().any(apart) { p.d2h[c][j] } else { 0.0 };
+        match self.obj {
+            Objective::Latency => into + out,
+            Objective::Energy => (into + out) * p.power[c][j],
+        }
+    }
+
+    fn own_gain(&self, p: &Problem, assign: &[usize], c: usize) -> f64 {
+        let at = self.floor(p, c, assign[c]);
+        (0..p.pus()).map(|j| at - self.floor(p, c, j)).fold(0.0, f64::max)
+    }
+
+    fn own_excess(&self, p: &Problem, assign: &[usize], c: usize) -> f64 {
+        (p.contribution(assign, c, Schedule::Sequential, self.obj) - self.floor(p, c, assign[c])).max(0.0)
+    }
+
+    fn neighbours(p: &Problem, c: usize) -> impl Iterator<Item = usize> + '_ {
+        p.preds[c].iter().copied().chain(p.succs[c].iter().copied()).chain(p.prev[c]).chain(p.next[c])
+    }
+
+    /// Whether moving every op of `run` to one PU might lower the objective (false: no PU can).
+    /// On PU `j`, an op of `run` costs at least its floor there and the transfers it cannot
+    /// avoid; a neighbour's share falls only where it is on `j` too (it no longer pays a
+    /// transfer to `run`, or it joins it).
+    fn may_improve(&self, p: &Problem, assign: &[usize], run: &[usize]) -> bool {
+        let own: f64 = run.iter().map(|&c| self.excess[c]).sum();
+        // all the excess the move could remove (a neighbour counted twice only weakens it)
+        let budget = own + run.iter().map(|&c| self.near[c]).sum::<f64>();
+        // no PU lowers a floor and nothing around pays a transfer or misses a saving
+        if budget <= 0.0 && run.iter().all(|&c| self.gain[c] <= 0.0) {
+            return false;
+        }
+        (0..p.pus()).filter(|&j| run.iter().any(|&c| assign[c] != j)).any(|j| {
+            let rise: f64 = run.iter().map(|&c| self.floor(p, c, j) - self.floor(p, c, assign[c])).sum();
+            if rise >= budget {
+                return false;
+            }
+            // neighbours on `j`, an op of `run` among them counted too: a cheap test first
+            let near: f64 = run.iter().map(|&c| self.near_on[c * p.pus() + j]).sum();
+            if rise >= own + near {
+                return false;
+            }
+            let forced: f64 = run.iter().map(|&c| self.forced(p, assign, run, c, j)).sum();
+            if rise + forced >= own + near {
+                return false;
+            }
+            // then without the ops of `run`
+            let near: f64 = run
+                .iter()
+                .flat_map(|&c| Self::neighbours(p, c))
+                .filter(|&x| assign[x] == j && !run.contains(&x))
+                .map(|x| self.excess[x])
+                .sum();
+            rise + forced < own + near
+        })
+    }
+
+    /// After `moved` moved: the excess of every op whose share it can change, and the sums of
+    /// their neighbours.
+    fn refresh(&mut self, p: &Problem, assign: &[usize], moved: &[usize]) {
+        for &c in moved {
+            self.excess[c] = self.own_excess(p, assign, c);
+            self.gain[c] = self.own_gain(p, assign, c);
+            for x in Self::neighbours(p, c) {
+                self.excess[x] = self.own_excess(p, assign, x);
+            }
+        }
+        for &c in moved {
+            for x in std::iter::once(c).chain(Self::neighbours(p, c)) {
+                self.sum_near(p, assign, x);
+                for y in Self::neighbours(p, x) {
+                    self.sum_near(p, assign, y);
+                }
+            }
+        }
     }
 }
