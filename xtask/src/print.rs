@@ -291,7 +291,13 @@ pub fn measured(r: &RunReport) {
                 println!("           {} {us:.1} µs: the plan itself (the same configuration){err}{best}", d.description)
             }
             (Some(us), _) => {
-                println!("           {} {us:.1} µs (speedup {:.2}x{err}){best}", d.description, us / r.measured_us)
+                let (faster, blocks) = (bident_runtime::faster_blocks(&d.block_ratios), d.block_ratios.len());
+                println!(
+                    "           {} {us:.1} µs (speedup {:.2}x{err}; faster than the plan in {faster} of {blocks} \
+                     blocks){best}",
+                    d.description,
+                    us / r.measured_us
+                )
             }
             (None, why) => println!("           {}: not measured ({})", d.description, why.as_deref().unwrap_or("?")),
         }
@@ -389,6 +395,14 @@ pub fn measured_json(r: &RunReport) -> serde_json::Map<String, serde_json::Value
             .measured_whole
             .iter()
             .map(|w| (w.pu.clone(), serde_json::json!(w.measured_us)))
+            .collect::<serde_json::Map<_, _>>(),
+        // per alternative: each block's median over the plan's
+        "block_ratios": r
+            .backend_defaults
+            .iter()
+            .filter(|d| !d.is_plan)
+            .map(|d| (d.backend.clone(), serde_json::json!(d.block_ratios)))
+            .chain(r.measured_whole.iter().map(|w| (w.pu.clone(), serde_json::json!(w.block_ratios))))
             .collect::<serde_json::Map<_, _>>(),
         "overhead_us_per_op": r.overhead_us_per_op,
         "compile_ms": r.compile_ms,

@@ -13,7 +13,7 @@ use bident_backend::{Backend, Backends, SocSpec};
 use bident_ir::{FusedGraph, OpId};
 use bident_partition::PhasedGraph;
 use bident_profile::{CostTable, ProfileConfig};
-use bident_runtime::RunReport;
+use bident_runtime::{RunReport, consistently_faster, faster_blocks};
 use bident_search::{Constraints, Plan};
 
 use crate::folder::{COSTS, FUSED, PHASED, PLAN, REPORT};
@@ -66,18 +66,11 @@ impl Driver<'_> {
         let mut p = self.prepare(o, None)?;
         let (mut plan, plan_h) = self.plan(&mut p, &o.plan, o.measuring)?;
         let report = match &p.soc {
-            Soc::Measured(spec, be) => {
-                let mut replan = |c: &Constraints| {
-                    // a re-plan is one search: the front's fastest point was the latency one
-                    let goal = if o.plan.goal == Goal::Pareto { Goal::Latency } else { o.plan.goal };
-                    let opts = PlanOptions { constraints: c.clone(), goal, ..o.plan.clone() };
-                    self.search(&p.folder, (&p.phased, p.phased_hash), (&p.costs, p.costs_hash), &opts)
-                };
+            Soc::Measured(..) => {
                 // a plan held to f32 is compared with the engines held to f32
                 let mut run = o.run.clone();
                 run.config.exact_defaults = o.soc.precisions == bident_backend::soc::Precisions::Exact;
-                let (done, report) =
-                    self.run(&p.folder, &p.graph, (plan, plan_h), spec, be.clone(), &run, &mut replan)?;
+                let (done, report) = self.deliver(&p, (plan, plan_h), &o.plan, &run)?;
                 plan = done;
                 Some(report)
             }
@@ -132,15 +125,26 @@ impl Driver<'_> {
         Ok((plan, plan_h))
     }
 
-    /// The run stage without its policies: `plan` measured as it is (no give-way to an engine's
-    /// default, no fallback), beside the same baselines. The report is returned, not written:
-    /// a folder holds the report of its own plan only, and an eval measures several.
-    pub fn measure_plan(&self, p: &Prepared, plan: &Plan, cfg: &bident_runtime::RunConfig) -> Result<RunReport> {
+    /// The run stage with its policies ([`Driver::run`]: giving way, fallback), re-planning
+    /// from `p`'s phases and costs with `opts` where it needs to: the plan delivered and its
+    /// report (both also in the folder). Only on real PUs.
+    pub fn deliver(
+        &self,
+        p: &Prepared,
+        plan: (Plan, ContentHash),
+        opts: &PlanOptions,
+        run: &RunOptions,
+    ) -> Result<(Plan, RunReport)> {
         let Soc::Measured(spec, be) = &p.soc else {
             return Err(DriverError::Invalid(format!("`{}` is a virtual SoC: nothing runs on it", p.soc.spec().name)));
         };
-        let be: Arc<dyn Backend> = be.clone();
-        Ok(bident_runtime::run(&p.graph, plan, spec, be, &with_candidates(plan, cfg))?)
+        let mut replan = |c: &Constraints| {
+            // a re-plan is one search: the front's fastest point was the latency one
+            let goal = if opts.goal == Goal::Pareto { Goal::Latency } else { opts.goal };
+            let o = PlanOptions { constraints: c.clone(), goal, ..opts.clone() };
+            self.search(&p.folder, (&p.phased, p.phased_hash), (&p.costs, p.costs_hash), &o)
+        };
+        self.run(&p.folder, &p.graph, plan, spec, be.clone(), run, &mut replan)
     }
 
     /// The cost table of one small model (a probe: one op of one size) on `soc`, measured with
@@ -620,6 +624,15 @@ impl Driver<'_> {
                         tried.push(pu);
                         continue;
                     }
+                    if unpinned && let Some(what) = within_noise(&report) {
+                        self.note(
+                            Stage::Run,
+                            format!(
+                                "{what}, the plan {:.1} µs: within the noise between blocks, the plan stays",
+                                report.measured_us
+                            ),
+                        );
+                    }
                     // an engine's PU that measured no better than a plan before it gives the plan
                     // back (the search is deterministic: planning again writes the same plan)
                     let mut report = report;
@@ -942,7 +955,9 @@ const GIVE_WAY_MARGIN: f64 = 0.02;
 
 /// The PU the plan gives way to, and what it measured, in words: the fastest engine default's
 /// PU where the plan is slower than that default, else the fastest PU that ran the whole model
-/// beside the plan more than [`GIVE_WAY_MARGIN`] faster; never one tried already or excluded.
+/// beside the plan more than [`GIVE_WAY_MARGIN`] faster; either only where it was faster beyond
+/// the noise between the blocks they took turns in ([`consistently_faster`]), and never one
+/// tried already or excluded.
 fn faster_whole(
     soc: &SocSpec,
     report: &RunReport,
@@ -951,17 +966,18 @@ fn faster_whole(
     tried: &[String],
 ) -> Option<(String, String)> {
     let fresh = |pu: &String| !tried.contains(pu) && !plan.constraints.exclude.contains(pu);
-    let default = (report.speedup_vs_best_default() < 1.0)
-        .then(|| default_pu(soc, report, plan, cfg))
-        .flatten()
-        .filter(fresh)
-        .map(|pu| {
-            (
-                pu,
-                report.measured_backend_default_us,
-                format!("{} at {:.1} µs", report.backend_default, report.measured_backend_default_us),
-            )
-        });
+    let default = (report.speedup_vs_best_default() < 1.0
+        && report.best_default().is_some_and(|d| consistently_faster(&d.block_ratios, GIVE_WAY_MARGIN)))
+    .then(|| default_pu(soc, report, plan, cfg))
+    .flatten()
+    .filter(fresh)
+    .map(|pu| {
+        (
+            pu,
+            report.measured_backend_default_us,
+            format!("{} at {:.1} µs", report.backend_default, report.measured_backend_default_us),
+        )
+    });
     let whole = report
         .measured_whole
         .iter()
@@ -969,11 +985,37 @@ fn faster_whole(
         // is still the whole model on that PU, measured beside the plan
         .filter(|w| w.same_as.as_deref() != Some("the plan") && fresh(&w.pu))
         .filter(|w| !(plan.ops_per_pu.len() == 1 && plan.ops_per_pu.contains_key(&w.pu)))
+        .filter(|w| consistently_faster(&w.block_ratios, GIVE_WAY_MARGIN))
         .filter_map(|w| Some((w.pu.clone(), w.measured_us?)))
         .filter(|(_, us)| *us < report.measured_us * (1.0 - GIVE_WAY_MARGIN))
         .min_by(|a, b| a.1.total_cmp(&b.1))
         .map(|(pu, us)| (pu.clone(), us, format!("the whole model on `{pu}` at {us:.1} µs")));
     [default, whole].into_iter().flatten().min_by(|a, b| a.1.total_cmp(&b.1)).map(|(pu, _, what)| (pu, what))
+}
+
+/// The fastest alternative that measured more than [`GIVE_WAY_MARGIN`] faster than the plan by
+/// its median but not beyond the noise between blocks (so the plan did not give way to it), in
+/// words.
+fn within_noise(report: &RunReport) -> Option<String> {
+    let defaults = report
+        .backend_defaults
+        .iter()
+        .filter(|d| !d.is_plan)
+        .filter_map(|d| Some((d.description.clone(), d.measured_us?, &d.block_ratios)));
+    let wholes = report
+        .measured_whole
+        .iter()
+        .filter(|w| w.same_as.as_deref() != Some("the plan"))
+        .filter_map(|w| Some((format!("the whole model on `{}`", w.pu), w.measured_us?, &w.block_ratios)));
+    defaults
+        .chain(wholes)
+        .filter(|(_, us, r)| {
+            *us < report.measured_us * (1.0 - GIVE_WAY_MARGIN) && !consistently_faster(r, GIVE_WAY_MARGIN)
+        })
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(what, us, r)| {
+            format!("{what} measured {us:.1} µs, faster in {} of {} blocks", faster_blocks(r), r.len())
+        })
 }
 
 fn default_pu(soc: &SocSpec, report: &RunReport, plan: &Plan, cfg: &bident_runtime::RunConfig) -> Option<String> {

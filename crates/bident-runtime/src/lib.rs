@@ -155,6 +155,10 @@ pub struct WholeRun {
     /// Not measured apart, being the same run as another measured beside it (`the plan`, `the
     /// reference`, or a backend's defaults, by backend name): its figure is that one's.
     pub same_as: Option<String>,
+    /// Each block it took turns with the plan in, its median over the plan's, in turn order
+    /// (empty where it is the plan, or was not measured).
+    #[serde(default)]
+    pub block_ratios: Vec<f64>,
 }
 
 /// One backend's whole-model defaults, as a baseline.
@@ -175,6 +179,9 @@ pub struct BackendDefault {
     /// The plan is this default: the whole model on a PU of the same configuration
     /// ([`PuSpec::same_configuration`]), so the two are one measurement, not two.
     pub is_plan: bool,
+    /// As [`WholeRun::block_ratios`].
+    #[serde(default)]
+    pub block_ratios: Vec<f64>,
 }
 
 impl BackendDefault {
@@ -184,9 +191,51 @@ impl BackendDefault {
     }
 }
 
+/// Whether a baseline measured faster than the plan by more than `margin` beyond the noise
+/// between blocks, from its [`WholeRun::block_ratios`]: from five blocks, Wilcoxon's signed-rank
+/// test of the log ratios against `ln(1 - margin)` (one-sided, p at most 0.035: at six blocks one
+/// block may go the other way if it is the closest); below five, every block faster by the
+/// margin. By medians alone the fastest of several baselines each as fast as the plan beats it
+/// by chance (the winner's curse); ranks keep one odd block from hiding a lead, or making one.
+pub fn consistently_faster(block_ratios: &[f64], margin: f64) -> bool {
+    /// Largest one-sided p-value that counts.
+    const ALPHA: f64 = 0.035;
+    let n = block_ratios.len();
+    if n == 0 || n > 64 || block_ratios.iter().any(|r| !(r.is_finite() && *r > 0.0)) {
+        return false;
+    }
+    let limit = (1.0 - margin).ln();
+    // d > 0 where the baseline was not faster by the margin
+    let d: Vec<f64> = block_ratios.iter().map(|r| r.ln() - limit).collect();
+    if n < 5 {
+        return d.iter().all(|&x| x < 0.0);
+    }
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&a, &b| d[a].abs().total_cmp(&d[b].abs()));
+    // the rank sum of the blocks that went the plan's way
+    let against: usize = order.iter().enumerate().filter(|&(_, &i)| d[i] >= 0.0).map(|(rank, _)| rank + 1).sum();
+    // under no difference every sign is a coin: how many of the 2^n sign patterns have a rank
+    // sum against of at most this one
+    let most = n * (n + 1) / 2;
+    let mut ways = vec![0f64; most + 1];
+    ways[0] = 1.0;
+    for rank in 1..=n {
+        for sum in (rank..=most).rev() {
+            ways[sum] += ways[sum - rank];
+        }
+    }
+    let p = ways[..=against].iter().sum::<f64>() / 2f64.powi(n as i32);
+    p <= ALPHA
+}
+
+/// In how many of `block_ratios` the baseline was faster than the plan.
+pub fn faster_blocks(block_ratios: &[f64]) -> usize {
+    block_ratios.iter().filter(|&&r| r < 1.0).count()
+}
+
 impl Artifact for RunReport {
     const KIND: &'static str = "run-report";
-    const SCHEMA_VERSION: u32 = 6;
+    const SCHEMA_VERSION: u32 = 7;
 }
 
 impl RunReport {
@@ -555,6 +604,7 @@ fn backend_default(
         is_plan: is_plan && refused.is_none(),
         refused,
         max_abs_err: None,
+        block_ratios: vec![],
     };
     Ok((d, sessions))
 }
@@ -602,7 +652,7 @@ fn measure(
             pu: name.clone(),
             soc: soc.name.clone(),
         })?;
-        let run = WholeRun { pu: name.clone(), measured_us: None, refused: None, same_as: None };
+        let run = WholeRun { pu: name.clone(), measured_us: None, refused: None, same_as: None, block_ratios: vec![] };
         // a run measured beside it anyway is not measured twice (two sessions of one
         // configuration differ only by noise)
         let same_as = match plan_whole_on {
@@ -645,6 +695,9 @@ fn measure(
     let mut mono_us = vec![];
     let mut default_us: Vec<Vec<f64>> = vec![vec![]; defaults.len()];
     let mut whole_us: Vec<Vec<f64>> = vec![vec![]; wholes.len()];
+    // each baseline's block medians, in the order of the plan's (`block_medians`)
+    let (mut mono_blocks, mut default_blocks, mut whole_blocks) =
+        (vec![], vec![vec![]; defaults.len()], vec![vec![]; wholes.len()]);
     let mut max_abs_err = 0.0f64;
     let reduced = reduced_precision(soc, program);
     let mut done = 0;
@@ -680,12 +733,12 @@ fn measure(
         if turn % 2 == 0 {
             plan_block()?;
         }
-        let baselines = std::iter::once((&mono, &mut mono_us))
+        let baselines = std::iter::once((&mono, (&mut mono_us, &mut mono_blocks)))
             .filter(|_| !reference_is_plan)
-            .chain(defaults.iter().map(|d| &d.1).zip(default_us.iter_mut()))
-            .chain(wholes.iter().map(|w| &w.1).zip(whole_us.iter_mut()))
+            .chain(defaults.iter().map(|d| &d.1).zip(default_us.iter_mut().zip(default_blocks.iter_mut())))
+            .chain(wholes.iter().map(|w| &w.1).zip(whole_us.iter_mut().zip(whole_blocks.iter_mut())))
             .filter(|(s, _)| !s.is_empty());
-        for (baseline, times) in baselines {
+        for (baseline, (times, blocks)) in baselines {
             let mut sums = vec![0.0; block as usize];
             for (m, s) in baseline.iter().enumerate() {
                 settle();
@@ -696,7 +749,8 @@ fn measure(
                     }
                 }
             }
-            times.extend(sums);
+            times.extend_from_slice(&sums);
+            blocks.push(bident_profile::quantile(&mut sums, 0.5));
         }
         if turn % 2 == 1 {
             plan_block()?;
@@ -786,32 +840,42 @@ fn measure(
     }
     let q = bident_profile::quantile;
     let measured_us = q(&mut totals.clone(), 0.5);
+    let ratios = |theirs: &[f64]| -> Vec<f64> { theirs.iter().zip(&block_medians).map(|(t, p)| t / p).collect() };
+    let mono_ratios = if reference_is_plan { vec![] } else { ratios(&mono_blocks) };
     let backend_defaults: Vec<BackendDefault> = defaults
         .into_iter()
-        .zip(&mut default_us)
+        .zip(default_us.iter_mut().zip(&default_blocks))
         .zip(default_errs)
-        .map(|(((d, s), us), errs)| {
+        .map(|(((d, s), (us, blocks)), errs)| {
             let worst = |e: Vec<Vec<f64>>| e.into_iter().flatten().fold(0.0, f64::max);
             if d.is_plan {
                 // one measurement: the plan's own
                 BackendDefault { measured_us: Some(measured_us), max_abs_err: Some(max_abs_err), ..d }
             } else {
-                BackendDefault { measured_us: (!s.is_empty()).then(|| q(us, 0.5)), max_abs_err: errs.map(worst), ..d }
+                BackendDefault {
+                    measured_us: (!s.is_empty()).then(|| q(us, 0.5)),
+                    max_abs_err: errs.map(worst),
+                    block_ratios: ratios(blocks),
+                    ..d
+                }
             }
         })
         .collect();
     let measured_best_single_pu_us = if reference_is_plan { measured_us } else { q(&mut mono_us, 0.5) };
     let measured_whole: Vec<WholeRun> = wholes
         .into_iter()
-        .zip(&mut whole_us)
-        .map(|((w, s), us)| {
-            let measured_us = match w.same_as.as_deref() {
-                Some("the plan") => Some(measured_us),
-                Some("the reference") => Some(measured_best_single_pu_us),
-                Some(b) => backend_defaults.iter().find(|d| d.backend == b).and_then(|d| d.measured_us),
-                None => (!s.is_empty()).then(|| q(us, 0.5)),
+        .zip(whole_us.iter_mut().zip(&whole_blocks))
+        .map(|((w, s), (us, blocks))| {
+            let default = |b: &str| backend_defaults.iter().find(|d| d.backend == b);
+            let (measured_us, block_ratios) = match w.same_as.as_deref() {
+                Some("the plan") => (Some(measured_us), vec![]),
+                Some("the reference") => (Some(measured_best_single_pu_us), mono_ratios.clone()),
+                Some(b) => {
+                    (default(b).and_then(|d| d.measured_us), default(b).map_or(vec![], |d| d.block_ratios.clone()))
+                }
+                None => ((!s.is_empty()).then(|| q(us, 0.5)), ratios(blocks)),
             };
-            WholeRun { measured_us, ..w }
+            WholeRun { measured_us, block_ratios, ..w }
         })
         .collect();
     let (fast, measured_backend_default_us) =
@@ -1039,7 +1103,34 @@ pub fn input_hash(plan_hash: ContentHash, cfg: &RunConfig) -> Result<ContentHash
 mod tests {
     use bident_tensor::{DType, HostTensor};
 
-    use super::check_output;
+    use super::{check_output, consistently_faster};
+
+    /// A lead counts where it stands clear of the spread between blocks, never from no blocks.
+    #[test]
+    fn a_lead_counts_beyond_the_noise_between_blocks() {
+        let cases: &[(&[f64], bool)] = &[
+            (&[], false),
+            (&[0.5], true),
+            (&[0.99], false),
+            (&[0.5, 1.1], false),
+            (&[0.9, 0.9, 0.9, 0.9], true),
+            // faster in every block, but by less than the margin
+            (&[0.99, 0.985, 0.99, 0.995, 0.99], false),
+            (&[0.9, 0.8, 0.85, 0.9, 0.95], true),
+            // 5 of 6 faster by a third, the other block the closest call: a lead
+            (&[0.6, 0.65, 0.7, 0.6, 0.62, 0.99], true),
+            // 5 of 6, but the other block the furthest off: not
+            (&[0.9, 0.92, 0.95, 0.9, 0.93, 1.3], false),
+            // as fast as the plan, give or take 13%
+            (&[0.87, 1.1, 0.9, 1.05, 0.95, 1.13], false),
+            // 9 of 10
+            (&[0.8, 0.85, 0.9, 0.8, 0.82, 0.84, 0.9, 0.86, 0.88, 1.05], true),
+            (&[0.9, f64::NAN, 0.9], false),
+        ];
+        for (ratios, want) in cases {
+            assert_eq!(consistently_faster(ratios, 0.02), *want, "{ratios:?}");
+        }
+    }
 
     fn f32s(v: &[f32]) -> HostTensor {
         let bytes = v.iter().flat_map(|x| x.to_le_bytes()).collect();
