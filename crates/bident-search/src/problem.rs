@@ -20,6 +20,9 @@
 //!   saving of compiling it with its predecessor (pairs in `CostTable::segments`); where the
 //!   whole run was measured (a longer entry there), its ops' costs are scaled to that figure.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
 use bident_partition::PhasedGraph;
 use bident_profile::CostTable;
 use serde::{Deserialize, Serialize};
@@ -421,38 +424,40 @@ impl Problem {
         (if into { self.h2d[c][j] } else { 0.0 }, if out { self.d2h[c][j] } else { 0.0 })
     }
 
-    /// Contention factors of a phase's ops under a parallel schedule (by position in the phase,
-    /// branch by branch): the largest SF of the op's PU against the PUs of the other branches.
-    pub(crate) fn factors(&self, assign: &[usize], phase: &[Vec<usize>]) -> Vec<Vec<f64>> {
+    /// Contention factors of a phase's ops under a parallel schedule, into `out` (by position in
+    /// the phase, branch after branch): the largest SF of the op's PU against the PUs of the
+    /// other branches. `used` and `users` are scratch.
+    fn factors_into(
+        &self,
+        assign: &[usize],
+        phase: &[Vec<usize>],
+        out: &mut Vec<f64>,
+        used: &mut Vec<bool>,
+        users: &mut Vec<usize>,
+    ) {
         let k = self.pus();
-        let used: Vec<Vec<bool>> = phase
-            .iter()
-            .map(|ops| {
-                let mut u = vec![false; k];
-                ops.iter().for_each(|&o| u[assign[o]] = true);
-                u
-            })
-            .collect();
+        used.clear();
+        used.resize(phase.len() * k, false);
+        for (b, ops) in phase.iter().enumerate() {
+            ops.iter().for_each(|&o| used[b * k + assign[o]] = true);
+        }
         // how many branches use each PU: another branch uses PU o when more than this one does
-        let mut users = vec![0usize; k];
-        used.iter().for_each(|u| u.iter().zip(&mut users).for_each(|(&x, n)| *n += x as usize));
-        phase
-            .iter()
-            .zip(&used)
-            .map(|(ops, u)| {
-                // per PU: the worst SF against a PU another branch uses
-                let worst: Vec<f64> = (0..k)
-                    .map(|j| {
-                        (0..k)
-                            .filter(|&o| o != j && !self.exclusive[j][o])
-                            .filter(|&o| users[o] > u[o] as usize)
-                            .map(|o| self.sf[j][o])
-                            .fold(1.0, f64::max)
-                    })
-                    .collect();
-                ops.iter().map(|&o| worst[assign[o]]).collect()
-            })
-            .collect()
+        users.clear();
+        users.resize(k, 0);
+        used.chunks(k).for_each(|u| u.iter().zip(users.iter_mut()).for_each(|(&x, n)| *n += x as usize));
+        out.clear();
+        for (b, ops) in phase.iter().enumerate() {
+            let u = &used[b * k..(b + 1) * k];
+            // the worst SF of PU j against a PU another branch uses
+            let worst = |j: usize| {
+                (0..k)
+                    .filter(|&o| o != j && !self.exclusive[j][o])
+                    .filter(|&o| users[o] > u[o] as usize)
+                    .map(|o| self.sf[j][o])
+                    .fold(1.0, f64::max)
+            };
+            out.extend(ops.iter().map(|&o| worst(assign[o])));
+        }
     }
 
     /// Run phase `pi` from time `at`; returns its end and energy, and fills `tl` when given.
@@ -469,55 +474,85 @@ impl Problem {
     ) -> Option<(f64, f64)> {
         let phase = &self.phases[pi];
         let parallel = schedule == Schedule::Parallel && phase.len() > 1;
-        let factors = if parallel { Some(self.factors(assign, phase)) } else { None };
-        let mut energy = 0.0;
-        let mut duration: Vec<Vec<f64>> = Vec::with_capacity(phase.len());
-        for (b, ops) in phase.iter().enumerate() {
-            let mut d = Vec::with_capacity(ops.len());
-            for (k, &c) in ops.iter().enumerate() {
-                let j = assign[c];
-                let w = self.w[c][j]?;
-                let (i, o) = self.transfers(assign, c);
-                let f = factors.as_ref().map_or(1.0, |fs| fs[b][k]);
-                let s = match eff {
-                    Some(e) => w - e[c],
-                    None => self.saved(assign, c, schedule),
-                };
-                if let Some(tl) = tl.as_deref_mut() {
-                    tl.transfer_in[c] = i;
-                    tl.transfer_out[c] = o;
-                    tl.factor[c] = f;
-                    tl.saved[c] = s;
-                }
-                let dur = i + (w - s) * f + o;
-                energy += dur * self.power[c][j];
-                d.push(dur);
-            }
-            duration.push(d);
+        // the buffers are reused: the searches simulate phases millions of times
+        let mut guard = SCRATCH.with(|s| s.take());
+        let PhaseScratch { factors, used, users, duration, .. } = &mut guard;
+        if parallel {
+            self.factors_into(assign, phase, factors, used, users);
         }
+        let mut energy = 0.0;
+        duration.clear();
+        for &c in phase.iter().flatten() {
+            let j = assign[c];
+            let Some(w) = self.w[c][j] else {
+                SCRATCH.with(|s| s.replace(guard));
+                return None;
+            };
+            let (i, o) = self.transfers(assign, c);
+            let f = if parallel { factors[duration.len()] } else { 1.0 };
+            let s = match eff {
+                Some(e) => w - e[c],
+                None => self.saved(assign, c, schedule),
+            };
+            if let Some(tl) = tl.as_deref_mut() {
+                tl.transfer_in[c] = i;
+                tl.transfer_out[c] = o;
+                tl.factor[c] = f;
+                tl.saved[c] = s;
+            }
+            let dur = i + (w - s) * f + o;
+            energy += dur * self.power[c][j];
+            duration.push(dur);
+        }
+        let result = self.schedule_phase(assign, pi, at, parallel, energy, &mut guard, tl);
+        SCRATCH.with(|s| s.replace(guard));
+        Some(result)
+    }
+
+    /// The timing half of [`Problem::run_phase`]: the phase's ops, whose durations are in
+    /// `scratch.duration` (branch after branch), one after another or list-scheduled; returns the
+    /// phase's end and `energy`.
+    #[allow(clippy::too_many_arguments)]
+    fn schedule_phase(
+        &self,
+        assign: &[usize],
+        pi: usize,
+        at: f64,
+        parallel: bool,
+        energy: f64,
+        scratch: &mut PhaseScratch,
+        mut tl: Option<&mut Timeline>,
+    ) -> (f64, f64) {
+        let phase = &self.phases[pi];
+        let PhaseScratch { duration, first, next, pu_free, waiting, ready_by, .. } = scratch;
         if !parallel {
             let mut now = at;
-            for (ops, d) in phase.iter().zip(&duration) {
-                for (&c, &dur) in ops.iter().zip(d) {
-                    if let Some(tl) = tl.as_deref_mut() {
-                        tl.start[c] = now;
-                        tl.finish[c] = now + dur;
-                    }
-                    now += dur;
+            for (&c, &dur) in phase.iter().flatten().zip(duration.iter()) {
+                if let Some(tl) = tl.as_deref_mut() {
+                    tl.start[c] = now;
+                    tl.finish[c] = now + dur;
                 }
+                now += dur;
             }
-            return Some((now, energy));
+            return (now, energy);
         }
         // list scheduling from the barrier: the branch head that can start first goes first
         // (the lowest branch among equals), once its PU and every PU sharing its hardware are
         // free. Per PU the heads waiting on it: those ready by the time it is free all start
         // then (the lowest branch first), the rest in order of readiness; O(ops log branches).
-        use std::cmp::Reverse;
-        use std::collections::BinaryHeap;
         let k = self.pus();
         let key = |t: f64| Reverse(t.to_bits());
-        let mut next = vec![0usize; phase.len()];
-        let mut pu_free = vec![at; k];
+        // where each branch's durations start in `duration`
+        first.clear();
+        first.extend(phase.iter().scan(0, |acc, ops| {
+            let at = *acc;
+            *acc += ops.len();
+            Some(at)
+        }));
+        next.clear();
+        next.resize(phase.len(), 0);
+        pu_free.clear();
+        pu_free.resize(k, at);
         let free = |pu_free: &[f64], j: usize| {
             pu_free
                 .iter()
@@ -527,8 +562,10 @@ impl Problem {
                 .fold(at, f64::max)
         };
         // (ready, branch) of heads not yet ready when their PU is free; branches ready by then
-        let mut waiting: Vec<BinaryHeap<(Reverse<u64>, Reverse<usize>)>> = vec![BinaryHeap::new(); k];
-        let mut ready_by: Vec<BinaryHeap<Reverse<usize>>> = vec![BinaryHeap::new(); k];
+        waiting.resize_with(k, BinaryHeap::new);
+        ready_by.resize_with(k, BinaryHeap::new);
+        waiting.iter_mut().for_each(BinaryHeap::clear);
+        ready_by.iter_mut().for_each(BinaryHeap::clear);
         for (b, ops) in phase.iter().enumerate() {
             if let Some(&c) = ops.first() {
                 waiting[assign[c]].push((key(at), Reverse(b)));
@@ -538,7 +575,7 @@ impl Problem {
         loop {
             let mut pick: Option<(f64, usize)> = None;
             for j in 0..k {
-                let f = free(&pu_free, j);
+                let f = free(pu_free, j);
                 while let Some(&(Reverse(t), Reverse(b))) = waiting[j].peek() {
                     if f64::from_bits(t) > f {
                         break;
@@ -564,7 +601,7 @@ impl Problem {
             } else {
                 waiting[j].pop();
             }
-            let finish = start + duration[b][next[b]];
+            let finish = start + duration[first[b] + next[b]];
             if let Some(tl) = tl.as_deref_mut() {
                 tl.start[c] = start;
                 tl.finish[c] = finish;
@@ -576,7 +613,7 @@ impl Problem {
                 waiting[assign[c2]].push((key(finish), Reverse(b)));
             }
         }
-        Some((end, energy))
+        (end, energy)
     }
 
     /// Simulate `assign` under `schedule`; None if some op sits on a PU that cannot run it.
@@ -861,7 +898,10 @@ impl Problem {
         for k in 0..order.len() {
             for len in 2..=Self::MAX_BLOCK.min(order.len() - k) {
                 let run = &order[k..k + len];
-                if !run.iter().any(|&c| hot[c]) || slack.as_ref().is_some_and(|s| !s.may_improve(self, assign, run)) {
+                if !run.iter().any(|&c| hot[c])
+                    || (schedule == Schedule::Parallel && !self.held_together(run))
+                    || slack.as_ref().is_some_and(|s| !s.may_improve(self, assign, run))
+                {
                     continue;
                 }
                 if self.best_move(assign, run, &choices[len], schedule, obj) {
@@ -874,6 +914,14 @@ impl Problem {
             }
         }
         count
+    }
+
+    /// Whether a run of neighbours in the order is one a parallel schedule keeps together: each
+    /// op joins the one before it (same branch, or phases of one branch) or reads it. Two
+    /// branches' ops are never compiled together there, and moving them as one is the branch
+    /// moves' work.
+    fn held_together(&self, run: &[usize]) -> bool {
+        run.windows(2).all(|w| self.joins_in_parallel[w[1]] || self.succs[w[0]].contains(&w[1]))
     }
 
     /// [`Problem::improve`] for a sequential schedule starting from the DP's optimum on the
@@ -1060,22 +1108,41 @@ impl Problem {
             }
         }
         let mut dirty = vec![true; np];
-        // ops moved (or next to a move) since the last pass of block moves: runs holding one
+        // the ops whose moves a move since the pass began may have changed the price of (every
+        // op at first): the next pass tries those only
         let mut hot = vec![true; self.ops()];
-        let mark = |c: usize, dirty: &mut [bool], hot: &mut [bool]| {
+        let nbrs = |x: usize| {
+            self.preds[x].iter().copied().chain(self.succs[x].iter().copied()).chain(self.prev[x]).chain(self.next[x])
+        };
+        let parallel_phase = |pi: usize| self.phases[pi].len() > 1;
+        // a move of `c` changes the shares of `c` and its neighbours and the spans of the parallel
+        // phases among them; a price reads the shares of an op and its neighbours and the spans
+        // of the parallel phases among them, and a share reads its op's neighbours, a span its
+        // phase's ops and their neighbours: so the ops within two links of `c`, and those of
+        // each such phase and their neighbours
+        // (the phases are marked `touched` and their ops made hot once per pass, before it tries
+        // its ops)
+        let mut touched = vec![false; np];
+        let mark = |c: usize, dirty: &mut [bool], hot: &mut [bool], touched: &mut [bool]| {
             let q = self.place[c].0;
             dirty[q] = true;
             for &q1 in &linked[q] {
                 dirty[q1] = true;
                 linked[q1].iter().for_each(|&q2| dirty[q2] = true);
             }
-            let near = std::iter::once(c)
-                .chain(self.preds[c].iter().copied())
-                .chain(self.succs[c].iter().copied())
-                .chain(self.prev[c])
-                .chain(self.next[c]);
-            near.for_each(|x| hot[x] = true);
+            hot[c] = true;
+            for x in nbrs(c) {
+                hot[x] = true;
+                nbrs(x).for_each(|y| hot[y] = true);
+            }
+            for x in std::iter::once(c).chain(nbrs(c)) {
+                let pi = self.place[x].0;
+                touched[pi] |= parallel_phase(pi);
+            }
         };
+        // where measured runs make an op's price depend on its whole run, every op is tried in
+        // every pass
+        let local = self.segment_cost.is_empty();
         let mut moves = 0;
         // graphs large enough to take a while report each pass
         let report = self.ops() >= PROGRESS_FROM;
@@ -1089,47 +1156,47 @@ impl Problem {
                 }
                 if std::mem::take(&mut dirty[pi]) && self.exact_phase(assign, pi, schedule, obj) {
                     moved += 1;
-                    self.phases[pi].iter().flatten().for_each(|&c| mark(c, &mut dirty, &mut hot));
+                    self.phases[pi].iter().flatten().for_each(|&c| mark(c, &mut dirty, &mut hot, &mut touched));
                     // optimal for the rest as it is now
                     dirty[pi] = false;
                 } else if wide[pi] && self.climb_wide(assign, pi, obj) > 0 {
                     moved += 1;
-                    self.phases[pi].iter().flatten().for_each(|&c| mark(c, &mut dirty, &mut hot));
+                    self.phases[pi].iter().flatten().for_each(|&c| mark(c, &mut dirty, &mut hot, &mut touched));
                     dirty[pi] = false;
                 }
             }
-            for (i, &c) in order.iter().enumerate().filter(|&(_, &c)| !in_wide(c)) {
+            // the ops to try this pass; moves from here on mark the next pass's
+            for pi in (0..np).filter(|&pi| std::mem::take(&mut touched[pi])) {
+                for &o in self.phases[pi].iter().flatten() {
+                    hot[o] = true;
+                    nbrs(o).for_each(|y| hot[y] = true);
+                }
+            }
+            let mut was_hot = std::mem::replace(&mut hot, vec![!local; self.ops()]);
+            was_hot.iter_mut().enumerate().for_each(|(c, h)| *h &= !in_wide(c));
+            for (i, &c) in order.iter().enumerate().filter(|&(_, &c)| was_hot[c]) {
                 if report && i % 256 == 0 {
                     self.progress.report(&what, np + i, total);
                 }
                 if self.best_single_move(assign, c, schedule, obj) {
                     moved += 1;
-                    mark(c, &mut dirty, &mut hot);
+                    mark(c, &mut dirty, &mut hot, &mut touched);
                 }
             }
             if report {
                 self.progress.report(&what, total, total);
             }
-            for b in &branches {
+            for b in branches.iter().filter(|b| b.iter().any(|&c| was_hot[c])) {
                 let choices: Vec<Vec<usize>> = (0..k).map(|j| vec![j; b.len()]).collect();
                 if self.best_move(assign, b, &choices, schedule, obj) {
                     moved += 1;
-                    b.iter().for_each(|&c| mark(c, &mut dirty, &mut hot));
+                    b.iter().for_each(|&c| mark(c, &mut dirty, &mut hot, &mut touched));
                 }
             }
             // runs wholly inside a wide phase are its climb's (no op of one is hot)
-            let mut was_hot = std::mem::replace(&mut hot, vec![false; self.ops()]);
-            was_hot.iter_mut().enumerate().for_each(|(c, h)| *h &= !in_wide(c));
             moved += self.block_moves(assign, &order, &was_hot, schedule, obj, None, &mut |run| {
-                run.iter().for_each(|&c| mark(c, &mut dirty, &mut hot))
+                run.iter().for_each(|&c| mark(c, &mut dirty, &mut hot, &mut touched))
             });
-            if moved == 0 {
-                // nothing moved near the last moves: every run once more, for moves further away
-                let all: Vec<bool> = (0..self.ops()).map(|c| !in_wide(c)).collect();
-                moved += self.block_moves(assign, &order, &all, schedule, obj, None, &mut |run| {
-                    run.iter().for_each(|&c| mark(c, &mut dirty, &mut hot))
-                });
-            }
             moves += moved;
             if moved == 0 {
                 break;
@@ -1291,4 +1358,23 @@ impl Slack {
             }
         }
     }
+}
+
+/// What [`Problem::run_phase`] computes into, kept per thread between calls.
+#[derive(Default)]
+struct PhaseScratch {
+    factors: Vec<f64>,
+    used: Vec<bool>,
+    users: Vec<usize>,
+    duration: Vec<f64>,
+    first: Vec<usize>,
+    next: Vec<usize>,
+    pu_free: Vec<f64>,
+    /// Per PU: (ready, branch) of heads not yet ready when it is free; branches ready by then.
+    waiting: Vec<BinaryHeap<(Reverse<u64>, Reverse<usize>)>>,
+    ready_by: Vec<BinaryHeap<Reverse<usize>>>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::Cell<PhaseScratch> = std::cell::Cell::new(PhaseScratch::default());
 }
