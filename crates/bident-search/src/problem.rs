@@ -852,6 +852,14 @@ impl Problem {
         let before = self.local_objective(assign, &ops, schedule, obj);
         let tolerance = 1e-9 * before.abs().max(1.0);
         let mut best: Option<(f64, Vec<usize>)> = None;
+        if schedule == Schedule::Parallel && self.segment_cost.is_empty() {
+            // the same assignments in the same order, but whole subtrees that cannot win are skipped
+            let mut search = Bounded::new(self, assign, pi, &ops, &options, obj);
+            search.run(assign, ops.len(), &current, before, tolerance, &mut best);
+            let chosen = best.as_ref().map_or(&current, |b| &b.1);
+            ops.iter().zip(chosen).for_each(|(&c, &j)| assign[c] = j);
+            return best.is_some();
+        }
         // an odometer over each op's options, without materialising the assignments
         let mut digit = vec![0usize; ops.len()];
         loop {
@@ -1377,4 +1385,167 @@ struct PhaseScratch {
 
 thread_local! {
     static SCRATCH: std::cell::Cell<PhaseScratch> = std::cell::Cell::new(PhaseScratch::default());
+}
+
+/// [`Problem::exact_phase`] under a parallel schedule as a depth-first search over the phase's
+/// ops (the last op outermost, so assignments come in the odometer's order and the same one
+/// wins), skipping every subtree whose lower bound cannot beat the best found: each op costs at
+/// least its cost less its saving (contention factors are at least 1, transfers at least 0), a
+/// branch runs its ops one after another, a PU one op at a time and never beside a PU sharing its
+/// hardware (so a phase lasts at least a PU's load and the largest load of one sharing it); the
+/// local objective's other shares and phases, which the phase's ops do not take below their
+/// floors, are at least those floors.
+struct Bounded<'a> {
+    p: &'a Problem,
+    obj: Objective,
+    ops: &'a [usize],
+    options: &'a [Vec<usize>],
+    /// `floor[i][d]`: the least op `ops[i]` costs on its option `d` (time, or energy).
+    floor: Vec<Vec<f64>>,
+    /// Per op, its least floor over its options, and its branch in the phase.
+    least: Vec<f64>,
+    branch: Vec<usize>,
+    /// What the rest of the local objective costs at least.
+    fixed: f64,
+    /// The state of the search: per branch the floors of its assigned ops and the least of its
+    /// unassigned ones; per PU the floors of the ops assigned to it; the energy so far and left.
+    assigned: Vec<f64>,
+    left: Vec<f64>,
+    on_pu: Vec<f64>,
+}
+
+impl<'a> Bounded<'a> {
+    fn new(
+        p: &'a Problem,
+        assign: &[usize],
+        pi: usize,
+        ops: &'a [usize],
+        options: &'a [Vec<usize>],
+        obj: Objective,
+    ) -> Self {
+        let floor_of = |c: usize, j: usize| {
+            let d = p.w[c][j].map_or(f64::INFINITY, |w| w - p.saving[c][j]);
+            match obj {
+                Objective::Latency => d,
+                Objective::Energy => d * p.power[c][j],
+            }
+        };
+        let floor: Vec<Vec<f64>> =
+            ops.iter().zip(options).map(|(&c, o)| o.iter().map(|&j| floor_of(c, j)).collect()).collect();
+        let least: Vec<f64> = floor.iter().map(|f| f.iter().copied().fold(f64::INFINITY, f64::min)).collect();
+        let mut branch = vec![0; ops.len()];
+        let mut k = 0;
+        for (b, ops) in p.phases[pi].iter().enumerate() {
+            for _ in ops {
+                branch[k] = b;
+                k += 1;
+            }
+        }
+        // the local objective's other parts (as `local_objective` gathers them): the shares of
+        // ops in phases of one branch, and the other parallel phases, at their floors
+        let mut seen: Vec<usize> = vec![];
+        let mut phases: Vec<usize> = vec![];
+        let mut fixed = 0.0;
+        for &c in ops {
+            for &x in std::iter::once(&c).chain(&p.preds[c]).chain(&p.succs[c]).chain(&p.next[c]) {
+                if seen.contains(&x) {
+                    continue;
+                }
+                seen.push(x);
+                let q = p.place[x].0;
+                if p.phases[q].len() > 1 {
+                    if q != pi && !phases.contains(&q) {
+                        phases.push(q);
+                    }
+                } else {
+                    fixed += floor_of(x, assign[x]);
+                }
+            }
+        }
+        for q in phases {
+            let floors = p.phases[q].iter().map(|b| b.iter().map(|&x| floor_of(x, assign[x])).sum::<f64>());
+            fixed += match obj {
+                // a phase lasts at least its longest branch
+                Objective::Latency => floors.fold(0.0, f64::max),
+                Objective::Energy => floors.sum(),
+            };
+        }
+        let branches = p.phases[pi].len();
+        let mut left = vec![0.0; branches];
+        for (i, &l) in least.iter().enumerate() {
+            left[branch[i]] += l;
+        }
+        Bounded {
+            p,
+            obj,
+            ops,
+            options,
+            floor,
+            least,
+            branch,
+            fixed,
+            assigned: vec![0.0; branches],
+            left,
+            on_pu: vec![0.0; p.pus()],
+        }
+    }
+
+    /// The least the local objective can be with ops `i..` assigned as they are now.
+    fn bound(&self) -> f64 {
+        match self.obj {
+            Objective::Energy => self.fixed + self.assigned.iter().chain(&self.left).sum::<f64>(),
+            Objective::Latency => {
+                let branch = self.assigned.iter().zip(&self.left).map(|(a, l)| a + l).fold(0.0, f64::max);
+                // a PU's ops never overlap each other, nor those of a PU sharing its hardware
+                let k = self.p.pus();
+                let pu = (0..k)
+                    .map(|j| {
+                        let shared = (0..k).filter(|&o| o != j && self.p.exclusive[j][o]).map(|o| self.on_pu[o]);
+                        self.on_pu[j] + shared.fold(0.0, f64::max)
+                    })
+                    .fold(0.0, f64::max);
+                self.fixed + branch.max(pu)
+            }
+        }
+    }
+
+    /// Assign ops `..n` (the last first), every option in turn, keeping in `best` the first
+    /// assignment that beats `before` (and the best before it) by more than `tolerance`.
+    fn run(
+        &mut self,
+        assign: &mut [usize],
+        n: usize,
+        current: &[usize],
+        before: f64,
+        tolerance: f64,
+        best: &mut Option<(f64, Vec<usize>)>,
+    ) {
+        let Some(i) = n.checked_sub(1) else {
+            if self.ops.iter().zip(current).any(|(&c, &j)| assign[c] != j) {
+                let delta = self.p.local_objective(assign, self.ops, Schedule::Parallel, self.obj) - before;
+                if delta < best.as_ref().map_or(0.0, |b| b.0) - tolerance {
+                    *best = Some((delta, self.ops.iter().map(|&c| assign[c]).collect()));
+                }
+            }
+            return;
+        };
+        let (c, b) = (self.ops[i], self.branch[i]);
+        // rounding in the bound's sums must not prune what the exact price would take
+        let slack = 1e-11 * before.abs().max(1.0);
+        self.left[b] -= self.least[i];
+        for d in 0..self.options[i].len() {
+            let j = self.options[i][d];
+            let f = self.floor[i][d];
+            assign[c] = j;
+            self.assigned[b] += f;
+            self.on_pu[j] += f;
+            let threshold = before + best.as_ref().map_or(0.0, |b| b.0) - tolerance;
+            if self.bound() - slack < threshold {
+                self.run(assign, i, current, before, tolerance, best);
+            }
+            self.assigned[b] -= f;
+            self.on_pu[j] -= f;
+        }
+        self.left[b] += self.least[i];
+    }
 }
