@@ -933,9 +933,9 @@ fn pi05(n: &mut Net, full: bool) {
     if full {
         return pi05_full(n);
     }
-    let (s, p, d, h, mlp, vis_layers, dec_layers, text) =
-        if full { (224, 14, 1024, 8, 4096, 6, 6, 32) } else { (28, 14, 64, 4, 128, 1, 1, 8) };
-    let (act_d, horizon, steps, vocab) = if full { (512u64, 50u64, 10, 16384u64) } else { (32, 8, 10, 256) };
+    // the tiny shapes (the paper-size model is `pi05_full`)
+    let (s, p, d, h, mlp, vis_layers, dec_layers, text) = (28, 14, 64, 4, 128, 1, 1, 8);
+    let (act_d, horizon, steps, vocab) = (32u64, 8u64, 10, 256u64);
     let ids = n.b.input_typed("tokens", DType::I64, &[Some(1), Some(text)], "");
     let img = n.input("image", &[1, 3, s, s]);
     let noise = n.input("noise", &[1, horizon, act_d]);
