@@ -426,7 +426,8 @@ fn a_stale_profile_cache_is_caught_and_measured_again() {
     let again = profile(&mut notes);
     assert_eq!(notes.len(), soc.pus.len(), "one stale note per PU: {notes:?}");
     assert!(notes.iter().all(|n| n.contains("the cached entries moved")), "{notes:?}");
-    // measured again: nothing left of the 5x
+    // measured again: no entry is the cache's 5x (which would be exact), and the table is not
+    // 5x the fresh one (timings beside other tests wander, up to 2.1x was seen in CI)
     let mut ratios: Vec<f64> = fresh
         .ops
         .iter()
@@ -434,8 +435,10 @@ fn a_stale_profile_cache_is_caught_and_measured_again() {
         .flat_map(|(a, b)| a.per_pu.iter().zip(&b.per_pu))
         .filter_map(|(a, b)| Some(b.as_ref()?.weight_us() / a.as_ref()?.weight_us()))
         .collect();
+    assert!(!ratios.is_empty());
+    assert!(ratios.iter().all(|r| (r - 5.0).abs() > 1e-9), "an entry came from the stale cache: {ratios:?}");
     let median = bident_profile::quantile(&mut ratios, 0.5);
-    assert!(median < 2.0, "median ratio to the fresh table {median}");
+    assert!(median < 3.5, "median ratio to the fresh table {median}");
 }
 
 /// Co-execution costs of two models' ops on each `cores` PU: a seeded sample when there are

@@ -574,7 +574,8 @@ impl Driver<'_> {
 
     /// Stage 5: run and measure the plan. A plan slower than the fastest engine default beside
     /// it gives way to that engine's whole-model PU, and one clearly slower than a PU running
-    /// the whole model beside it to that PU (the better measured is kept); with
+    /// the whole model beside it to that PU, either only by more than [`GIVE_WAY_MARGIN`] and
+    /// beyond the noise between blocks ([`consistently_faster`]; the better measured is kept); with
     /// `fallback`, a PU that fails is excluded and the plan searched again (`replan`) until a
     /// plan runs or no PU is left to drop.
     #[allow(clippy::too_many_arguments)]
@@ -624,7 +625,7 @@ impl Driver<'_> {
                         tried.push(pu);
                         continue;
                     }
-                    if unpinned && let Some(what) = within_noise(&report) {
+                    if unpinned && let Some(what) = within_noise(&report, &plan.0, &tried) {
                         self.note(
                             Stage::Run,
                             format!(
@@ -996,16 +997,19 @@ fn faster_whole(
 /// The fastest alternative that measured more than [`GIVE_WAY_MARGIN`] faster than the plan by
 /// its median but not beyond the noise between blocks (so the plan did not give way to it), in
 /// words.
-fn within_noise(report: &RunReport) -> Option<String> {
+fn within_noise(report: &RunReport, plan: &Plan, tried: &[String]) -> Option<String> {
     let defaults = report
         .backend_defaults
         .iter()
         .filter(|d| !d.is_plan)
         .filter_map(|d| Some((d.description.clone(), d.measured_us?, &d.block_ratios)));
+    // as `faster_whole` takes them: not the plan's own PU, none tried already or excluded
     let wholes = report
         .measured_whole
         .iter()
         .filter(|w| w.same_as.as_deref() != Some("the plan"))
+        .filter(|w| !tried.contains(&w.pu) && !plan.constraints.exclude.contains(&w.pu))
+        .filter(|w| !(plan.ops_per_pu.len() == 1 && plan.ops_per_pu.contains_key(&w.pu)))
         .filter_map(|w| Some((format!("the whole model on `{}`", w.pu), w.measured_us?, &w.block_ratios)));
     defaults
         .chain(wholes)

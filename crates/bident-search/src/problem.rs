@@ -855,7 +855,12 @@ impl Problem {
         if schedule == Schedule::Parallel && self.segment_cost.is_empty() {
             // the same assignments in the same order, but whole subtrees that cannot win are skipped
             let mut search = Bounded::new(self, assign, pi, &ops, &options, obj);
-            search.run(assign, ops.len(), &current, before, tolerance, &mut best);
+            // the ops with one option are on it (the rest of the search moves the others)
+            for (i, &c) in ops.iter().enumerate().filter(|&(i, _)| options[i].len() == 1) {
+                search.take(assign, i, c, 0);
+            }
+            let depth = search.movable.len();
+            search.run(assign, depth, &current, before, tolerance, &mut best);
             let chosen = best.as_ref().map_or(&current, |b| &b.1);
             ops.iter().zip(chosen).for_each(|(&c, &j)| assign[c] = j);
             return best.is_some();
@@ -941,9 +946,9 @@ impl Problem {
     }
 
     /// Sequential hill climbing on a worklist: small phases of several branches solved exactly,
-    /// then single-op moves; every move queues the op's neighbours again. The worklist starts
-    /// with every op, or, `from_dp`, with the ops where the DP's view differs (see
-    /// [`Problem::improve_from_dp`]).
+    /// then single-op moves, then block moves; every move queues the ops within two links of it
+    /// again. The worklist starts with every op, or, `from_dp`, with the ops where the DP's view
+    /// differs and their neighbours (see [`Problem::improve_from_dp`]).
     fn climb_sequential(&self, assign: &mut [usize], obj: Objective, from_dp: bool) -> usize {
         let order: Vec<usize> = self.order().collect();
         let n = order.len();
@@ -1404,11 +1409,14 @@ struct Bounded<'a> {
     floor: Vec<Vec<f64>>,
     /// Per op, its least floor over its options, and its branch in the phase.
     least: Vec<f64>,
+    /// The ops with more than one option (by index in `ops`): the others stay where they are,
+    /// as in the odometer, and the depth of the search is these.
+    movable: Vec<usize>,
     branch: Vec<usize>,
     /// What the rest of the local objective costs at least.
     fixed: f64,
     /// The state of the search: per branch the floors of its assigned ops and the least of its
-    /// unassigned ones; per PU the floors of the ops assigned to it; the energy so far and left.
+    /// unassigned ones; per PU the floors of the ops assigned to it.
     assigned: Vec<f64>,
     left: Vec<f64>,
     on_pu: Vec<f64>,
@@ -1475,7 +1483,9 @@ impl<'a> Bounded<'a> {
         for (i, &l) in least.iter().enumerate() {
             left[branch[i]] += l;
         }
+        let movable = (0..ops.len()).filter(|&i| options[i].len() > 1).collect();
         Bounded {
+            movable,
             p,
             obj,
             ops,
@@ -1490,7 +1500,7 @@ impl<'a> Bounded<'a> {
         }
     }
 
-    /// The least the local objective can be with ops `i..` assigned as they are now.
+    /// The least the local objective can be with the ops assigned so far as they are now.
     fn bound(&self) -> f64 {
         match self.obj {
             Objective::Energy => self.fixed + self.assigned.iter().chain(&self.left).sum::<f64>(),
@@ -1509,8 +1519,18 @@ impl<'a> Bounded<'a> {
         }
     }
 
-    /// Assign ops `..n` (the last first), every option in turn, keeping in `best` the first
-    /// assignment that beats `before` (and the best before it) by more than `tolerance`.
+    /// Put op `ops[i]` on its option `d` for good (an op with one option).
+    fn take(&mut self, assign: &mut [usize], i: usize, c: usize, d: usize) {
+        let (b, j, f) = (self.branch[i], self.options[i][d], self.floor[i][d]);
+        assign[c] = j;
+        self.left[b] -= self.least[i];
+        self.assigned[b] += f;
+        self.on_pu[j] += f;
+    }
+
+    /// Assign the movable ops `..n` (the last first), every option in turn, keeping in `best`
+    /// the first assignment that beats `before` (and the best before it) by more than
+    /// `tolerance`. The ops with one option must be on it.
     fn run(
         &mut self,
         assign: &mut [usize],
@@ -1520,7 +1540,7 @@ impl<'a> Bounded<'a> {
         tolerance: f64,
         best: &mut Option<(f64, Vec<usize>)>,
     ) {
-        let Some(i) = n.checked_sub(1) else {
+        let Some(m) = n.checked_sub(1) else {
             if self.ops.iter().zip(current).any(|(&c, &j)| assign[c] != j) {
                 let delta = self.p.local_objective(assign, self.ops, Schedule::Parallel, self.obj) - before;
                 if delta < best.as_ref().map_or(0.0, |b| b.0) - tolerance {
@@ -1529,6 +1549,7 @@ impl<'a> Bounded<'a> {
             }
             return;
         };
+        let i = self.movable[m];
         let (c, b) = (self.ops[i], self.branch[i]);
         // rounding in the bound's sums must not prune what the exact price would take
         let slack = 1e-11 * before.abs().max(1.0);
@@ -1541,7 +1562,7 @@ impl<'a> Bounded<'a> {
             self.on_pu[j] += f;
             let threshold = before + best.as_ref().map_or(0.0, |b| b.0) - tolerance;
             if self.bound() - slack < threshold {
-                self.run(assign, i, current, before, tolerance, best);
+                self.run(assign, m, current, before, tolerance, best);
             }
             self.assigned[b] -= f;
             self.on_pu[j] -= f;
