@@ -979,19 +979,29 @@ fn faster_whole(
             format!("{} at {:.1} µs", report.backend_default, report.measured_backend_default_us),
         )
     });
-    let whole = report
-        .measured_whole
-        .iter()
-        // a run that is the reference's or an engine default's (not measured twice) counts: it
-        // is still the whole model on that PU, measured beside the plan
-        .filter(|w| w.same_as.as_deref() != Some("the plan") && fresh(&w.pu))
-        .filter(|w| !(plan.ops_per_pu.len() == 1 && plan.ops_per_pu.contains_key(&w.pu)))
+    let whole = wholes_to_give_way_to(report, plan, tried)
         .filter(|w| consistently_faster(&w.block_ratios, GIVE_WAY_MARGIN))
         .filter_map(|w| Some((w.pu.clone(), w.measured_us?)))
         .filter(|(_, us)| *us < report.measured_us * (1.0 - GIVE_WAY_MARGIN))
         .min_by(|a, b| a.1.total_cmp(&b.1))
         .map(|(pu, us)| (pu.clone(), us, format!("the whole model on `{pu}` at {us:.1} µs")));
     [default, whole].into_iter().flatten().min_by(|a, b| a.1.total_cmp(&b.1)).map(|(pu, _, what)| (pu, what))
+}
+
+/// The whole-model runs beside the plan that it may give way to: not the plan's own run or PU,
+/// none tried already or excluded. A run that is the reference's or an engine default's (not
+/// measured twice) counts: it is still the whole model on that PU, measured beside the plan.
+fn wholes_to_give_way_to<'a>(
+    report: &'a RunReport,
+    plan: &'a Plan,
+    tried: &'a [String],
+) -> impl Iterator<Item = &'a bident_runtime::WholeRun> {
+    report
+        .measured_whole
+        .iter()
+        .filter(|w| w.same_as.as_deref() != Some("the plan"))
+        .filter(|w| !tried.contains(&w.pu) && !plan.constraints.exclude.contains(&w.pu))
+        .filter(|w| !(plan.ops_per_pu.len() == 1 && plan.ops_per_pu.contains_key(&w.pu)))
 }
 
 /// The fastest alternative that measured more than [`GIVE_WAY_MARGIN`] faster than the plan by
@@ -1003,13 +1013,7 @@ fn within_noise(report: &RunReport, plan: &Plan, tried: &[String]) -> Option<Str
         .iter()
         .filter(|d| !d.is_plan)
         .filter_map(|d| Some((d.description.clone(), d.measured_us?, &d.block_ratios)));
-    // as `faster_whole` takes them: not the plan's own PU, none tried already or excluded
-    let wholes = report
-        .measured_whole
-        .iter()
-        .filter(|w| w.same_as.as_deref() != Some("the plan"))
-        .filter(|w| !tried.contains(&w.pu) && !plan.constraints.exclude.contains(&w.pu))
-        .filter(|w| !(plan.ops_per_pu.len() == 1 && plan.ops_per_pu.contains_key(&w.pu)))
+    let wholes = wholes_to_give_way_to(report, plan, tried)
         .filter_map(|w| Some((format!("the whole model on `{}`", w.pu), w.measured_us?, &w.block_ratios)));
     defaults
         .chain(wholes)

@@ -714,16 +714,34 @@ impl Problem {
         }
     }
 
-    /// The part of the objective that the PUs of `ops` can change: the shares of the ops and
-    /// their neighbours in sequentially run phases, and the whole of every parallel phase
-    /// involved.
-    pub(crate) fn local_objective(&self, assign: &[usize], ops: &[usize], schedule: Schedule, obj: Objective) -> f64 {
-        if !self.segment_cost.is_empty() {
-            return self.full_objective(assign, schedule, obj);
+    /// An op's neighbours: its producers, its consumers and its neighbours in the order.
+    pub(crate) fn neighbours(&self, c: usize) -> impl Iterator<Item = usize> + '_ {
+        self.preds[c].iter().copied().chain(self.succs[c].iter().copied()).chain(self.prev[c]).chain(self.next[c])
+    }
+
+    /// The least share op `c` can have on PU `j`: its cost less the most it can save there, as
+    /// time or energy (infinite where `j` cannot run it). Contention and transfers only add.
+    pub(crate) fn floor(&self, c: usize, j: usize, obj: Objective) -> f64 {
+        let Some(w) = self.w[c][j] else { return f64::INFINITY };
+        let d = w - self.saving[c][j];
+        match obj {
+            Objective::Latency => d,
+            Objective::Energy => d * self.power[c][j],
         }
+    }
+
+    /// What the PUs of `ops` can change, once each: `share(x)` for every op among the ops and
+    /// their producers, consumers and next ops that runs alone (a sequential schedule, or a
+    /// phase of one branch), `phase(pi)` for every parallel phase among them.
+    fn local_parts(
+        &self,
+        ops: &[usize],
+        schedule: Schedule,
+        mut share: impl FnMut(usize),
+        mut phase: impl FnMut(usize),
+    ) {
         let mut seen: Vec<usize> = Vec::with_capacity(8);
         let mut phases: Vec<usize> = Vec::with_capacity(4);
-        let mut total = 0.0;
         for &c in ops {
             for &x in std::iter::once(&c).chain(&self.preds[c]).chain(&self.succs[c]).chain(&self.next[c]) {
                 if seen.contains(&x) {
@@ -734,13 +752,30 @@ impl Problem {
                 if schedule == Schedule::Parallel && self.phases[pi].len() > 1 {
                     if !phases.contains(&pi) {
                         phases.push(pi);
+                        phase(pi);
                     }
                 } else {
-                    total += self.contribution(assign, x, schedule, obj);
+                    share(x);
                 }
             }
         }
-        total + phases.iter().map(|&pi| self.phase_objective(assign, pi, schedule, obj)).sum::<f64>()
+    }
+
+    /// The part of the objective that the PUs of `ops` can change: the shares of the ops and
+    /// their neighbours in sequentially run phases, and the whole of every parallel phase
+    /// involved.
+    pub(crate) fn local_objective(&self, assign: &[usize], ops: &[usize], schedule: Schedule, obj: Objective) -> f64 {
+        if !self.segment_cost.is_empty() {
+            return self.full_objective(assign, schedule, obj);
+        }
+        let (mut shares, mut spans) = (0.0, 0.0);
+        self.local_parts(
+            ops,
+            schedule,
+            |x| shares += self.contribution(assign, x, schedule, obj),
+            |pi| spans += self.phase_objective(assign, pi, schedule, obj),
+        );
+        shares + spans
     }
 
     /// The part of the objective op `c`'s PU can change (as [`Problem::local_objective`] for one
@@ -971,10 +1006,7 @@ impl Problem {
         // on it: there the evaluator is eq. 1, which the DP minimised)
         let mut hot = vec![false; n];
         let mut queue = std::collections::VecDeque::new();
-        // an op's neighbours: producers, consumers and neighbours in the order
-        let nbrs = |x: usize| {
-            self.preds[x].iter().copied().chain(self.succs[x].iter().copied()).chain(self.prev[x]).chain(self.next[x])
-        };
+        let nbrs = |x: usize| self.neighbours(x);
         // queue every op within two links of `c`: a move's price reads the shares of the op and
         // its neighbours, and each share reads that op's neighbours' PUs (transfers, savings), so
         // those are exactly the ops whose best move a move of `c` can change
@@ -1124,9 +1156,7 @@ impl Problem {
         // the ops whose moves a move since the pass began may have changed the price of (every
         // op at first): the next pass tries those only
         let mut hot = vec![true; self.ops()];
-        let nbrs = |x: usize| {
-            self.preds[x].iter().copied().chain(self.succs[x].iter().copied()).chain(self.prev[x]).chain(self.next[x])
-        };
+        let nbrs = |x: usize| self.neighbours(x);
         let parallel_phase = |pi: usize| self.phases[pi].len() > 1;
         // a move of `c` changes the shares of `c` and its neighbours and the spans of the parallel
         // phases among them; a price reads the shares of an op and its neighbours and the spans
@@ -1232,8 +1262,7 @@ pub(crate) struct Slack {
     near_on: Vec<f64>,
     /// Per op, the most its floor falls on another PU.
     gain: Vec<f64>,
-    /// `floor[c * pus + j]`: the least share op `c` can have on PU `j` (its cost less the most it
-    /// can save there; infinite where `j` cannot run it).
+    /// `floor[c * pus + j]`: [`Problem::floor`], kept flat.
     floor: Vec<f64>,
     obj: Objective,
 }
@@ -1241,18 +1270,7 @@ pub(crate) struct Slack {
 impl Slack {
     fn new(p: &Problem, assign: &[usize], obj: Objective) -> Self {
         let k = p.pus();
-        let floor = (0..p.ops() * k)
-            .map(|i| {
-                let (c, j) = (i / k, i % k);
-                p.w[c][j].map_or(f64::INFINITY, |w| {
-                    let d = w - p.saving[c][j];
-                    match obj {
-                        Objective::Latency => d,
-                        Objective::Energy => d * p.power[c][j],
-                    }
-                })
-            })
-            .collect();
+        let floor = (0..p.ops() * k).map(|i| p.floor(i / k, i % k, obj)).collect();
         let n = p.ops();
         let mut s = Slack {
             excess: vec![0.0; n],
@@ -1277,7 +1295,7 @@ impl Slack {
         let k = p.pus();
         let on = &mut self.near_on[c * k..(c + 1) * k];
         on.fill(0.0);
-        for x in Self::neighbours(p, c) {
+        for x in p.neighbours(c) {
             on[assign[x]] += self.excess[x];
         }
         self.near[c] = on.iter().sum();
@@ -1311,10 +1329,6 @@ impl Slack {
         (p.contribution(assign, c, Schedule::Sequential, self.obj) - self.floor(p, c, assign[c])).max(0.0)
     }
 
-    fn neighbours(p: &Problem, c: usize) -> impl Iterator<Item = usize> + '_ {
-        p.preds[c].iter().copied().chain(p.succs[c].iter().copied()).chain(p.prev[c]).chain(p.next[c])
-    }
-
     /// Whether moving every op of `run` to one PU might lower the objective (false: no PU can).
     /// On PU `j`, an op of `run` costs at least its floor there and the transfers it cannot
     /// avoid; a neighbour's share falls only where it is on `j` too (it no longer pays a
@@ -1344,7 +1358,7 @@ impl Slack {
             // then without the ops of `run`
             let near: f64 = run
                 .iter()
-                .flat_map(|&c| Self::neighbours(p, c))
+                .flat_map(|&c| p.neighbours(c))
                 .filter(|&x| assign[x] == j && !run.contains(&x))
                 .map(|x| self.excess[x])
                 .sum();
@@ -1358,14 +1372,14 @@ impl Slack {
         for &c in moved {
             self.excess[c] = self.own_excess(p, assign, c);
             self.gain[c] = self.own_gain(p, assign, c);
-            for x in Self::neighbours(p, c) {
+            for x in p.neighbours(c) {
                 self.excess[x] = self.own_excess(p, assign, x);
             }
         }
         for &c in moved {
-            for x in std::iter::once(c).chain(Self::neighbours(p, c)) {
+            for x in std::iter::once(c).chain(p.neighbours(c)) {
                 self.sum_near(p, assign, x);
-                for y in Self::neighbours(p, x) {
+                for y in p.neighbours(x) {
                     self.sum_near(p, assign, y);
                 }
             }
@@ -1431,13 +1445,7 @@ impl<'a> Bounded<'a> {
         options: &'a [Vec<usize>],
         obj: Objective,
     ) -> Self {
-        let floor_of = |c: usize, j: usize| {
-            let d = p.w[c][j].map_or(f64::INFINITY, |w| w - p.saving[c][j]);
-            match obj {
-                Objective::Latency => d,
-                Objective::Energy => d * p.power[c][j],
-            }
-        };
+        let floor_of = |c: usize, j: usize| p.floor(c, j, obj);
         let floor: Vec<Vec<f64>> =
             ops.iter().zip(options).map(|(&c, o)| o.iter().map(|&j| floor_of(c, j)).collect()).collect();
         let least: Vec<f64> = floor.iter().map(|f| f.iter().copied().fold(f64::INFINITY, f64::min)).collect();
@@ -1449,27 +1457,20 @@ impl<'a> Bounded<'a> {
                 k += 1;
             }
         }
-        // the local objective's other parts (as `local_objective` gathers them): the shares of
-        // ops in phases of one branch, and the other parallel phases, at their floors
-        let mut seen: Vec<usize> = vec![];
-        let mut phases: Vec<usize> = vec![];
+        // the local objective's other parts (`local_parts`): the shares of ops in phases of one
+        // branch, and the other parallel phases, at their floors
         let mut fixed = 0.0;
-        for &c in ops {
-            for &x in std::iter::once(&c).chain(&p.preds[c]).chain(&p.succs[c]).chain(&p.next[c]) {
-                if seen.contains(&x) {
-                    continue;
+        let mut phases: Vec<usize> = vec![];
+        p.local_parts(
+            ops,
+            Schedule::Parallel,
+            |x| fixed += floor_of(x, assign[x]),
+            |q| {
+                if q != pi {
+                    phases.push(q)
                 }
-                seen.push(x);
-                let q = p.place[x].0;
-                if p.phases[q].len() > 1 {
-                    if q != pi && !phases.contains(&q) {
-                        phases.push(q);
-                    }
-                } else {
-                    fixed += floor_of(x, assign[x]);
-                }
-            }
-        }
+            },
+        );
         for q in phases {
             let floors = p.phases[q].iter().map(|b| b.iter().map(|&x| floor_of(x, assign[x])).sum::<f64>());
             fixed += match obj {
