@@ -237,7 +237,9 @@ fn a_server_replans_when_a_pu_drifts() {
         }
         totals.push(inf.total_us);
     }
-    let switch = server.switches().first().cloned().expect("the drift was noticed");
+    // the slowed PU's switch (timed beside other tests, the other core can drift past the
+    // threshold too and be re-planned first: CI saw that once)
+    let switch = server.switches().iter().find(|s| s.pu == busiest).cloned().expect("the drift was noticed");
     assert_eq!(switch.pu, busiest);
     assert!(switch.factor > 2.0, "{switch:?}");
     let swapped = switch.swapped_before().expect("a new plan was swapped in");
