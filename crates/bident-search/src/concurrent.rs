@@ -23,7 +23,8 @@
 //! with nothing of the other stream run there between, is compiled together with it by the
 //! runtime and costs the measured pair saving less; the state holds for each stream whether
 //! that is still so ("fresh"). The state space is a DAG in (i, j), so the optimum comes from
-//! dynamic programming over it: O(N_A N_B 4 K^2 (2K + K^2)).
+//! dynamic programming over it: O(N_A N_B 4 K^2 (2K + K^2)) at worst, pruned exactly by a
+//! lower bound on what each state still has to pay against a greedy incumbent.
 
 use bident_artifact::{Artifact, ContentHash};
 use serde::{Deserialize, Serialize};
@@ -34,6 +35,13 @@ use crate::{Chain, Objective, Problem, SearchError};
 /// PU `pu`, each the op's time while the other runs.
 pub trait CoCost {
     fn same_pu(&self, i: usize, j: usize, pu: usize, solo: (f64, f64)) -> (f64, f64);
+
+    /// Whether `same_pu` never falls when either solo time rises. The search's pruning bound
+    /// then prices two ops on one PU at their least solo times; otherwise at their transfers
+    /// alone (still exact, but it prunes less).
+    fn monotone(&self) -> bool {
+        false
+    }
 }
 
 /// Time slicing: an op sharing a PU waits for the shorter of the two (`co(x | y) = t_x +
@@ -44,6 +52,10 @@ pub struct TimeSlicing;
 impl CoCost for TimeSlicing {
     fn same_pu(&self, _: usize, _: usize, _: usize, (a, b): (f64, f64)) -> (f64, f64) {
         (a + a.min(b), b + a.min(b))
+    }
+
+    fn monotone(&self) -> bool {
+        true
     }
 }
 
@@ -59,10 +71,7 @@ pub enum ConcurrentMode {
 /// One step of a search path: `(stream position, PU)` of A's op and of B's op, when they run.
 pub type PathStep = (Option<(usize, usize)>, Option<(usize, usize)>);
 
-/// Per PU: (transfers, execution) of a stream's next op there, None where it cannot run.
-type PerPu = Vec<Option<(f64, f64)>>;
-
-/// The most states the joint search keeps (12 bytes each).
+/// The most states the joint search indexes (4 bytes each where it reaches them).
 const MAX_STATES: usize = 100_000_000;
 
 /// One step of a concurrent plan: the op of A and/or of B it runs, with their PUs.
@@ -104,6 +113,13 @@ impl Artifact for ConcurrentPlan {
 /// Search the best interleaving of `a` and `b` on `k` PUs with contention `sf` (an infinite
 /// factor: the two PUs share hardware and never run at once, [`Problem::interference`]) and
 /// same-PU costs `co`. Returns the steps as (op of A, op of B) with PUs, and the objective value.
+///
+/// Exact, and pruned: [`CostToGo`] bounds what any state still has to pay, a greedy walk that
+/// follows the bound gives an incumbent, and the DP skips every state whose cost so far plus
+/// its bound exceeds the incumbent, and every state a fresher twin reached for no more. The
+/// bound is consistent (no step costs less than the bound falls along it), so no state of an
+/// optimal path is skipped unless a twin as good is kept: the plan's objective is the whole
+/// DP's optimum (between equal optima it may pick another).
 pub fn search(
     a: &Chain,
     b: &Chain,
@@ -112,131 +128,357 @@ pub fn search(
     mode: ConcurrentMode,
     obj: Objective,
 ) -> Result<Vec<PathStep>, SearchError> {
-    let (na, nb, k) = (a.len(), b.len(), a.pus());
-    if mode == ConcurrentMode::Aligned && na != nb {
-        return Err(SearchError::Check("aligned mode needs two streams of the same length".into()));
+    let dp = Joint::new(a, b, sf, co, mode, obj)?;
+    let h = CostToGo::new(&dp);
+    let incumbent = dp.greedy(&h);
+    Ok(dp.run(Some((&h, incumbent)))?.0)
+}
+
+/// The joint DP over states (i, j, last_a, last_b, fresh_a, fresh_b): i ops of A and j of B
+/// done; last = k means "not started" (inputs on the host); fresh: no op of the other stream
+/// ran on that stream's last PU since (so its next op there is compiled together with its last
+/// one, as the runtime does).
+struct Joint<'a> {
+    step: Stepper<'a>,
+    na: usize,
+    nb: usize,
+    k: usize,
+    solo_allowed: bool,
+}
+
+/// A state: (i, j, last_a, last_b, fresh_a, fresh_b).
+type State = (usize, usize, usize, usize, bool, bool);
+
+impl<'a> Joint<'a> {
+    fn new(
+        a: &'a Chain,
+        b: &'a Chain,
+        sf: &'a [Vec<f64>],
+        co: &'a dyn CoCost,
+        mode: ConcurrentMode,
+        obj: Objective,
+    ) -> Result<Self, SearchError> {
+        let (na, nb, k) = (a.len(), b.len(), a.pus());
+        if mode == ConcurrentMode::Aligned && na != nb {
+            return Err(SearchError::Check("aligned mode needs two streams of the same length".into()));
+        }
+        let states = (na + 1) * (nb + 1) * (k + 1) * (k + 1) * 4;
+        if states > MAX_STATES {
+            return Err(SearchError::TooLarge { a: na, b: nb, pus: k, states, max: MAX_STATES });
+        }
+        let step = Stepper::new(a, b, sf, co, obj);
+        Ok(Joint { step, na, nb, k, solo_allowed: mode == ConcurrentMode::Joint })
     }
-    // state (i, j, last_a, last_b, fresh_a, fresh_b); last = k means "not started" (inputs on
-    // the host); fresh: no op of the other stream ran on that stream's last PU since (so its
-    // next op there is compiled together with its last one, as the runtime does)
-    let kk = k + 1;
-    let idx = |i: usize, j: usize, la: usize, lb: usize, fa: usize, fb: usize| {
-        ((((i * (nb + 1) + j) * kk + la) * kk + lb) * 2 + fa) * 2 + fb
-    };
-    let states = (na + 1) * (nb + 1) * kk * kk * 4;
-    if states > MAX_STATES {
-        return Err(SearchError::TooLarge { a: na, b: nb, pus: k, states, max: MAX_STATES });
+
+    fn idx(&self, (i, j, la, lb, fa, fb): State) -> usize {
+        let kk = self.k + 1;
+        ((((i * (self.nb + 1) + j) * kk + la) * kk + lb) * 2 + usize::from(fa)) * 2 + usize::from(fb)
     }
-    let mut cost = vec![f64::INFINITY; states];
-    let mut from: Vec<u32> = vec![u32::MAX; states];
-    let start = idx(0, 0, k, k, 1, 1);
-    cost[start] = 0.0;
-    let step = Stepper::new(a, b, sf, co, obj);
-    let solo_allowed = mode == ConcurrentMode::Joint;
-    let objective = |(t, e): (f64, f64)| if obj == Objective::Latency { t } else { e };
-    // each stream's parts for the current op, per PU and freshness (hoisted out of the loops)
-    let mut pa: Vec<Option<(f64, f64)>> = vec![None; k];
-    let mut pb: Vec<[PerPu; 2]> = vec![[vec![None; k], vec![None; k]]; kk];
-    for i in 0..=na {
-        for j in 0..=nb {
-            if j < nb {
-                for (lb, rows) in pb.iter_mut().enumerate() {
-                    for (fb, row) in rows.iter_mut().enumerate() {
+
+    fn decode(&self, s: usize) -> State {
+        let kk = self.k + 1;
+        let (fb, fa, s) = (s % 2 == 1, (s / 2) % 2 == 1, s / 4);
+        let (lb, la, s) = (s % kk, (s / kk) % kk, s / kk / kk);
+        (s / (self.nb + 1), s % (self.nb + 1), la, lb, fa, fb)
+    }
+
+    /// Each move out of state `s` and what it costs: A's op alone, B's alone, or both at once.
+    /// `pa[x]` are A's parts on PU x after its last op and freshness; `pb[y]` B's.
+    #[inline(always)]
+    fn moves(&self, s: State, pa: &[Option<(f64, f64)>], pb: &[Option<(f64, f64)>], mut f: impl FnMut(State, f64)) {
+        let (i, j, la, lb, fa, fb) = s;
+        let step = &self.step;
+        if self.solo_allowed && i < self.na {
+            for (x, p) in pa.iter().enumerate() {
+                if let Some((t, w)) = *p {
+                    f((i + 1, j, x, lb, true, fb && lb != x), step.solo(0, i, x, t + w));
+                }
+            }
+        }
+        if self.solo_allowed && j < self.nb {
+            for (y, p) in pb.iter().enumerate() {
+                if let Some((t, w)) = *p {
+                    f((i, j + 1, la, y, fa && la != y, true), step.solo(1, j, y, t + w));
+                }
+            }
+        }
+        if i < self.na && j < self.nb {
+            for (x, a) in pa.iter().enumerate() {
+                let Some(a) = *a else { continue };
+                for (y, &fresh_b) in pb.iter().enumerate() {
+                    // on one PU, B's op runs after A's: it cannot join B's last
+                    let b = if x == y { step.parts(1, j, y, lb, false) } else { fresh_b };
+                    let Some(b) = b else { continue };
+                    f((i + 1, j + 1, x, y, x != y, true), step.pair(i, j, x, y, a, b));
+                }
+            }
+        }
+    }
+
+    /// What ends the plan in state `s`: each stream's last output back to the host.
+    fn tail(&self, (_, _, la, lb, _, _): State) -> f64 {
+        self.step.exit(self.step.a, self.na, la) + self.step.exit(self.step.b, self.nb, lb)
+    }
+
+    /// The parts of each stream's next op in state `s`, per PU.
+    fn parts_of(&self, (i, j, la, lb, fa, fb): State, pa: &mut [Option<(f64, f64)>], pb: &mut [Option<(f64, f64)>]) {
+        for x in 0..self.k {
+            pa[x] = if i < self.na { self.step.parts(0, i, x, la, fa) } else { None };
+            pb[x] = if j < self.nb { self.step.parts(1, j, x, lb, fb) } else { None };
+        }
+    }
+
+    /// The objective the DP gives `steps`, the exit included (infinite where one cannot run).
+    #[cfg(test)]
+    fn value(&self, steps: &[PathStep]) -> f64 {
+        let (mut s, mut total) = ((0, 0, self.k, self.k, true, true), 0.0);
+        let (mut pa, mut pb) = (vec![None; self.k], vec![None; self.k]);
+        for &(sa, sb) in steps {
+            self.parts_of(s, &mut pa, &mut pb);
+            let mut found = None;
+            self.moves(s, &pa, &pb, |t, c| {
+                let (i, j) = (s.0 + usize::from(sa.is_some()), s.1 + usize::from(sb.is_some()));
+                if (t.0, t.1) == (i, j) && sa.is_none_or(|a| a.1 == t.2) && sb.is_none_or(|b| b.1 == t.3) {
+                    found = Some((t, c));
+                }
+            });
+            let Some((t, c)) = found else { return f64::INFINITY };
+            (s, total) = (t, total + c);
+        }
+        total + self.tail(s)
+    }
+
+    /// One path to the end: from the start, each move the one whose cost plus the bound after it
+    /// is least. Its objective, the exit included (infinite when it finds no way, which the
+    /// bound rules out where the DP finds one).
+    fn greedy(&self, h: &CostToGo) -> f64 {
+        let (mut s, mut total) = ((0, 0, self.k, self.k, true, true), 0.0);
+        let (mut pa, mut pb) = (vec![None; self.k], vec![None; self.k]);
+        while s.0 < self.na || s.1 < self.nb {
+            self.parts_of(s, &mut pa, &mut pb);
+            let mut best: Option<(State, f64, f64)> = None;
+            self.moves(s, &pa, &pb, |t, c| {
+                let f = c + h.at(t.0, t.1);
+                if best.is_none_or(|b| f < b.2) {
+                    best = Some((t, c, f));
+                }
+            });
+            let Some((t, c, _)) = best else { return f64::INFINITY };
+            (s, total) = (t, total + c);
+        }
+        total + self.tail(s)
+    }
+
+    /// The DP and its plan's objective. With `prune`, it skips the states that its bound and
+    /// incumbent rule out, and every state that a fresher twin reached for no more (the same
+    /// PUs behind both streams, each at least as fresh: its every move costs no more). Without,
+    /// it is the whole DP.
+    fn run(&self, prune: Option<(&CostToGo, f64)>) -> Result<(Vec<PathStep>, f64), SearchError> {
+        let (na, nb, k) = (self.na, self.nb, self.k);
+        let kk = k + 1;
+        // states that could still beat the incumbent; the slack absorbs rounding in the sums
+        let limit = prune.map_or(f64::INFINITY, |(_, ub)| ub + 1e-9 * ub.abs());
+        let bound = |i: usize, j: usize| prune.map_or(0.0, |(h, _)| h.at(i, j));
+        // costs of two rows of states at a time (moves reach the row or the next); where each
+        // state came from, 1 + its index, for all (zeroed memory: pages no state reaches are
+        // never touched)
+        let row_len = (nb + 1) * kk * kk * 4;
+        let (mut cur, mut next) = (vec![f64::INFINITY; row_len], vec![f64::INFINITY; row_len]);
+        let mut from: Vec<u32> = vec![0; (na + 1) * row_len];
+        // per row i, the range of j holding a reached state
+        let mut rows: Vec<(usize, usize)> = vec![(usize::MAX, 0); na + 1];
+        let start = (0, 0, k, k, true, true);
+        cur[self.idx(start)] = 0.0;
+        rows[0] = (0, 0);
+        let mut pa: Vec<Option<(f64, f64)>> = vec![None; k];
+        // B's parts for the cell's op, per last PU and freshness (hoisted out of the state loops)
+        let mut pb: Vec<Vec<Option<(f64, f64)>>> = vec![vec![None; k]; kk * 2];
+        for i in 0..=na {
+            // B's moves alone extend the row as it goes
+            let mut j = rows[i].0;
+            while j <= rows[i].1.min(nb) {
+                let here = bound(i, j);
+                // the cells a move reaches, by (i' - i) * 2 + j' - j: their offsets in their
+                // rows and their bounds
+                let cell_of = |j: usize| j * kk * kk * 4;
+                let ahead = [0, cell_of(j + 1), cell_of(j), cell_of(j + 1)];
+                let bounds = [
+                    0.0,
+                    bound(i, (j + 1).min(nb)),
+                    bound((i + 1).min(na), j),
+                    bound((i + 1).min(na), (j + 1).min(nb)),
+                ];
+                if j < nb {
+                    for (n, row) in pb.iter_mut().enumerate() {
                         for (y, v) in row.iter_mut().enumerate() {
-                            *v = step.parts(1, j, y, lb, fb == 1);
+                            *v = self.step.parts(1, j, y, n / 2, n % 2 == 1);
                         }
                     }
                 }
-            }
-            for la in 0..kk {
-                for fa in 0..2 {
-                    if i < na {
-                        for (x, v) in pa.iter_mut().enumerate() {
-                            *v = step.parts(0, i, x, la, fa == 1);
+                let cell = j * kk * kk * 4;
+                for la in 0..kk {
+                    for fa in [false, true] {
+                        if i < na {
+                            for (x, v) in pa.iter_mut().enumerate() {
+                                *v = self.step.parts(0, i, x, la, fa);
+                            }
+                        }
+                        for lb in 0..kk {
+                            let twins = cell + (la * kk + lb) * 4;
+                            for fb in [false, true] {
+                                let s = (i, j, la, lb, fa, fb);
+                                let si = twins + usize::from(fa) * 2 + usize::from(fb);
+                                let c0 = cur[si];
+                                if c0 == f64::INFINITY || c0 + here > limit {
+                                    continue;
+                                }
+                                // a fresher twin for no more
+                                let fresher = prune.is_some()
+                                    && (0..4).any(|t| {
+                                        let (ta, tb) = (t / 2 == 1, t % 2 == 1);
+                                        (ta, tb) != (fa, fb) && ta >= fa && tb >= fb && cur[twins + t] <= c0
+                                    });
+                                if fresher {
+                                    continue;
+                                }
+                                let g = i * row_len + si;
+                                self.moves(s, &pa, &pb[lb * 2 + usize::from(fb)], |t, c| {
+                                    let c = c0 + c;
+                                    // the target's cell: (i, j + 1), (i + 1, j) or (i + 1, j + 1)
+                                    let d = (t.0 - i) * 2 + t.1 - j;
+                                    let ti = ahead[d] + (t.2 * kk + t.3) * 4 + usize::from(t.4) * 2 + usize::from(t.5);
+                                    let slot = if t.0 == i { &mut cur[ti] } else { &mut next[ti] };
+                                    if c < *slot && c + bounds[d] <= limit {
+                                        *slot = c;
+                                        from[t.0 * row_len + ti] = g as u32 + 1;
+                                        let r = &mut rows[t.0];
+                                        *r = (r.0.min(t.1), r.1.max(t.1));
+                                    }
+                                });
+                            }
                         }
                     }
-                    for (lb, pb_lb) in pb.iter().enumerate() {
-                        for (fb, pb_f) in pb_lb.iter().enumerate() {
-                            let s = idx(i, j, la, lb, fa, fb);
-                            let c0 = cost[s];
-                            if c0 == f64::INFINITY {
-                                continue;
-                            }
-                            let mut relax = |t: usize, c: f64| {
-                                if c < cost[t] {
-                                    cost[t] = c;
-                                    from[t] = s as u32;
-                                }
-                            };
-                            if solo_allowed && i < na {
-                                for (x, p) in pa.iter().enumerate() {
-                                    if let Some((t, w)) = *p {
-                                        let fb2 = usize::from(fb == 1 && lb != x);
-                                        relax(idx(i + 1, j, x, lb, 1, fb2), c0 + objective(step.solo(0, i, x, t + w)));
-                                    }
-                                }
-                            }
-                            if solo_allowed && j < nb {
-                                for (y, p) in pb_f.iter().enumerate() {
-                                    if let Some((t, w)) = *p {
-                                        let fa2 = usize::from(fa == 1 && la != y);
-                                        relax(idx(i, j + 1, la, y, fa2, 1), c0 + objective(step.solo(1, j, y, t + w)));
-                                    }
-                                }
-                            }
-                            if i < na && j < nb {
-                                for (x, a) in pa.iter().enumerate() {
-                                    let Some(a) = *a else { continue };
-                                    for (y, &fresh_b) in pb_f.iter().enumerate() {
-                                        // on one PU, B's op runs after A's: it cannot join B's last
-                                        let b = if x == y { step.parts(1, j, y, lb, false) } else { fresh_b };
-                                        let Some(b) = b else { continue };
-                                        let t = idx(i + 1, j + 1, x, y, usize::from(x != y), 1);
-                                        relax(t, c0 + objective(step.pair(i, j, x, y, a, b)));
-                                    }
-                                }
-                            }
-                        }
+                }
+                j += 1;
+            }
+            if i < na {
+                // row i's buffer holds the next row after it, cleared where row i reached
+                let (lo, hi) = rows[i];
+                if lo <= hi {
+                    cur[lo * kk * kk * 4..(hi.min(nb) + 1) * kk * kk * 4].fill(f64::INFINITY);
+                }
+                std::mem::swap(&mut cur, &mut next);
+            }
+        }
+        // the end: both done, each stream's last output back to the host (`cur` is row na)
+        let (mut end, mut best) = (usize::MAX, f64::INFINITY);
+        for la in 0..kk {
+            for lb in 0..kk {
+                for f in 0..4 {
+                    let s = (na, nb, la, lb, f / 2 == 1, f % 2 == 1);
+                    let c = cur[self.idx(s) - na * row_len] + self.tail(s);
+                    if c < best {
+                        (end, best) = (self.idx(s), c);
                     }
                 }
             }
         }
+        if end == usize::MAX {
+            return Err(SearchError::Check("no concurrent schedule: an op runs on no PU".into()));
+        }
+        // walk back
+        let (start, mut s, mut steps) = (self.idx(start), end, vec![]);
+        while s != start {
+            let p = from[s] as usize - 1;
+            let ((i, j, la, lb, ..), (pi, pj, ..)) = (self.decode(s), self.decode(p));
+            steps.push(((i > pi).then_some((pi, la)), (j > pj).then_some((pj, lb))));
+            s = p;
+        }
+        steps.reverse();
+        Ok((steps, best))
     }
-    // the end: both done, each stream's last output back to the host
-    let (mut end, mut best) = (usize::MAX, f64::INFINITY);
-    for la in 0..kk {
-        for lb in 0..kk {
-            for f in 0..4 {
-                let s = idx(na, nb, la, lb, f / 2, f % 2);
-                let tail = step.exit(a, na, la) + step.exit(b, nb, lb);
-                if cost[s] + tail < best {
-                    (end, best) = (s, cost[s] + tail);
+}
+
+/// A lower bound on what is left from each (i, j) to the end, whatever PUs the streams last ran
+/// on and however fresh they are: the DP over (i, j) alone, each move at the least it costs from
+/// any such state (each op at its smallest transfers and execution on each PU, the PUs chosen
+/// freely). It is a relaxation solved exactly, so it is consistent: no move costs less than
+/// the bound falls along it.
+struct CostToGo {
+    nb: usize,
+    /// At `i * (nb + 1) + j`.
+    h: Vec<f64>,
+}
+
+impl CostToGo {
+    fn new(dp: &Joint) -> Self {
+        let (na, nb, k, step) = (dp.na, dp.nb, dp.k, &dp.step);
+        // per stream, op and PU: the least transfers and the least execution over every last PU
+        // and freshness (a pair's cost never falls when these rise, where `co` says so)
+        let least = |stream: usize, n: usize| -> Vec<Option<(f64, f64)>> {
+            (0..n * k)
+                .map(|c| {
+                    let (i, x) = (c / k, c % k);
+                    (0..=k).flat_map(|last| [false, true].map(|f| step.parts(stream, i, x, last, f))).fold(
+                        None,
+                        |m: Option<(f64, f64)>, p| match (m, p) {
+                            (Some(m), Some(p)) => Some((m.0.min(p.0), m.1.min(p.1))),
+                            (m, p) => m.or(p),
+                        },
+                    )
+                })
+                .collect()
+        };
+        let (la, lb) = (least(0, na), least(1, nb));
+        let solo = |stream: usize, i: usize, parts: &[Option<(f64, f64)>]| {
+            (0..k)
+                .filter_map(|x| parts[i * k + x].map(|(t, w)| step.solo(stream, i, x, t + w)))
+                .fold(f64::INFINITY, f64::min)
+        };
+        let solo_a: Vec<f64> = (0..na).map(|i| solo(0, i, &la)).collect();
+        let solo_b: Vec<f64> = (0..nb).map(|j| solo(1, j, &lb)).collect();
+        let monotone = step.co.monotone();
+        let pair = |i: usize, j: usize| {
+            let mut m = f64::INFINITY;
+            for x in 0..k {
+                let Some(a) = la[i * k + x] else { continue };
+                for y in 0..k {
+                    let Some(b) = lb[j * k + y] else { continue };
+                    let c = if x == y && !monotone {
+                        // a cost model that may fall as solo times rise: only the transfers hold
+                        step.on_one_pu(i, x, a.0.max(b.0))
+                    } else {
+                        step.pair(i, j, x, y, a, b)
+                    };
+                    m = m.min(c);
                 }
             }
+            m
+        };
+        let w = nb + 1;
+        let mut h = vec![f64::INFINITY; (na + 1) * w];
+        h[na * w + nb] = 0.0;
+        for i in (0..=na).rev() {
+            for j in (0..=nb).rev() {
+                let mut v = h[i * w + j];
+                if dp.solo_allowed && i < na {
+                    v = v.min(solo_a[i] + h[(i + 1) * w + j]);
+                }
+                if dp.solo_allowed && j < nb {
+                    v = v.min(solo_b[j] + h[i * w + j + 1]);
+                }
+                if i < na && j < nb {
+                    v = v.min(pair(i, j) + h[(i + 1) * w + j + 1]);
+                }
+                h[i * w + j] = v;
+            }
         }
+        CostToGo { nb, h }
     }
-    if end == usize::MAX {
-        return Err(SearchError::Check("no concurrent schedule: an op runs on no PU".into()));
+
+    fn at(&self, i: usize, j: usize) -> f64 {
+        self.h[i * (self.nb + 1) + j]
     }
-    // walk back
-    let decode = |s: usize| {
-        let s = s / 4;
-        let lb = s % kk;
-        let la = (s / kk) % kk;
-        let j = (s / kk / kk) % (nb + 1);
-        let i = s / kk / kk / (nb + 1);
-        (i, j, la, lb)
-    };
-    let mut steps = vec![];
-    let mut s = end;
-    while s != start {
-        let p = from[s] as usize;
-        let ((i, j, la, lb), (pi, pj, _, _)) = (decode(s), decode(p));
-        steps.push(((i > pi).then_some((pi, la)), (j > pj).then_some((pj, lb))));
-        s = p;
-    }
-    steps.reverse();
-    Ok(steps)
 }
 
 /// Step costs (one place, used by the search and the evaluator).
@@ -280,6 +522,7 @@ impl<'a> Stepper<'a> {
     /// Op i of a stream on PU x after the stream's last op ran on `last`; `fresh`: nothing of
     /// the other stream ran on `last` since, so on the same PU the two are compiled together
     /// and the op costs its measured saving less.
+    #[inline]
     fn parts(&self, stream: usize, i: usize, x: usize, last: usize, fresh: bool) -> Option<(f64, f64)> {
         let k = self.a.pus();
         let ch = if stream == 0 { self.a } else { self.b };
@@ -298,26 +541,34 @@ impl<'a> Stepper<'a> {
         }
     }
 
-    /// (latency, energy) of A's op i on x and B's op j on y at once, given their parts.
-    fn pair(&self, i: usize, j: usize, x: usize, y: usize, (ta, wa): (f64, f64), (tb, wb): (f64, f64)) -> (f64, f64) {
+    /// The objective of A's op i on x and B's op j on y at once, given their parts.
+    #[inline(always)]
+    fn pair(&self, i: usize, j: usize, x: usize, y: usize, (ta, wa): (f64, f64), (tb, wb): (f64, f64)) -> f64 {
+        let latency = self.obj == Objective::Latency;
         if x == y {
             let (ca, cb) = self.co.same_pu(i, j, x, (wa, wb));
-            let span = (ta + ca).max(tb + cb);
-            (span, span * self.a.power(i, x))
+            self.on_one_pu(i, x, (ta + ca).max(tb + cb))
         } else if self.sf[x][y].is_infinite() {
             // PUs that share hardware: one op after the other
             let (da, db) = (ta + wa, tb + wb);
-            (da + db, da * self.a.power(i, x) + db * self.b.power(j, y))
+            if latency { da + db } else { da * self.a.power(i, x) + db * self.b.power(j, y) }
         } else {
             let (da, db) = (ta + wa * self.sf[x][y], tb + wb * self.sf[y][x]);
-            (da.max(db), da * self.a.power(i, x) + db * self.b.power(j, y))
+            if latency { da.max(db) } else { da * self.a.power(i, x) + db * self.b.power(j, y) }
         }
     }
 
-    /// (latency, energy) of one stream's op `i` alone on `x`, taking `us`.
-    fn solo(&self, stream: usize, i: usize, x: usize, us: f64) -> (f64, f64) {
+    /// The objective of two ops sharing PU x for `span` µs (A's op i's power).
+    #[inline]
+    fn on_one_pu(&self, i: usize, x: usize, span: f64) -> f64 {
+        if self.obj == Objective::Latency { span } else { span * self.a.power(i, x) }
+    }
+
+    /// The objective of one stream's op `i` alone on `x`, taking `us`.
+    #[inline]
+    fn solo(&self, stream: usize, i: usize, x: usize, us: f64) -> f64 {
         let ch = if stream == 0 { self.a } else { self.b };
-        (us, us * ch.power(i, x))
+        if self.obj == Objective::Latency { us } else { us * ch.power(i, x) }
     }
 }
 
@@ -654,6 +905,13 @@ impl CoCost for Measured<'_> {
             None => TimeSlicing.same_pu(i, j, pu, solo),
         }
     }
+
+    /// A measured pair's cost does not depend on the solo times; a fitted model
+    /// `max(a t_x + b t_y + c min(t_x, t_y) + d, t_x)` never falls when its slopes `a`, `a + c`,
+    /// `b` and `b + c` are non-negative.
+    fn monotone(&self) -> bool {
+        self.table.fit.iter().flatten().all(|f| f.a >= 0.0 && f.b >= 0.0 && f.a + f.c >= 0.0 && f.b + f.c >= 0.0)
+    }
 }
 
 #[cfg(test)]
@@ -711,6 +969,88 @@ mod tests {
         // its last 6 alone
         let e = evaluate(&a, &b, &sf, &TimeSlicing, &[(Some((0, 0)), Some((0, 1)))]).expect("runs");
         assert!((e.latency_us - 18.0).abs() < 1e-9, "{}", e.latency_us);
+    }
+
+    /// A cost model that may fall as solo times rise, and that prices some co-runs below solo.
+    struct Odd;
+
+    impl CoCost for Odd {
+        fn same_pu(&self, i: usize, j: usize, _: usize, (a, b): (f64, f64)) -> (f64, f64) {
+            if (i + j).is_multiple_of(3) { (0.5 * a, 20.0 - b.min(20.0)) } else { (a + b, b + a) }
+        }
+    }
+
+    /// The pruned search finds the whole DP's optimum: random streams with
+    /// transfers, savings, PUs that cannot run some ops, contention factors below and above 1
+    /// and infinite ones, for both cost models (one not monotone), objectives and modes.
+    #[test]
+    fn pruning_keeps_the_whole_dps_plan() {
+        let mut s = 0x9E37_79B9_7F4A_7C15u64;
+        let mut r = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let mut pruned_some = false;
+        for case in 0..300 {
+            let k = 1 + case % 3;
+            let (na, nb) = (1 + (r() * 9.0) as usize, 1 + (r() * 9.0) as usize);
+            let mut stream = |n: usize| {
+                // coarse costs make ties likely
+                let w = (0..n)
+                    .map(|i| {
+                        (0..k)
+                            .map(|x| (x == 0 || (i + x) % 4 != 0).then(|| (1.0 + (r() * 6.0).floor()) * 5.0))
+                            .collect()
+                    })
+                    .collect();
+                let t = |r: &mut dyn FnMut() -> f64| {
+                    (0..n).map(|_| (0..k).map(|_| (r() * 3.0).floor()).collect()).collect()
+                };
+                let (h2d, d2h) = (t(&mut r), t(&mut r));
+                let power = (0..n).map(|_| (0..k).map(|x| 2.0 + x as f64).collect()).collect();
+                let saving = (0..n * k).map(|_| (r() * 3.0).floor()).collect();
+                Chain::new(w, h2d, d2h, power, (0..k).map(|x| x > 0).collect()).with_savings(saving)
+            };
+            let (a, b) = (stream(na), stream(nb));
+            let sf: Vec<Vec<f64>> =
+                (0..k)
+                    .map(|x| {
+                        (0..k)
+                            .map(|y| {
+                                if x != y && (x + y) % 3 == 0 { f64::INFINITY } else { 0.8 + 0.1 * (r() * 6.0).floor() }
+                            })
+                            .collect()
+                    })
+                    .collect();
+            for (co, obj, mode) in [
+                (&TimeSlicing as &dyn CoCost, Objective::Latency, ConcurrentMode::Joint),
+                (&Odd, Objective::Latency, ConcurrentMode::Joint),
+                (&TimeSlicing, Objective::Energy, ConcurrentMode::Joint),
+                (&Odd, Objective::Energy, ConcurrentMode::Joint),
+                (&TimeSlicing, Objective::Latency, ConcurrentMode::Aligned),
+            ] {
+                if mode == ConcurrentMode::Aligned && na != nb {
+                    continue;
+                }
+                let dp = Joint::new(&a, &b, &sf, co, mode, obj).expect("small");
+                let (_, whole) = dp.run(None).expect("plan");
+                let h = CostToGo::new(&dp);
+                let ub = dp.greedy(&h);
+                assert!(
+                    h.at(0, 0) <= whole * (1.0 + 1e-12) && whole <= ub * (1.0 + 1e-12),
+                    "case {case}: {} {whole} {ub}",
+                    h.at(0, 0)
+                );
+                let (steps, pruned) = dp.run(Some((&h, ub))).expect("plan");
+                let close = |x: f64, y: f64| (x - y).abs() <= 1e-9 * x.abs().max(1.0);
+                assert!(close(pruned, whole), "case {case}, {obj:?}, {mode:?}: {pruned} against {whole}");
+                assert!(close(dp.value(&steps), pruned), "case {case}: the plan is not the value found");
+                pruned_some |= ub > h.at(0, 0);
+            }
+        }
+        assert!(pruned_some, "the bound never applied");
     }
 
     /// A fork whose two branches both write graph outputs, and whose second op also reads a graph
