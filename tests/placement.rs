@@ -63,3 +63,96 @@ fn placements_on_lunar_lake() {
         insta::assert_snapshot!(format!("placement-{name}"), text);
     }
 }
+
+/// A pipeline of 75 ops on lunar-lake's three PUs whose costs are small multiples of 5 µs, so
+/// that many choices tie exactly (simulated costs of real models almost never do): phases of a
+/// chain of 6 ops alternating with 3 branches of 3 ops, each op priced from a seeded generator.
+/// Above the exhaustive limit, so the plans are the heuristics'; which of two equal choices the
+/// DP takes, and what each local move finds, shows here as the few ops it moved.
+#[test]
+fn placements_where_costs_tie() {
+    use bident_partition::{Branch, Phase, PhasedGraph};
+    use bident_profile::{Cost, OpCosts, PowerSource};
+    let soc = bident_profile::simulate::VirtualSoc::preset("lunar-lake").expect("lunar-lake");
+    let case_file = root().join("tests/data/placement/models.txt");
+    let example = ModelCase { model: "zoo:example".into(), input_shape: Default::default(), fusion: None };
+    // the example's simulated table gives the SoC and the table's other fields
+    let template = bident_profile::simulate::simulate(&import(&example, &case_file), &soc).expect("simulate");
+    let mut s = 0x2545_F491_4F6C_DD1Du64;
+    let mut draw = |n: u64| {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 11) % n
+    };
+    let (mut phases, mut edges, mut next) = (vec![], vec![], 0u32);
+    let mut last: Vec<u32> = vec![];
+    for p in 0..10 {
+        let shape: &[u32] = if p % 2 == 0 { &[6] } else { &[3, 3, 3] };
+        let mut ends = vec![];
+        let branches = shape
+            .iter()
+            .map(|&len| {
+                let ops: Vec<u32> = (next..next + len).collect();
+                next += len;
+                edges.extend(ops.windows(2).map(|w| (w[0], w[1])));
+                edges.extend(last.iter().map(|&l| (l, ops[0])));
+                ends.push(ops[ops.len() - 1]);
+                Branch { ops }
+            })
+            .collect();
+        phases.push(Phase { branches });
+        last = ends;
+    }
+    edges.sort_unstable();
+    let graph = bident_artifact::ContentHash([9; 32]);
+    let phased = PhasedGraph {
+        model: "ties".into(),
+        graph,
+        op_count: next,
+        phases,
+        edges,
+        reads_input: vec![0],
+        writes_output: vec![next - 1],
+    };
+    let ops = (0..next)
+        .map(|op| OpCosts {
+            op,
+            name: format!("op{op}"),
+            kind: "MatMul".into(),
+            per_pu: (0..3u64)
+                .map(|pu| {
+                    let (exec, move_us) =
+                        (5.0 * (1 + draw(10)) as f64, if pu == 0 { 0.0 } else { 5.0 * draw(3) as f64 });
+                    Some(Cost {
+                        h2d_us: move_us,
+                        dispatch_us: 0.0,
+                        exec_us: exec,
+                        d2h_us: move_us,
+                        p10_us: [move_us, 0.0, exec, move_us],
+                        p90_us: [move_us, 0.0, exec, move_us],
+                        runs: 1,
+                        power_w: [10.0, 15.0, 5.0][pu as usize],
+                        power: PowerSource::Declared,
+                        stop_check: None,
+                    })
+                })
+                .collect(),
+            failures: vec![],
+        })
+        .collect();
+    let costs = bident_profile::CostTable { model: "ties".into(), graph, ops, segments: vec![], ..template };
+    assert!(!Problem::new(&phased, &costs).small_enough_for_exhaustive());
+    let mut text = String::from("75 ops in 10 phases on lunar-lake, costs multiples of 5 µs (synthetic, simulated)\n");
+    for (mode, objective) in [
+        (Mode::Sequential, Objective::Latency),
+        (Mode::Parallel, Objective::Latency),
+        (Mode::Sequential, Objective::Energy),
+    ] {
+        let plan = bident_search::search(&phased, &costs, &SearchConfig { objective, mode, ..Default::default() })
+            .expect("search");
+        text.push('\n');
+        text.push_str(&placement(&plan, &phased, &costs));
+    }
+    insta::assert_snapshot!("placement-ties", text);
+}
