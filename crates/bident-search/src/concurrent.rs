@@ -116,10 +116,10 @@ impl Artifact for ConcurrentPlan {
 ///
 /// Exact, and pruned: [`CostToGo`] bounds what any state still has to pay, a greedy walk that
 /// follows the bound gives an incumbent, and the DP skips every state whose cost so far plus
-/// its bound exceeds the incumbent, and every state a fresher twin reached for no more. The
-/// bound is consistent (no step costs less than the bound falls along it), so no state of an
-/// optimal path is skipped unless a twin as good is kept: the plan's objective is the whole
-/// DP's optimum (between equal optima it may pick another).
+/// its bound exceeds the incumbent, and (where `co` is monotone) every state a fresher twin
+/// reached for no more. The bound is consistent (no step costs less than the bound falls along
+/// it), so no state of an optimal path is skipped unless a twin as good is kept: the plan's
+/// objective is the whole DP's optimum (between equal optima it may pick another).
 pub fn search(
     a: &Chain,
     b: &Chain,
@@ -270,15 +270,17 @@ impl<'a> Joint<'a> {
     }
 
     /// The DP and its plan's objective. With `prune`, it skips the states that its bound and
-    /// incumbent rule out, and every state that a fresher twin reached for no more (the same
-    /// PUs behind both streams, each at least as fresh: its every move costs no more). Without,
-    /// it is the whole DP.
+    /// incumbent rule out, and, where `co` is monotone, every state that a fresher twin reached
+    /// for no more (the same PUs behind both streams, each at least as fresh: its every move
+    /// costs no more). Without, it is the whole DP.
     fn run(&self, prune: Option<(&CostToGo, f64)>) -> Result<(Vec<PathStep>, f64), SearchError> {
         let (na, nb, k) = (self.na, self.nb, self.k);
         let kk = k + 1;
         // states that could still beat the incumbent; the slack absorbs rounding in the sums
         let limit = prune.map_or(f64::INFINITY, |(_, ub)| ub + 1e-9 * ub.abs());
         let bound = |i: usize, j: usize| prune.map_or(0.0, |(h, _)| h.at(i, j));
+        // a fresher twin moves for no more only where sharing a PU costs no less for a shorter op
+        let twins_dominate = prune.is_some() && self.step.co.monotone();
         // costs of two rows of states at a time (moves reach the row or the next); where each
         // state came from, 1 + its index, for all (zeroed memory: pages no state reaches are
         // never touched)
@@ -333,7 +335,7 @@ impl<'a> Joint<'a> {
                                     continue;
                                 }
                                 // a fresher twin for no more
-                                let fresher = prune.is_some()
+                                let fresher = twins_dominate
                                     && (0..4).any(|t| {
                                         let (ta, tb) = (t / 2 == 1, t % 2 == 1);
                                         (ta, tb) != (fa, fb) && ta >= fa && tb >= fb && cur[twins + t] <= c0
@@ -976,13 +978,14 @@ mod tests {
 
     impl CoCost for Odd {
         fn same_pu(&self, i: usize, j: usize, _: usize, (a, b): (f64, f64)) -> (f64, f64) {
-            if (i + j).is_multiple_of(3) { (0.5 * a, 20.0 - b.min(20.0)) } else { (a + b, b + a) }
+            if (i + j).is_multiple_of(3) { (20.0 - a.min(20.0), 20.0 - b.min(20.0)) } else { (a + b, b + a) }
         }
     }
 
-    /// The pruned search finds the whole DP's optimum: random streams with
+    /// The pruned search finds the whole DP's optimum: 5,000 random pairs of streams with
     /// transfers, savings, PUs that cannot run some ops, contention factors below and above 1
-    /// and infinite ones, for both cost models (one not monotone), objectives and modes.
+    /// and infinite ones, for both cost models (one not monotone: with the twins' dominance on
+    /// for it, case 1487 finds 50 against the optimum 44), objectives and modes.
     #[test]
     fn pruning_keeps_the_whole_dps_plan() {
         let mut s = 0x9E37_79B9_7F4A_7C15u64;
@@ -993,7 +996,7 @@ mod tests {
             (s >> 11) as f64 / (1u64 << 53) as f64
         };
         let mut pruned_some = false;
-        for case in 0..300 {
+        for case in 0..5000 {
             let k = 1 + case % 3;
             let (na, nb) = (1 + (r() * 9.0) as usize, 1 + (r() * 9.0) as usize);
             let mut stream = |n: usize| {
@@ -1010,7 +1013,7 @@ mod tests {
                 };
                 let (h2d, d2h) = (t(&mut r), t(&mut r));
                 let power = (0..n).map(|_| (0..k).map(|x| 2.0 + x as f64).collect()).collect();
-                let saving = (0..n * k).map(|_| (r() * 3.0).floor()).collect();
+                let saving = (0..n * k).map(|_| 5.0 * (r() * 4.0).floor()).collect();
                 Chain::new(w, h2d, d2h, power, (0..k).map(|x| x > 0).collect()).with_savings(saving)
             };
             let (a, b) = (stream(na), stream(nb));
