@@ -319,6 +319,23 @@ fn why(p: &bident_search::Problem, plan: &bident_search::Plan, assign: &[usize],
     format!("{label}: {} {unit} more on {to}", sig(delta))
 }
 
+/// A cost entry as a synthetic table writes it: `exec` µs of execution with `h2d`/`d2h` µs of
+/// transfers, one run, no dispatch, no spread, at a declared `power` W.
+pub fn declared_cost(exec: f64, h2d: f64, d2h: f64, power: f64) -> bident_profile::Cost {
+    bident_profile::Cost {
+        h2d_us: h2d,
+        dispatch_us: 0.0,
+        exec_us: exec,
+        d2h_us: d2h,
+        p10_us: [h2d, 0.0, exec, d2h],
+        p90_us: [h2d, 0.0, exec, d2h],
+        runs: 1,
+        power_w: power,
+        power: bident_profile::PowerSource::Declared,
+        stop_check: None,
+    }
+}
+
 /// A plan, one line per op in execution order (`op name kind -> PU (why)`), under a line of
 /// rounded totals: what a change in the search moves shows as a few changed lines.
 pub fn placement(

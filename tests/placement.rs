@@ -4,7 +4,7 @@
 //! local improvement) shows as the few lines of the ops it moved.
 
 use bident_search::{Mode, Objective, Problem, SearchConfig};
-use bident_tests::{ModelCase, import, placement, root};
+use bident_tests::{ModelCase, declared_cost, import, placement, root};
 
 /// The listed models: one name a line, `#` comments.
 fn listed() -> Vec<String> {
@@ -24,6 +24,23 @@ fn every_tiny_family_is_listed() {
         }
     }
     assert!(models.iter().any(|m| m == "example"));
+}
+
+/// The sequential and parallel latency plans and the sequential energy plan, each as its
+/// placement after a blank line.
+fn three_plans(phased: &bident_partition::PhasedGraph, costs: &bident_profile::CostTable) -> String {
+    let mut text = String::new();
+    for (mode, objective) in [
+        (Mode::Sequential, Objective::Latency),
+        (Mode::Parallel, Objective::Latency),
+        (Mode::Sequential, Objective::Energy),
+    ] {
+        let plan = bident_search::search(phased, costs, &SearchConfig { objective, mode, ..Default::default() })
+            .expect("search");
+        text.push('\n');
+        text.push_str(&placement(&plan, phased, costs));
+    }
+    text
 }
 
 /// Sequential and parallel latency plans and the sequential energy plan of every listed model,
@@ -50,16 +67,7 @@ fn placements_on_lunar_lake() {
             g.ops.len(),
             if exhaustive { "solved exhaustively" } else { "above the exhaustive limit, heuristic" }
         );
-        for (mode, objective) in [
-            (Mode::Sequential, Objective::Latency),
-            (Mode::Parallel, Objective::Latency),
-            (Mode::Sequential, Objective::Energy),
-        ] {
-            let plan = bident_search::search(&phased, &costs, &SearchConfig { objective, mode, ..Default::default() })
-                .expect("search");
-            text.push('\n');
-            text.push_str(&placement(&plan, &phased, &costs));
-        }
+        text.push_str(&three_plans(&phased, &costs));
         insta::assert_snapshot!(format!("placement-{name}"), text);
     }
 }
@@ -72,7 +80,7 @@ fn placements_on_lunar_lake() {
 #[test]
 fn placements_where_costs_tie() {
     use bident_partition::{Branch, Phase, PhasedGraph};
-    use bident_profile::{Cost, OpCosts, PowerSource};
+    use bident_profile::OpCosts;
     let soc = bident_profile::simulate::VirtualSoc::preset("lunar-lake").expect("lunar-lake");
     let case_file = root().join("tests/data/placement/models.txt");
     let example = ModelCase { model: "zoo:example".into(), input_shape: Default::default(), fusion: None };
@@ -124,18 +132,7 @@ fn placements_where_costs_tie() {
                 .map(|pu| {
                     let (exec, move_us) =
                         (5.0 * (1 + draw(10)) as f64, if pu == 0 { 0.0 } else { 5.0 * draw(3) as f64 });
-                    Some(Cost {
-                        h2d_us: move_us,
-                        dispatch_us: 0.0,
-                        exec_us: exec,
-                        d2h_us: move_us,
-                        p10_us: [move_us, 0.0, exec, move_us],
-                        p90_us: [move_us, 0.0, exec, move_us],
-                        runs: 1,
-                        power_w: [10.0, 15.0, 5.0][pu as usize],
-                        power: PowerSource::Declared,
-                        stop_check: None,
-                    })
+                    Some(declared_cost(exec, move_us, move_us, [10.0, 15.0, 5.0][pu as usize]))
                 })
                 .collect(),
             failures: vec![],
@@ -144,15 +141,6 @@ fn placements_where_costs_tie() {
     let costs = bident_profile::CostTable { model: "ties".into(), graph, ops, segments: vec![], ..template };
     assert!(!Problem::new(&phased, &costs).small_enough_for_exhaustive());
     let mut text = String::from("75 ops in 10 phases on lunar-lake, costs multiples of 5 µs (synthetic, simulated)\n");
-    for (mode, objective) in [
-        (Mode::Sequential, Objective::Latency),
-        (Mode::Parallel, Objective::Latency),
-        (Mode::Sequential, Objective::Energy),
-    ] {
-        let plan = bident_search::search(&phased, &costs, &SearchConfig { objective, mode, ..Default::default() })
-            .expect("search");
-        text.push('\n');
-        text.push_str(&placement(&plan, &phased, &costs));
-    }
+    text.push_str(&three_plans(&phased, &costs));
     insta::assert_snapshot!("placement-ties", text);
 }

@@ -9,7 +9,7 @@ use bident_tests::{ModelCase, backend, import, read_case, root};
 /// change only when the search changes, so they are snapshotted in full.
 fn synthetic_costs(g: &bident_ir::FusedGraph) -> bident_profile::CostTable {
     use bident_backend::{PuKind, PuSpec, SocSpec};
-    use bident_profile::{Cost, CostTable, OpCosts, PowerSource};
+    use bident_profile::{CostTable, OpCosts};
     let pu = |name: &str, kind, power| PuSpec {
         name: name.into(),
         backend: "none".into(),
@@ -25,18 +25,7 @@ fn synthetic_costs(g: &bident_ir::FusedGraph) -> bident_profile::CostTable {
         simulated: true,
         pus: vec![pu("cpu", PuKind::Cpu, 12.0), pu("npu", PuKind::Npu, 4.0)],
     };
-    let cost = |exec: f64, h2d: f64, d2h: f64, power: f64| Cost {
-        h2d_us: h2d,
-        dispatch_us: 0.0,
-        exec_us: exec,
-        d2h_us: d2h,
-        p10_us: [h2d, 0.0, exec, d2h],
-        p90_us: [h2d, 0.0, exec, d2h],
-        runs: 1,
-        power_w: power,
-        power: PowerSource::Declared,
-        stop_check: None,
-    };
+    let cost = bident_tests::declared_cost;
     let ops = g
         .ops
         .iter()
