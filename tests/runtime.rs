@@ -230,7 +230,10 @@ fn a_server_replans_when_a_pu_drifts() {
     let faulty = Arc::new(FaultyBackend::new(be.clone(), fault));
     let inputs = bident_runtime::model_inputs(&g, 0);
     let want = reference(&g, &soc, &inputs);
-    let mut server = Server::new((g, phased), costs, plan, soc, faulty, search, ServeConfig::default()).expect("serve");
+    // drift is 4x sustained, not the default 1.3x: beside other tests, load alone once drifted
+    // a PU past 1.3x before the fault and re-planned, so the fault, counted in calls, began later
+    let serve = ServeConfig { threshold: 4.0, ..ServeConfig::default() };
+    let mut server = Server::new((g, phased), costs, plan, soc, faulty, search, serve).expect("serve");
     let mut totals = vec![];
     for _ in 0..150 {
         let inf = server.infer(&inputs).expect("inference");
@@ -241,7 +244,8 @@ fn a_server_replans_when_a_pu_drifts() {
     }
     // the slowed PU's switch (timed beside other tests, the other core can drift past the
     // threshold too and be re-planned first: CI saw that once)
-    let switch = server.switches().iter().find(|s| s.pu == busiest).cloned().expect("the drift was noticed");
+    let switches = server.switches().to_vec();
+    let switch = switches.iter().find(|s| s.pu == busiest).cloned().unwrap_or_else(|| panic!("{switches:?}"));
     assert_eq!(switch.pu, busiest);
     assert!(switch.factor > 2.0, "{switch:?}");
     let swapped = switch.swapped_before().expect("a new plan was swapped in");

@@ -1,8 +1,9 @@
 //! `cargo xtask eval --engines`: engines, precisions and cores. Every model runs through the
 //! pipeline on the `all` SoC (each backend on the whole CPU at its defaults and in f32, and on
-//! each core alone; PUs that share cores never run at once), latency objective, parallel mode.
-//! Beside bident's plan, in the same run: each backend's whole-model defaults, and the whole
-//! model on one pinned core under each backend. Everything is measured on this machine.
+//! each core alone, in f32 and at the CPU's default precision; PUs that share cores never run at
+//! once), latency objective, parallel mode. Beside bident's plan, in the same run: each backend's
+//! whole-model defaults, and the whole model on one pinned core under each backend and precision.
+//! Everything is measured on this machine.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -63,15 +64,28 @@ impl Row {
     }
 }
 
-/// The PUs of one pinned core under each backend, as the `all` preset names them.
-fn one_core_pus() -> Vec<String> {
+/// The table's single-core columns: the PUs of the `all` SoC pinned to the first core alone
+/// (each backend in f32 and, where the SoC has it, at the CPU's default precision), with their
+/// headings.
+fn one_core_pus() -> Result<Vec<(String, String)>> {
+    let soc = driver().soc(&Options::new(bident_driver::Model::Zoo("example".into()), "all").soc)?;
     let c = bident_backend::allowed_cpus().first().copied().unwrap_or(0);
-    vec![format!("core{c}"), format!("core{c}.ort")]
+    Ok(soc
+        .spec()
+        .pus
+        .iter()
+        .filter(|p| p.cores == [c])
+        .map(|p| {
+            let engine = if p.backend == "onnxruntime" { "ONNX Runtime" } else { "OpenVINO" };
+            (p.name.clone(), format!("{engine} 1 core {}", p.precision().unwrap_or("f32")))
+        })
+        .collect())
 }
 
 pub fn engines(targets: &[Target], runs: u32, out: &std::path::Path) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| out.display().to_string())?;
-    let cores = one_core_pus();
+    let columns = one_core_pus()?;
+    let cores: Vec<String> = columns.iter().map(|(pu, _)| pu.clone()).collect();
     let t0 = std::time::Instant::now();
     let mut rows = vec![];
     for (k, t) in targets.iter().enumerate() {
@@ -95,7 +109,7 @@ pub fn engines(targets: &[Target], runs: u32, out: &std::path::Path) -> Result<(
             report,
         });
     }
-    let table = table(&rows, &cores);
+    let table = table(&rows, &columns);
     std::fs::write(out.join("engines.md"), &table)?;
     print!("{table}");
     eprintln!(
@@ -170,7 +184,8 @@ fn geomean(v: &[f64]) -> f64 {
     (v.iter().map(|x| x.ln()).sum::<f64>() / v.len().max(1) as f64).exp()
 }
 
-fn table(rows: &[Row], cores: &[String]) -> String {
+fn table(rows: &[Row], columns: &[(String, String)]) -> String {
+    let cores: Vec<String> = columns.iter().map(|(pu, _)| pu.clone()).collect();
     let mut s = String::new();
     let machine = rows.first().map_or_else(bident_profile::host_description, |r| r.report.measured_on.clone());
     let precision = |b: &str| {
@@ -194,17 +209,18 @@ fn table(rows: &[Row], cores: &[String]) -> String {
         precision("onnxruntime"),
         cores.join(", ")
     );
+    let headings: String = columns.iter().map(|(_, h)| format!(" {h} |")).collect();
     let _ = writeln!(
         s,
-        "| model | ops | OpenVINO defaults | ONNX Runtime defaults | OpenVINO 1 core | ONNX Runtime 1 core | \
+        "| model | ops | OpenVINO defaults | ONNX Runtime defaults |{headings} \
          OV err | plan: ops OV/ORT | won OV/ORT | schedule | precision | plan | vs best default | vs best 1 core |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|{}---|---|---|---|---|---|---|---|", "---|".repeat(columns.len()));
     let (mut vs_default, mut vs_core) = (vec![], vec![]);
     for r in rows {
         let m = r.report.measured_us;
         let d = r.report.speedup_vs_best_default();
-        let c = ratio(r.best_core(cores), m);
+        let c = ratio(r.best_core(&cores), m);
         vs_default.push(d);
         if let Some(c) = c {
             vs_core.push(c);
@@ -212,13 +228,12 @@ fn table(rows: &[Row], cores: &[String]) -> String {
         let n = |map: &BTreeMap<String, u32>, b: &str| map.get(b).copied().unwrap_or(0);
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {}/{} | {}/{} | {} | {} | {} | {d:.2}x | {} |",
+            "| {} | {} | {} | {} |{} {} | {}/{} | {}/{} | {} | {} | {} | {d:.2}x | {} |",
             r.label,
             r.ops,
             us(r.default_of("openvino")),
             us(r.default_of("onnxruntime")),
-            us(r.whole_on(&cores[0])),
-            us(cores.get(1).and_then(|c| r.whole_on(c))),
+            cores.iter().map(|c| format!(" {} |", us(r.whole_on(c)))).collect::<String>(),
             r.default_err("openvino").map_or("-".into(), |e| format!("{e:.0e}")),
             n(&r.ops_per_backend, "openvino"),
             n(&r.ops_per_backend, "onnxruntime"),

@@ -111,6 +111,7 @@ impl Backend for Backends {
 mod tests {
     use super::*;
     use crate::SocSpec;
+    use crate::soc::Precisions;
 
     /// A backend with one CPU that compiles nothing, saying in its refusal who it is.
     struct Fake(&'static str, &'static str);
@@ -239,6 +240,53 @@ declared_power_w = 7.5
         assert_eq!(names("all"), local.iter().cloned().chain(cores).collect::<Vec<_>>());
         let only_ov = SocSpec::preset("local", &Fake("openvino", "1")).expect("local");
         assert_eq!(only_ov.pus.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["CPU"]);
+    }
+
+    /// OpenVINO's CPU computing in bf16 by default.
+    struct Bf16Cpu;
+
+    impl Backend for Bf16Cpu {
+        fn name(&self) -> &str {
+            "openvino"
+        }
+        fn version(&self) -> String {
+            "1".into()
+        }
+        fn devices(&self) -> Result<Vec<DeviceInfo>, BackendError> {
+            let mut d = Fake("openvino", "1").devices()?;
+            d[0].precision = Some("BF16".into());
+            Ok(d)
+        }
+        fn compile(&self, onnx: &[u8], pu: &PuSpec) -> Result<Box<dyn Executable>, BackendError> {
+            Fake("openvino", "1").compile(onnx, pu)
+        }
+        fn compile_profiled(&self, onnx: &[u8], pu: &PuSpec) -> Result<Box<dyn Executable>, BackendError> {
+            self.compile(onnx, pu)
+        }
+        fn timing_meaning(&self, pu: &PuSpec) -> String {
+            Fake("openvino", "1").timing_meaning(pu)
+        }
+    }
+
+    /// `all` offers each core at the CPU's default precision too, where that is not f32, sharing
+    /// its core with the f32 PU; `cores` and exact precision do not.
+    #[test]
+    fn all_has_each_core_at_the_default_precision() {
+        let cpus = crate::allowed_cpus();
+        let names = |preset: &str, p: Precisions| -> Vec<String> {
+            SocSpec::preset_with(preset, &Bf16Cpu, p).expect("preset").pus.into_iter().map(|p| p.name).collect()
+        };
+        let cores: Vec<String> = cpus.iter().map(|c| format!("core{c}")).collect();
+        let reduced: Vec<String> = cpus.iter().map(|c| format!("core{c}.bf16")).collect();
+        let local = ["CPU".to_string(), "CPU.bf16".into()];
+        assert_eq!(names("all", Precisions::Default), [&local[..], &cores, &reduced].concat());
+        assert_eq!(names("all", Precisions::Exact), [&local[..1], &cores].concat());
+        assert_eq!(names("cores", Precisions::Default), cores);
+        let soc = SocSpec::preset("all", &Bf16Cpu).expect("all");
+        let (f32_pu, bf16_pu) = (soc.pu(&cores[0]).expect("f32"), soc.pu(&reduced[0]).expect("bf16"));
+        assert_eq!((f32_pu.precision(), bf16_pu.precision()), (Some("f32"), Some("bf16")));
+        assert_eq!(bf16_pu.cores, f32_pu.cores);
+        assert!(bf16_pu.shares_hardware(f32_pu) && !bf16_pu.is_exact());
     }
 
     fn core_pu() -> PuSpec {

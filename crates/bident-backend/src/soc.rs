@@ -319,6 +319,15 @@ fn core_pu(backend: &str, default: &str, c: usize, n: usize) -> PuSpec {
     }
 }
 
+/// [`core_pu`] computing in `precision` (a CPU's default, not f32): `core0.bf16`.
+fn reduced_core_pu(backend: &str, default: &str, c: usize, n: usize, precision: &str) -> PuSpec {
+    let p = precision.to_ascii_lowercase();
+    let mut pu = core_pu(backend, default, c, n);
+    pu.name = pu_name(format!("core{c}.{p}"), backend, default);
+    pu.properties.insert(PRECISION_KEY.into(), p);
+    pu
+}
+
 /// The measured presets.
 pub const PRESETS: [&str; 4] = ["local", "cores", "all", "cores-mixed"];
 
@@ -334,7 +343,8 @@ impl SocSpec {
     ///   `CPU.ort`.
     /// - `cores`: one single-threaded f32 PU per online CPU core and backend, pinned to its
     ///   core (`core0`, `core0.ort`, ...).
-    /// - `all`: the PUs of `local` and of `cores` together.
+    /// - `all`: the PUs of `local` and of `cores` together and, unless `precisions` is exact,
+    ///   each core also at a CPU's default precision where that is not f32 (`core0.bf16`).
     /// - `cores-mixed`: the first two cores this process may run on, the first an OpenVINO PU
     ///   and the second an ONNX Runtime PU, each single-threaded, pinned and f32 (needs both
     ///   backends and two cores).
@@ -359,10 +369,25 @@ impl SocSpec {
             let n = cpus.len();
             backends.iter().flat_map(|b| cpus.iter().map(|&c| core_pu(b, &default, c, n)).collect::<Vec<_>>()).collect()
         };
+        // each core again at a CPU's default precision where that is not f32 (`core0.bf16`)
+        let reduced_cores = || -> Result<Vec<PuSpec>, SocError> {
+            let cpus = crate::allowed_cpus();
+            let mut pus = vec![];
+            for b in backends.iter().filter(|_| precisions == Precisions::Default) {
+                for d in backend.devices_of(b)? {
+                    if let (PuKind::Cpu, Some(p)) = (d.kind, &d.precision)
+                        && !p.eq_ignore_ascii_case("f32")
+                    {
+                        pus.extend(cpus.iter().map(|&c| reduced_core_pu(b, &default, c, cpus.len(), p)));
+                    }
+                }
+            }
+            Ok(pus)
+        };
         let pus: Vec<PuSpec> = match name {
             "local" => local()?,
             "cores" => cores(),
-            "all" => local()?.into_iter().chain(cores()).collect(),
+            "all" => local()?.into_iter().chain(cores()).chain(reduced_cores()?).collect(),
             "cores-mixed" => {
                 let cpus = crate::allowed_cpus();
                 let &[first, second, ..] = &cpus[..] else {

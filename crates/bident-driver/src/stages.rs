@@ -144,7 +144,7 @@ impl Driver<'_> {
             let o = PlanOptions { constraints: c.clone(), goal, ..opts.clone() };
             self.search(&p.folder, (&p.phased, p.phased_hash), (&p.costs, p.costs_hash), &o)
         };
-        self.run(&p.folder, &p.graph, plan, spec, be.clone(), run, &mut replan)
+        self.run(&p.folder, &p.graph, plan, spec, be.clone(), run, (p.phased_hash, p.costs_hash), &mut replan)
     }
 
     /// The cost table of one small model (a probe: one op of one size) on `soc`, measured with
@@ -575,7 +575,9 @@ impl Driver<'_> {
     /// Stage 5: run and measure the plan. A plan slower than the fastest engine default beside
     /// it gives way to that engine's whole-model PU, and one clearly slower than a PU running
     /// the whole model beside it to that PU, either only by more than [`GIVE_WAY_MARGIN`] and
-    /// beyond the noise between blocks ([`consistently_faster`]; the better measured is kept); with
+    /// beyond the noise between blocks ([`consistently_faster`]); the plan before is kept, itself,
+    /// where it measured better by both time and speedup over the best default (`hashes`: the
+    /// phased graph's and the cost table's, which a plan's header is derived from); with
     /// `fallback`, a PU that fails is excluded and the plan searched again (`replan`) until a
     /// plan runs or no PU is left to drop.
     #[allow(clippy::too_many_arguments)]
@@ -587,6 +589,7 @@ impl Driver<'_> {
         soc: &SocSpec,
         be: Arc<Backends>,
         opts: &RunOptions,
+        hashes: (ContentHash, ContentHash),
         replan: &mut dyn FnMut(&Constraints) -> Result<(Plan, ContentHash)>,
     ) -> Result<(Plan, RunReport)> {
         let be = self.faulty(be, opts);
@@ -594,8 +597,8 @@ impl Driver<'_> {
         let cfg = &config;
         // the engines' whole-model PUs a slower plan already gave way to
         let mut tried: Vec<String> = vec![];
-        // the best measured so far among the plans that gave way: (speedup, its constraints, report)
-        let mut best: Option<(f64, Constraints, RunReport)> = None;
+        // the best measured so far among the plans that gave way: (speedup, the plan, report)
+        let mut best: Option<(f64, Plan, RunReport)> = None;
         loop {
             folder.clear(&[REPORT])?;
             let err = match bident_runtime::run(g, &plan.0, soc, be.clone(), cfg) {
@@ -619,7 +622,7 @@ impl Driver<'_> {
                         c.whole = Some(pu.clone());
                         let speedup = report.speedup_vs_best_default();
                         if best.as_ref().is_none_or(|b| speedup > b.0) {
-                            best = Some((speedup, plan.0.constraints.clone(), report));
+                            best = Some((speedup, plan.0.clone(), report));
                         }
                         plan = replan(&c)?;
                         tried.push(pu);
@@ -634,11 +637,14 @@ impl Driver<'_> {
                             ),
                         );
                     }
-                    // an engine's PU that measured no better than a plan before it gives the plan
-                    // back (the search is deterministic: planning again writes the same plan)
+                    // a whole-model PU that measured no better than a plan before it gives that
+                    // plan back, itself (it may not be the search's: `plan import`), where both its
+                    // time and its speedup over the best default were better (the two runs measured
+                    // their defaults apart: beside other work one default alone moved 20x)
                     let mut report = report;
-                    if let Some((speedup, c, earlier)) = best.take()
+                    if let Some((speedup, earlier_plan, earlier)) = best.take()
                         && speedup > report.speedup_vs_best_default()
+                        && earlier.measured_us < report.measured_us
                     {
                         self.note(
                             Stage::Run,
@@ -649,7 +655,9 @@ impl Driver<'_> {
                                 report.speedup_vs_best_default()
                             ),
                         );
-                        plan = replan(&c)?;
+                        folder.clear(&[PLAN])?;
+                        let h = folder.write(PLAN, &earlier_plan, earlier_plan.input_hash(hashes.0, hashes.1)?)?;
+                        plan = (earlier_plan, h);
                         report = earlier;
                     }
                     folder.write(REPORT, &report, bident_runtime::input_hash(plan.1, cfg)?)?;
@@ -756,7 +764,8 @@ impl Driver<'_> {
             let o = PlanOptions { constraints: c.clone(), ..options.clone() };
             self.search(folder, (&p.phased, p.ph), (&p.costs, p.ch), &o)
         };
-        let (plan, r) = self.run(folder, &p.g, (p.plan.clone(), p.plan_h), &p.costs.soc, be, opts, &mut replan)?;
+        let (plan, r) =
+            self.run(folder, &p.g, (p.plan.clone(), p.plan_h), &p.costs.soc, be, opts, (p.ph, p.ch), &mut replan)?;
         Ok((plan, r, p.g))
     }
 }
