@@ -871,18 +871,21 @@ impl Problem {
         if phase.len() < 2 {
             return false;
         }
-        let ops: Vec<usize> = phase.iter().flatten().copied().collect();
-        let options: Vec<Vec<usize>> =
-            ops.iter().map(|&c| (0..self.pus()).filter(|&j| self.w[c][j].is_some()).collect()).collect();
         let limit = if schedule == Schedule::Parallel && self.segment_cost.is_empty() {
             Self::EXACT_PHASE_LIMIT
         } else {
             Self::EXACT_PHASE_LIMIT_SMALL
         };
-        let count = options.iter().try_fold(1usize, |acc, o| acc.checked_mul(o.len()));
-        if count.is_none_or(|c| c > limit) {
+        // counted before anything is gathered: most phases of a large graph are over the limit
+        let count = phase.iter().flatten().try_fold(1usize, |acc, &c| {
+            acc.checked_mul(self.w[c].iter().filter(|w| w.is_some()).count()).filter(|&n| n <= limit)
+        });
+        if count.is_none() {
             return false;
         }
+        let ops: Vec<usize> = phase.iter().flatten().copied().collect();
+        let options: Vec<Vec<usize>> =
+            ops.iter().map(|&c| (0..self.pus()).filter(|&j| self.w[c][j].is_some()).collect()).collect();
         let current: Vec<usize> = ops.iter().map(|&c| assign[c]).collect();
         let before = self.local_objective(assign, &ops, schedule, obj);
         let tolerance = 1e-9 * before.abs().max(1.0);
@@ -946,17 +949,15 @@ impl Problem {
         for k in 0..order.len() {
             for len in 2..=Self::MAX_BLOCK.min(order.len() - k) {
                 let run = &order[k..k + len];
-                if !run.iter().any(|&c| hot[c])
-                    || (schedule == Schedule::Parallel && !self.held_together(run))
-                    || slack.as_ref().is_some_and(|s| !s.may_improve(self, assign, run))
-                {
+                if !run.iter().any(|&c| hot[c]) || (schedule == Schedule::Parallel && !self.held_together(run)) {
                     continue;
                 }
-                if self.best_move(assign, run, &choices[len], schedule, obj) {
+                let better = match slack.as_mut() {
+                    Some(s) => s.may_improve(self, assign, run) && s.best_move(self, assign, run),
+                    None => self.best_move(assign, run, &choices[len], schedule, obj),
+                };
+                if better {
                     count += 1;
-                    if let Some(s) = slack.as_mut() {
-                        s.refresh(self, assign, run);
-                    }
                     moved(run);
                 }
             }
@@ -1058,14 +1059,12 @@ impl Problem {
         loop {
             while let Some(c) = queue.pop_front() {
                 queued[c] = false;
-                if slack.as_ref().is_some_and(|s| !s.may_improve(self, assign, &[c])) {
-                    continue;
-                }
-                if self.best_single_move(assign, c, Schedule::Sequential, obj) {
+                let better = match slack.as_mut() {
+                    Some(s) => s.may_improve(self, assign, &[c]) && s.best_move(self, assign, &[c]),
+                    None => self.best_single_move(assign, c, Schedule::Sequential, obj),
+                };
+                if better {
                     moves += 1;
-                    if let Some(s) = slack.as_mut() {
-                        s.refresh(self, assign, &[c]);
-                    }
                     if moves > cap {
                         return moves;
                     }
@@ -1255,6 +1254,9 @@ impl Problem {
 /// most their excess less what the floors of `run` rise: a move that cannot win is ruled out
 /// without pricing it. Valid while every op's share is its own (no measured runs).
 pub(crate) struct Slack {
+    /// Per op, its share of the objective ([`Problem::contribution`]) under the current
+    /// assignment: a move's price before it.
+    share: Vec<f64>,
     excess: Vec<f64>,
     /// Per op, the excess of its neighbours (an op counted once per link), and `near_on[c * pus
     /// + j]` the part of it on PU `j`.
@@ -1265,6 +1267,8 @@ pub(crate) struct Slack {
     /// `floor[c * pus + j]`: [`Problem::floor`], kept flat.
     floor: Vec<f64>,
     obj: Objective,
+    /// Scratch: the ops whose shares a move can change ([`Slack::best_move`]).
+    parts: Vec<usize>,
 }
 
 impl Slack {
@@ -1273,15 +1277,17 @@ impl Slack {
         let floor = (0..p.ops() * k).map(|i| p.floor(i / k, i % k, obj)).collect();
         let n = p.ops();
         let mut s = Slack {
+            share: vec![0.0; n],
             excess: vec![0.0; n],
             near: vec![0.0; n],
             near_on: vec![0.0; n * k],
             gain: vec![0.0; n],
             floor,
             obj,
+            parts: Vec::with_capacity(16),
         };
         for c in 0..n {
-            s.excess[c] = s.own_excess(p, assign, c);
+            s.set_share(p, assign, c);
             s.gain[c] = s.own_gain(p, assign, c);
         }
         for c in 0..n {
@@ -1325,8 +1331,53 @@ impl Slack {
         (0..p.pus()).map(|j| at - self.floor(p, c, j)).fold(0.0, f64::max)
     }
 
-    fn own_excess(&self, p: &Problem, assign: &[usize], c: usize) -> f64 {
-        (p.contribution(assign, c, Schedule::Sequential, self.obj) - self.floor(p, c, assign[c])).max(0.0)
+    /// Op `c`'s share and its excess over its floor, from `assign`.
+    fn set_share(&mut self, p: &Problem, assign: &[usize], c: usize) {
+        self.share[c] = p.contribution(assign, c, Schedule::Sequential, self.obj);
+        self.excess[c] = (self.share[c] - self.floor(p, c, assign[c])).max(0.0);
+    }
+
+    /// Move every op of `run` to the PU that most lowers the sequential objective, as
+    /// [`Problem::best_move`] does with one PU for the whole run (the same prices, summed in the
+    /// same order, so the same choice), but with the price before taken from the cached shares;
+    /// true if it moved, and then the caches follow.
+    fn best_move(&mut self, p: &Problem, assign: &mut [usize], run: &[usize]) -> bool {
+        // the shares a move of `run` can change: as `Problem::local_parts` gathers them
+        self.parts.clear();
+        for &c in run {
+            for &x in std::iter::once(&c).chain(&p.preds[c]).chain(&p.succs[c]).chain(&p.next[c]) {
+                if !self.parts.contains(&x) {
+                    self.parts.push(x);
+                }
+            }
+        }
+        let mut before = 0.0;
+        for &x in &self.parts {
+            before += self.share[x];
+        }
+        let mut current = [0; Problem::MAX_BLOCK];
+        let current = &mut current[..run.len()];
+        run.iter().zip(current.iter_mut()).for_each(|(&c, j)| *j = assign[c]);
+        let mut best: Option<(f64, usize)> = None;
+        for j in 0..p.pus() {
+            if run.iter().all(|&c| assign[c] == j) || run.iter().any(|&c| p.w[c][j].is_none()) {
+                continue;
+            }
+            run.iter().for_each(|&c| assign[c] = j);
+            let mut after = 0.0;
+            for &x in &self.parts {
+                after += p.contribution(assign, x, Schedule::Sequential, self.obj);
+            }
+            let delta = after - before;
+            if delta < best.map_or(0.0, |b| b.0) - 1e-9 * before.abs().max(1.0) {
+                best = Some((delta, j));
+            }
+            run.iter().zip(current.iter()).for_each(|(&c, &j)| assign[c] = j);
+        }
+        let Some((_, j)) = best else { return false };
+        run.iter().for_each(|&c| assign[c] = j);
+        self.refresh(p, assign, run);
+        true
     }
 
     /// Whether moving every op of `run` to one PU might lower the objective (false: no PU can).
@@ -1370,10 +1421,10 @@ impl Slack {
     /// their neighbours.
     fn refresh(&mut self, p: &Problem, assign: &[usize], moved: &[usize]) {
         for &c in moved {
-            self.excess[c] = self.own_excess(p, assign, c);
+            self.set_share(p, assign, c);
             self.gain[c] = self.own_gain(p, assign, c);
             for x in p.neighbours(c) {
-                self.excess[x] = self.own_excess(p, assign, x);
+                self.set_share(p, assign, x);
             }
         }
         for &c in moved {
