@@ -741,21 +741,29 @@ impl Problem {
         mut phase: impl FnMut(usize),
     ) {
         let mut seen: Vec<usize> = Vec::with_capacity(8);
+        self.parts_into(ops, &mut seen);
         let mut phases: Vec<usize> = Vec::with_capacity(4);
+        for x in seen {
+            let pi = self.place[x].0;
+            if schedule == Schedule::Parallel && self.phases[pi].len() > 1 {
+                if !phases.contains(&pi) {
+                    phases.push(pi);
+                    phase(pi);
+                }
+            } else {
+                share(x);
+            }
+        }
+    }
+
+    /// The ops whose shares the PUs of `ops` can change, into `out` (cleared first), once each
+    /// and in a fixed order: each op, then its producers, consumers and next op.
+    fn parts_into(&self, ops: &[usize], out: &mut Vec<usize>) {
+        out.clear();
         for &c in ops {
             for &x in std::iter::once(&c).chain(&self.preds[c]).chain(&self.succs[c]).chain(&self.next[c]) {
-                if seen.contains(&x) {
-                    continue;
-                }
-                seen.push(x);
-                let pi = self.place[x].0;
-                if schedule == Schedule::Parallel && self.phases[pi].len() > 1 {
-                    if !phases.contains(&pi) {
-                        phases.push(pi);
-                        phase(pi);
-                    }
-                } else {
-                    share(x);
+                if !out.contains(&x) {
+                    out.push(x);
                 }
             }
         }
@@ -1342,15 +1350,8 @@ impl Slack {
     /// same order, so the same choice), but with the price before taken from the cached shares;
     /// true if it moved, and then the caches follow.
     fn best_move(&mut self, p: &Problem, assign: &mut [usize], run: &[usize]) -> bool {
-        // the shares a move of `run` can change: as `Problem::local_parts` gathers them
-        self.parts.clear();
-        for &c in run {
-            for &x in std::iter::once(&c).chain(&p.preds[c]).chain(&p.succs[c]).chain(&p.next[c]) {
-                if !self.parts.contains(&x) {
-                    self.parts.push(x);
-                }
-            }
-        }
+        // the shares a move of `run` can change, as `Problem::local_parts` sums them
+        p.parts_into(run, &mut self.parts);
         let mut before = 0.0;
         for &x in &self.parts {
             before += self.share[x];
