@@ -643,8 +643,10 @@ impl Driver<'_> {
                     // their defaults apart: beside other work one default alone moved 20x)
                     let mut report = report;
                     if let Some((speedup, earlier_plan, earlier)) = best.take()
-                        && speedup > report.speedup_vs_best_default()
-                        && earlier.measured_us < report.measured_us
+                        && gives_back(
+                            (speedup, earlier.measured_us),
+                            (report.speedup_vs_best_default(), report.measured_us),
+                        )
                     {
                         self.note(
                             Stage::Run,
@@ -963,6 +965,14 @@ pub(crate) fn whole_model_runs(costs: &CostTable, phased: &PhasedGraph) -> Vec<(
 /// the plan gives way to it (the spread of two sessions of one configuration in one run here).
 const GIVE_WAY_MARGIN: f64 = 0.02;
 
+/// Whether a whole-model PU that a plan gave way to gives that plan back: only where the plan
+/// before it measured better both by its speedup over the best default and by its time, each
+/// `(speedup over the best default, median µs)`. Each run measures its defaults apart, so a
+/// speedup alone may come from a default that moved (beside other work one moved 20x).
+fn gives_back(before: (f64, f64), whole: (f64, f64)) -> bool {
+    before.0 > whole.0 && before.1 < whole.1
+}
+
 /// The PU the plan gives way to, and what it measured, in words: the fastest engine default's
 /// PU where the plan is slower than that default, else the fastest PU that ran the whole model
 /// beside the plan more than [`GIVE_WAY_MARGIN`] faster; either only where it was faster beyond
@@ -1043,4 +1053,27 @@ fn default_pu(soc: &SocSpec, report: &RunReport, plan: &Plan, cfg: &bident_runti
     let excluded = plan.constraints.exclude.contains(&pu.name);
     let already = plan.ops_per_pu.len() == 1 && plan.ops_per_pu.contains_key(&pu.name);
     (!excluded && !already).then(|| pu.name.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gives_back;
+
+    #[test]
+    fn a_plan_is_given_back_only_where_it_measured_better_by_speedup_and_time() {
+        // (before, whole, given back): (speedup over the best default, median µs)
+        let cases = [
+            ((1.2, 100.0), (1.0, 120.0), true),
+            // its default measured 20x slower in the first run: a better speedup, a worse time
+            ((1.2, 500.0), (1.0, 120.0), false),
+            // the default moved the other way: a better time, a worse speedup
+            ((0.9, 100.0), (1.0, 120.0), false),
+            ((1.0, 100.0), (1.0, 120.0), false),
+            ((1.2, 120.0), (1.0, 120.0), false),
+            ((0.8, 140.0), (1.0, 120.0), false),
+        ];
+        for (before, whole, want) in cases {
+            assert_eq!(gives_back(before, whole), want, "before {before:?}, whole {whole:?}");
+        }
+    }
 }
