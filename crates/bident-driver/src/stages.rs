@@ -637,10 +637,8 @@ impl Driver<'_> {
                             ),
                         );
                     }
-                    // a whole-model PU that measured no better than a plan before it gives that
-                    // plan back, itself (it may not be the search's: `plan import`), where both its
-                    // time and its speedup over the best default were better (the two runs measured
-                    // their defaults apart: beside other work one default alone moved 20x)
+                    // a whole-model PU that measured no better ([`gives_back`]) than a plan before
+                    // it gives that plan back, itself (it may not be the search's: `plan import`)
                     let mut report = report;
                     if let Some((speedup, earlier_plan, earlier)) = best.take()
                         && gives_back(
