@@ -225,6 +225,37 @@ pub fn allowed_cpus() -> Vec<usize> {
     (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
 }
 
+/// The CPU the calling thread is on now; None where that cannot be told (not Linux).
+pub fn current_cpu() -> Option<usize> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: no arguments; returns -1 on failure.
+        usize::try_from(unsafe { libc::sched_getcpu() }).ok()
+    }
+    #[cfg(not(target_os = "linux"))]
+    None
+}
+
+/// How many of this process's threads other than the calling one are running (on a CPU or
+/// waiting for one) now, from `/proc/self/task`; None where that cannot be read (not Linux).
+/// An engine's thread pool that spins after its last inference shows here until it sleeps.
+pub fn other_threads_running() -> Option<usize> {
+    let me = std::fs::read_link("/proc/thread-self").ok()?;
+    let me = me.file_name()?.to_owned();
+    let mut n = 0;
+    for e in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        if e.file_name() == me {
+            continue;
+        }
+        // `TID (COMM) STATE ...`: COMM may hold spaces and parentheses, so read after the last `)`
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        if stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('R')) {
+            n += 1;
+        }
+    }
+    Some(n)
+}
+
 /// Pin the calling thread to the given CPU cores (no-op for an empty list).
 pub fn pin_current_thread(pu: &str, cores: &[usize]) -> Result<(), BackendError> {
     if cores.is_empty() {
@@ -261,4 +292,30 @@ pub fn pin_current_thread(pu: &str, cores: &[usize]) -> Result<(), BackendError>
         cores: cores.to_vec(),
         reason: "thread pinning is only implemented on Linux".into(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A thread that spins is seen running.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_spinning_thread_runs() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let spinning = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        };
+        // it may wait for a core a moment, but it is never asleep
+        let seen = super::other_threads_running().expect("Linux has /proc/self/task");
+        stop.store(true, Ordering::Relaxed);
+        spinning.join().expect("the spinning thread");
+        assert!(seen >= 1, "the spinning thread was not seen running");
+    }
 }

@@ -15,7 +15,7 @@ pub mod trace;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bident_artifact::{Artifact, ContentHash};
 use bident_backend::{Backend, BackendError, DType, PuSpec, SocSpec};
@@ -421,8 +421,29 @@ pub fn default_spec(of: &PuSpec, b: &str, cfg: &RunConfig) -> PuSpec {
 /// Inferences of the plan, then of each baseline, in one turn of the measurement.
 const BLOCK: u32 = 5;
 
-/// The pause before each session's block in a measurement turn.
+/// The pause before each session's block in a measurement turn, at least ([`let_threads_settle`]).
 const SETTLE: Duration = Duration::from_millis(20);
+
+/// How long [`let_threads_settle`] waits beyond [`SETTLE`] for the process's other threads to stop.
+const SETTLE_MAX: Duration = Duration::from_millis(300);
+
+/// Before a session's block: [`SETTLE`], then until no other thread of this process runs, for
+/// at most [`SETTLE_MAX`]. ONNX Runtime's default pool spins on for 40 to 60 ms after its last
+/// inference (measured here); the block after it ran beside that spinning thread (a ResNet on
+/// one pinned core, 495 µs alone, measured 3,950 µs right after ONNX Runtime's default). Where
+/// a wait runs out (some thread of the process runs throughout: tests beside each other),
+/// `waits` is cleared and later settles only pause.
+fn let_threads_settle(waits: &std::cell::Cell<bool>) {
+    std::thread::sleep(SETTLE);
+    let until = Instant::now() + SETTLE_MAX;
+    while waits.get() {
+        match bident_backend::other_threads_running() {
+            None | Some(0) => return,
+            Some(_) if Instant::now() >= until => waits.set(false),
+            Some(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+}
 
 /// The PU the whole model runs on as reference and baseline: the plan's best single PU, unless
 /// the plan excludes it (a fallback plan), then the best single PU it allows.
@@ -709,8 +730,9 @@ fn measure(
     // poll a little after each inference and a multi-threaded engine's pool spins for a while
     // (after 1 ms, ONNX Runtime's default on both cores was measured at ~100 or ~140 µs on the
     // example depending on whose block came before; after 20 ms, at ~140 µs beside the same
-    // configuration's ~145)
-    let settle = || std::thread::sleep(SETTLE);
+    // configuration's ~145; its pool spins on for up to 60 ms, see [`let_threads_settle`])
+    let waits = std::cell::Cell::new(true);
+    let settle = || let_threads_settle(&waits);
     let mut turn = 0;
     while done < runs {
         let block = BLOCK.min(runs - done);
