@@ -524,10 +524,9 @@ impl Problem {
         mut tl: Option<&mut Timeline>,
     ) -> (f64, f64) {
         let phase = &self.phases[pi];
-        let PhaseScratch { duration, first, next, pu_free, waiting, ready_by, .. } = scratch;
         if !parallel {
             let mut now = at;
-            for (&c, &dur) in phase.iter().flatten().zip(duration.iter()) {
+            for (&c, &dur) in phase.iter().flatten().zip(scratch.duration.iter()) {
                 if let Some(tl) = tl.as_deref_mut() {
                     tl.start[c] = now;
                     tl.finish[c] = now + dur;
@@ -538,17 +537,36 @@ impl Problem {
         }
         // list scheduling from the barrier: the branch head that can start first goes first
         // (the lowest branch among equals), once its PU and every PU sharing its hardware are
-        // free. Per PU the heads waiting on it: those ready by the time it is free all start
-        // then (the lowest branch first), the rest in order of readiness; O(ops log branches).
-        let k = self.pus();
-        let key = |t: f64| Reverse(t.to_bits());
+        // free
         // where each branch's durations start in `duration`
-        first.clear();
-        first.extend(phase.iter().scan(0, |acc, ops| {
+        scratch.first.clear();
+        scratch.first.extend(phase.iter().scan(0, |acc, ops| {
             let at = *acc;
             *acc += ops.len();
             Some(at)
         }));
+        let end = if phase.len() <= Self::SCAN_BRANCHES {
+            self.scan_schedule(assign, phase, at, scratch, tl)
+        } else {
+            self.heap_schedule(assign, phase, at, scratch, tl)
+        };
+        (end, energy)
+    }
+
+    /// [`Problem::schedule_phase`]'s list scheduling for a phase of many branches: per PU the
+    /// heads waiting on it; those ready by the time it is free all start then (the lowest branch
+    /// first), the rest in order of readiness; O(ops log branches). Returns the phase's end.
+    fn heap_schedule(
+        &self,
+        assign: &[usize],
+        phase: &[Vec<usize>],
+        at: f64,
+        scratch: &mut PhaseScratch,
+        mut tl: Option<&mut Timeline>,
+    ) -> f64 {
+        let k = self.pus();
+        let key = |t: f64| Reverse(t.to_bits());
+        let PhaseScratch { duration, first, next, pu_free, waiting, ready_by, .. } = scratch;
         next.clear();
         next.resize(phase.len(), 0);
         pu_free.clear();
@@ -613,7 +631,67 @@ impl Problem {
                 waiting[assign[c2]].push((key(finish), Reverse(b)));
             }
         }
-        (end, energy)
+        end
+    }
+
+    /// Phases of at most this many branches are list-scheduled by scanning the branch heads at
+    /// every step (O(ops x branches), no heaps), the rest with a heap per PU.
+    const SCAN_BRANCHES: usize = 16;
+
+    /// [`Problem::schedule_phase`]'s list scheduling for a phase of few branches: at every step
+    /// the head that can start first (once its branch and its PU, and every PU sharing its
+    /// hardware, are free) starts, the lowest branch among equals; returns the phase's end. The
+    /// same rule as the heaps', so the same timeline.
+    fn scan_schedule(
+        &self,
+        assign: &[usize],
+        phase: &[Vec<usize>],
+        at: f64,
+        scratch: &mut PhaseScratch,
+        mut tl: Option<&mut Timeline>,
+    ) -> f64 {
+        let k = self.pus();
+        let PhaseScratch { duration, first, next, pu_free, ready, free, .. } = scratch;
+        next.clear();
+        next.resize(phase.len(), 0);
+        ready.clear();
+        ready.resize(phase.len(), at);
+        pu_free.clear();
+        pu_free.resize(k, at);
+        free.clear();
+        free.resize(k, at);
+        let mut end = at;
+        loop {
+            for (j, f) in free.iter_mut().enumerate() {
+                *f = pu_free
+                    .iter()
+                    .enumerate()
+                    .filter(|&(o, _)| o == j || self.exclusive[j][o])
+                    .map(|(_, &t)| t)
+                    .fold(at, f64::max);
+            }
+            let mut pick: Option<(f64, usize)> = None;
+            for (b, ops) in phase.iter().enumerate() {
+                let Some(&c) = ops.get(next[b]) else { continue };
+                let f = free[assign[c]];
+                let start = if ready[b] > f { ready[b] } else { f };
+                if pick.is_none_or(|p| start.total_cmp(&p.0).is_lt()) {
+                    pick = Some((start, b));
+                }
+            }
+            let Some((start, b)) = pick else { break };
+            let c = phase[b][next[b]];
+            let finish = start + duration[first[b] + next[b]];
+            if let Some(tl) = tl.as_deref_mut() {
+                tl.start[c] = start;
+                tl.finish[c] = finish;
+            }
+            pu_free[assign[c]] = finish;
+            ready[b] = finish;
+            end = end.max(finish);
+            next[b] += 1;
+        }
+        end
     }
 
     /// Simulate `assign` under `schedule`; None if some op sits on a PU that cannot run it.
@@ -772,7 +850,16 @@ impl Problem {
     /// The part of the objective that the PUs of `ops` can change: the shares of the ops and
     /// their neighbours in sequentially run phases, and the whole of every parallel phase
     /// involved.
-    pub(crate) fn local_objective(&self, assign: &[usize], ops: &[usize], schedule: Schedule, obj: Objective) -> f64 {
+    /// The spans of parallel phases are taken from `spans` where given (`assign` must then be
+    /// the assignment it caches).
+    pub(crate) fn local_objective(
+        &self,
+        assign: &[usize],
+        ops: &[usize],
+        schedule: Schedule,
+        obj: Objective,
+        cache: Option<&Spans>,
+    ) -> f64 {
         if !self.segment_cost.is_empty() {
             return self.full_objective(assign, schedule, obj);
         }
@@ -781,14 +868,33 @@ impl Problem {
             ops,
             schedule,
             |x| shares += self.contribution(assign, x, schedule, obj),
-            |pi| spans += self.phase_objective(assign, pi, schedule, obj),
+            |pi| spans += self.span(assign, pi, schedule, obj, cache),
         );
         shares + spans
     }
 
+    /// [`Problem::phase_objective`], from `cache` where given and known there.
+    fn span(&self, assign: &[usize], pi: usize, schedule: Schedule, obj: Objective, cache: Option<&Spans>) -> f64 {
+        let Some(cache) = cache else { return self.phase_objective(assign, pi, schedule, obj) };
+        let known = cache.0[pi].get();
+        if !known.is_nan() {
+            return known;
+        }
+        let v = self.phase_objective(assign, pi, schedule, obj);
+        cache.0[pi].set(v);
+        v
+    }
+
     /// The part of the objective op `c`'s PU can change (as [`Problem::local_objective`] for one
     /// op, without allocating: in a DAG an op's predecessors and successors are distinct).
-    fn local_single(&self, assign: &[usize], c: usize, schedule: Schedule, obj: Objective) -> f64 {
+    fn local_single(
+        &self,
+        assign: &[usize],
+        c: usize,
+        schedule: Schedule,
+        obj: Objective,
+        cache: Option<&Spans>,
+    ) -> f64 {
         if !self.segment_cost.is_empty() {
             return self.full_objective(assign, schedule, obj);
         }
@@ -809,22 +915,30 @@ impl Problem {
             }
             if n_phases == phases.len() {
                 // unusually many parallel phases around one op: take the general path
-                return self.local_objective(assign, &[c], schedule, obj);
+                return self.local_objective(assign, &[c], schedule, obj, cache);
             }
             phases[n_phases] = pi;
             n_phases += 1;
         }
-        total + phases[..n_phases].iter().map(|&pi| self.phase_objective(assign, pi, schedule, obj)).sum::<f64>()
+        total + phases[..n_phases].iter().map(|&pi| self.span(assign, pi, schedule, obj, cache)).sum::<f64>()
     }
 
-    /// Move op `c` to the PU that most lowers the objective; true if it moved.
-    fn best_single_move(&self, assign: &mut [usize], c: usize, schedule: Schedule, obj: Objective) -> bool {
+    /// Move op `c` to the PU that most lowers the objective; true if it moved. The price before
+    /// takes the spans of parallel phases from `cache` where given.
+    fn best_single_move(
+        &self,
+        assign: &mut [usize],
+        c: usize,
+        schedule: Schedule,
+        obj: Objective,
+        cache: Option<&Spans>,
+    ) -> bool {
         let cur = assign[c];
-        let before = self.local_single(assign, c, schedule, obj);
+        let before = self.local_single(assign, c, schedule, obj, cache);
         let mut best = (0.0, cur);
         for j in (0..self.pus()).filter(|&j| j != cur && self.w[c][j].is_some()) {
             assign[c] = j;
-            let delta = self.local_single(assign, c, schedule, obj) - before;
+            let delta = self.local_single(assign, c, schedule, obj, None) - before;
             if delta < best.0 - 1e-9 * before.abs().max(1.0) {
                 best = (delta, j);
             }
@@ -834,24 +948,25 @@ impl Problem {
     }
 
     /// Move `ops` to the PU among `choices` that most lowers the objective (each choice gives
-    /// every op's new PU); true if they moved.
+    /// every op's new PU); true if they moved. The price before takes the spans of parallel
+    /// phases from `cache` where given.
     fn best_move(
         &self,
         assign: &mut [usize],
         ops: &[usize],
         choices: &[Vec<usize>],
-        schedule: Schedule,
-        obj: Objective,
+        (schedule, obj): (Schedule, Objective),
+        cache: Option<&Spans>,
     ) -> bool {
         let current: Vec<usize> = ops.iter().map(|&c| assign[c]).collect();
-        let before = self.local_objective(assign, ops, schedule, obj);
+        let before = self.local_objective(assign, ops, schedule, obj, cache);
         let mut best: Option<(f64, &Vec<usize>)> = None;
         for choice in choices {
             if *choice == current || ops.iter().zip(choice).any(|(&c, &j)| self.w[c][j].is_none()) {
                 continue;
             }
             ops.iter().zip(choice).for_each(|(&c, &j)| assign[c] = j);
-            let delta = self.local_objective(assign, ops, schedule, obj) - before;
+            let delta = self.local_objective(assign, ops, schedule, obj, None) - before;
             if delta < best.map_or(0.0, |b| b.0) - 1e-9 * before.abs().max(1.0) {
                 best = Some((delta, choice));
             }
@@ -895,7 +1010,7 @@ impl Problem {
         let options: Vec<Vec<usize>> =
             ops.iter().map(|&c| (0..self.pus()).filter(|&j| self.w[c][j].is_some()).collect()).collect();
         let current: Vec<usize> = ops.iter().map(|&c| assign[c]).collect();
-        let before = self.local_objective(assign, &ops, schedule, obj);
+        let before = self.local_objective(assign, &ops, schedule, obj, None);
         let tolerance = 1e-9 * before.abs().max(1.0);
         let mut best: Option<(f64, Vec<usize>)> = None;
         if schedule == Schedule::Parallel && self.segment_cost.is_empty() {
@@ -918,7 +1033,7 @@ impl Problem {
                 assign[c] = o[d];
             }
             if ops.iter().zip(&current).any(|(&c, &j)| assign[c] != j) {
-                let delta = self.local_objective(assign, &ops, schedule, obj) - before;
+                let delta = self.local_objective(assign, &ops, schedule, obj, None) - before;
                 if delta < best.as_ref().map_or(0.0, |b| b.0) - tolerance {
                     best = Some((delta, ops.iter().map(|&c| assign[c]).collect()));
                 }
@@ -949,6 +1064,7 @@ impl Problem {
         schedule: Schedule,
         obj: Objective,
         mut slack: Option<&mut Slack>,
+        cache: Option<&Spans>,
         moved: &mut dyn FnMut(&[usize]),
     ) -> usize {
         let choices: Vec<Vec<Vec<usize>>> =
@@ -962,7 +1078,7 @@ impl Problem {
                 }
                 let better = match slack.as_mut() {
                     Some(s) => s.may_improve(self, assign, run) && s.best_move(self, assign, run),
-                    None => self.best_move(assign, run, &choices[len], schedule, obj),
+                    None => self.best_move(assign, run, &choices[len], (schedule, obj), cache),
                 };
                 if better {
                     count += 1;
@@ -1069,7 +1185,7 @@ impl Problem {
                 queued[c] = false;
                 let better = match slack.as_mut() {
                     Some(s) => s.may_improve(self, assign, &[c]) && s.best_move(self, assign, &[c]),
-                    None => self.best_single_move(assign, c, Schedule::Sequential, obj),
+                    None => self.best_single_move(assign, c, Schedule::Sequential, obj, None),
                 };
                 if better {
                     moves += 1;
@@ -1082,10 +1198,16 @@ impl Problem {
             // no single move helps: try runs of neighbours, and single moves again around any
             // that moved
             let was_hot = std::mem::replace(&mut hot, vec![false; n]);
-            let blocks =
-                self.block_moves(assign, &order, &was_hot, Schedule::Sequential, obj, slack.as_mut(), &mut |run| {
-                    run.iter().for_each(|&c| around(c, &mut queue, &mut queued, &mut hot))
-                });
+            let blocks = self.block_moves(
+                assign,
+                &order,
+                &was_hot,
+                Schedule::Sequential,
+                obj,
+                slack.as_mut(),
+                None,
+                &mut |run| run.iter().for_each(|&c| around(c, &mut queue, &mut queued, &mut hot)),
+            );
             moves += blocks;
             if moves > cap {
                 return moves;
@@ -1099,16 +1221,17 @@ impl Problem {
                 // links: one sweep of every op and every run confirms the local optimum, or
                 // starts the climb again where it is not
                 for &c in &order {
-                    if self.best_single_move(assign, c, Schedule::Sequential, obj) {
+                    if self.best_single_move(assign, c, Schedule::Sequential, obj, None) {
                         moves += 1;
                         around(c, &mut queue, &mut queued, &mut hot);
                     }
                 }
                 if queue.is_empty() {
                     let all = vec![true; n];
-                    let blocks = self.block_moves(assign, &order, &all, Schedule::Sequential, obj, None, &mut |run| {
-                        run.iter().for_each(|&c| around(c, &mut queue, &mut queued, &mut hot))
-                    });
+                    let blocks =
+                        self.block_moves(assign, &order, &all, Schedule::Sequential, obj, None, None, &mut |run| {
+                            run.iter().for_each(|&c| around(c, &mut queue, &mut queued, &mut hot))
+                        });
                     moves += blocks;
                     if blocks == 0 || moves > cap {
                         return moves;
@@ -1173,7 +1296,14 @@ impl Problem {
         // (the phases are marked `touched` and their ops made hot once per pass, before it tries
         // its ops)
         let mut touched = vec![false; np];
+        // the spans of the phases at the current assignment, for the prices before moves (where
+        // measured runs make prices whole evaluations, none are kept)
+        let spans = Spans::new(np);
+        let cache = self.segment_cost.is_empty().then_some(&spans);
         let mark = |c: usize, dirty: &mut [bool], hot: &mut [bool], touched: &mut [bool]| {
+            // a phase's span reads its ops' PUs and those of their producers, consumers and
+            // previous ops
+            spans.forget(self, c);
             let q = self.place[c].0;
             dirty[q] = true;
             for &q1 in &linked[q] {
@@ -1228,7 +1358,7 @@ impl Problem {
                 if report && i % 256 == 0 {
                     self.progress.report(&what, np + i, total);
                 }
-                if self.best_single_move(assign, c, schedule, obj) {
+                if self.best_single_move(assign, c, schedule, obj, cache) {
                     moved += 1;
                     mark(c, &mut dirty, &mut hot, &mut touched);
                 }
@@ -1238,13 +1368,13 @@ impl Problem {
             }
             for b in branches.iter().filter(|b| b.iter().any(|&c| was_hot[c])) {
                 let choices: Vec<Vec<usize>> = (0..k).map(|j| vec![j; b.len()]).collect();
-                if self.best_move(assign, b, &choices, schedule, obj) {
+                if self.best_move(assign, b, &choices, (schedule, obj), cache) {
                     moved += 1;
                     b.iter().for_each(|&c| mark(c, &mut dirty, &mut hot, &mut touched));
                 }
             }
             // runs wholly inside a wide phase are its climb's (no op of one is hot)
-            moved += self.block_moves(assign, &order, &was_hot, schedule, obj, None, &mut |run| {
+            moved += self.block_moves(assign, &order, &was_hot, schedule, obj, None, cache, &mut |run| {
                 run.iter().for_each(|&c| mark(c, &mut dirty, &mut hot, &mut touched))
             });
             moves += moved;
@@ -1439,6 +1569,25 @@ impl Slack {
     }
 }
 
+/// The spans ([`Problem::phase_objective`]) of a climb's phases at its current assignment, where
+/// known (NaN where not): a move's price before it reads them instead of simulating the phases
+/// again. Whoever moves an op forgets the phases around it ([`Spans::forget`]).
+pub(crate) struct Spans(Vec<std::cell::Cell<f64>>);
+
+impl Spans {
+    fn new(phases: usize) -> Self {
+        Spans((0..phases).map(|_| std::cell::Cell::new(f64::NAN)).collect())
+    }
+
+    /// Op `c` moved: forget the spans that read its PU (its phase, and those of its producers,
+    /// consumers and next op).
+    fn forget(&self, p: &Problem, c: usize) {
+        for x in std::iter::once(c).chain(p.neighbours(c)) {
+            self.0[p.place[x].0].set(f64::NAN);
+        }
+    }
+}
+
 /// What [`Problem::run_phase`] computes into, kept per thread between calls.
 #[derive(Default)]
 struct PhaseScratch {
@@ -1449,6 +1598,9 @@ struct PhaseScratch {
     first: Vec<usize>,
     next: Vec<usize>,
     pu_free: Vec<f64>,
+    /// Per branch when its next op can start, and per PU when it is free ([`Problem::scan_schedule`]).
+    ready: Vec<f64>,
+    free: Vec<f64>,
     /// Per PU: (ready, branch) of heads not yet ready when it is free; branches ready by then.
     waiting: Vec<BinaryHeap<(Reverse<u64>, Reverse<usize>)>>,
     ready_by: Vec<BinaryHeap<Reverse<usize>>>,
@@ -1595,7 +1747,7 @@ impl<'a> Bounded<'a> {
     ) {
         let Some(m) = n.checked_sub(1) else {
             if self.ops.iter().zip(current).any(|(&c, &j)| assign[c] != j) {
-                let delta = self.p.local_objective(assign, self.ops, Schedule::Parallel, self.obj) - before;
+                let delta = self.p.local_objective(assign, self.ops, Schedule::Parallel, self.obj, None) - before;
                 if delta < best.as_ref().map_or(0.0, |b| b.0) - tolerance {
                     *best = Some((delta, self.ops.iter().map(|&c| assign[c]).collect()));
                 }
@@ -1621,5 +1773,87 @@ impl<'a> Bounded<'a> {
             self.on_pu[j] -= f;
         }
         self.left[b] += self.least[i];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The scan and the heaps schedule every phase alike: the same start and finish for every
+    /// op, on random phases of 2 to 16 branches whose durations tie often (whole numbers), with
+    /// and without PUs that share hardware.
+    #[test]
+    fn scan_and_heaps_schedule_alike() {
+        let mut s = 0x9E37_79B9_7F4A_7C15u64;
+        let mut r = |m: u64| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % m) as usize
+        };
+        for case in 0..500 {
+            let k = 1 + r(4);
+            let branches = 2 + r(15);
+            let mut phase = vec![];
+            let mut n = 0;
+            for _ in 0..branches {
+                let len = 1 + r(4);
+                phase.push((n..n + len).collect::<Vec<usize>>());
+                n += len;
+            }
+            let assign: Vec<usize> = (0..n).map(|_| r(k as u64)).collect();
+            let mut exclusive = vec![vec![false; k]; k];
+            if k > 1 && case % 2 == 0 {
+                exclusive[0][1] = true;
+                exclusive[1][0] = true;
+            }
+            let place: Vec<(usize, usize)> =
+                (0..n).map(|c| (0, phase.iter().position(|b| b.contains(&c)).unwrap_or(0))).collect();
+            let links = OrderLinks::new(std::slice::from_ref(&phase), &place);
+            let p = Problem {
+                w: vec![vec![Some(1.0); k]; n],
+                h2d: vec![vec![0.0; k]; n],
+                d2h: vec![vec![0.0; k]; n],
+                power: vec![vec![1.0; k]; n],
+                accelerator: vec![false; k],
+                preds: vec![vec![]; n],
+                succs: vec![vec![]; n],
+                from_host: vec![false; n],
+                to_host: vec![false; n],
+                sf: vec![vec![1.0; k]; k],
+                exclusive,
+                phases: vec![phase.clone()],
+                place,
+                prev: links.prev,
+                next: links.next,
+                joins_in_parallel: links.joins_in_parallel,
+                saving: vec![vec![0.0; k]; n],
+                segment_cost: Default::default(),
+                launch: vec![],
+                progress: Default::default(),
+            };
+            let mut scratch = PhaseScratch {
+                duration: (0..n).map(|_| (1 + r(5)) as f64).collect(),
+                first: phase.iter().scan(0, |acc, b| Some(std::mem::replace(acc, *acc + b.len()))).collect(),
+                ..Default::default()
+            };
+            let timeline = || Timeline {
+                start: vec![f64::NAN; n],
+                finish: vec![f64::NAN; n],
+                transfer_in: vec![0.0; n],
+                transfer_out: vec![0.0; n],
+                factor: vec![1.0; n],
+                saved: vec![0.0; n],
+                latency_us: 0.0,
+                energy_uj: 0.0,
+            };
+            let (mut by_scan, mut by_heaps) = (timeline(), timeline());
+            let scan = p.scan_schedule(&assign, &phase, 2.0, &mut scratch, Some(&mut by_scan));
+            let heaps = p.heap_schedule(&assign, &phase, 2.0, &mut scratch, Some(&mut by_heaps));
+            assert_eq!(scan.to_bits(), heaps.to_bits(), "case {case}: ends {scan} and {heaps}");
+            assert!(by_scan.start.iter().all(|t| !t.is_nan()), "case {case}: the scan left an op out");
+            assert_eq!(by_scan, by_heaps, "case {case}: {phase:?} on {assign:?}");
+        }
     }
 }

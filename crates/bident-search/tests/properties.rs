@@ -762,7 +762,8 @@ proptest! {
     /// does, op for op (wide phases, shared hardware, ties between branches included).
     #[test]
     fn list_scheduling_is_the_plain_scan(
-        shape in proptest::collection::vec(proptest::collection::vec(1usize..=4, 1..=12), 1..=3),
+        // up to 24 branches: phases scanned (up to 16) and queued (above)
+        shape in proptest::collection::vec(proptest::collection::vec(1usize..=4, 1..=24), 1..=3),
         k in 1usize..=4,
         seed in any::<u64>(),
         ties in any::<bool>(),
