@@ -537,8 +537,7 @@ impl Problem {
         }
         // list scheduling from the barrier: the branch head that can start first goes first
         // (the lowest branch among equals), once its PU and every PU sharing its hardware are
-        // free
-        // where each branch's durations start in `duration`
+        // free; where each branch's durations start in `duration`:
         scratch.first.clear();
         scratch.first.extend(phase.iter().scan(0, |acc, ops| {
             let at = *acc;
@@ -850,7 +849,7 @@ impl Problem {
     /// The part of the objective that the PUs of `ops` can change: the shares of the ops and
     /// their neighbours in sequentially run phases, and the whole of every parallel phase
     /// involved.
-    /// The spans of parallel phases are taken from `spans` where given (`assign` must then be
+    /// The spans of parallel phases are taken from `cache` where given (`assign` must then be
     /// the assignment it caches).
     pub(crate) fn local_objective(
         &self,
