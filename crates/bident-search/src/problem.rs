@@ -570,14 +570,6 @@ impl Problem {
         next.resize(phase.len(), 0);
         pu_free.clear();
         pu_free.resize(k, at);
-        let free = |pu_free: &[f64], j: usize| {
-            pu_free
-                .iter()
-                .enumerate()
-                .filter(|&(o, _)| o == j || self.exclusive[j][o])
-                .map(|(_, &t)| t)
-                .fold(at, f64::max)
-        };
         // (ready, branch) of heads not yet ready when their PU is free; branches ready by then
         waiting.resize_with(k, BinaryHeap::new);
         ready_by.resize_with(k, BinaryHeap::new);
@@ -592,7 +584,7 @@ impl Problem {
         loop {
             let mut pick: Option<(f64, usize)> = None;
             for j in 0..k {
-                let f = free(pu_free, j);
+                let f = self.free_at(pu_free, j, at);
                 while let Some(&(Reverse(t), Reverse(b))) = waiting[j].peek() {
                     if f64::from_bits(t) > f {
                         break;
@@ -633,6 +625,12 @@ impl Problem {
         end
     }
 
+    /// When PU `j` is free in a phase that began at `at`: once it and every PU sharing its
+    /// hardware have finished (`pu_free` per PU).
+    fn free_at(&self, pu_free: &[f64], j: usize, at: f64) -> f64 {
+        pu_free.iter().enumerate().filter(|&(o, _)| o == j || self.exclusive[j][o]).map(|(_, &t)| t).fold(at, f64::max)
+    }
+
     /// Phases of at most this many branches are list-scheduled by scanning the branch heads at
     /// every step (O(ops x branches), no heaps), the rest with a heap per PU.
     const SCAN_BRANCHES: usize = 16;
@@ -662,12 +660,7 @@ impl Problem {
         let mut end = at;
         loop {
             for (j, f) in free.iter_mut().enumerate() {
-                *f = pu_free
-                    .iter()
-                    .enumerate()
-                    .filter(|&(o, _)| o == j || self.exclusive[j][o])
-                    .map(|(_, &t)| t)
-                    .fold(at, f64::max);
+                *f = self.free_at(pu_free, j, at);
             }
             let mut pick: Option<(f64, usize)> = None;
             for (b, ops) in phase.iter().enumerate() {
