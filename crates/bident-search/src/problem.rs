@@ -784,6 +784,17 @@ impl Problem {
         }
     }
 
+    /// How long op `c` runs under `assign` and a parallel schedule with no contention: its
+    /// transfers and execution less its saving (infinite where its PU cannot run it). No factor
+    /// makes it shorter, unless its saving exceeds its weight: that part is scaled by
+    /// `worst_factor`, the largest factor there is.
+    fn bare(&self, assign: &[usize], c: usize, worst_factor: f64) -> f64 {
+        let Some(w) = self.w[c][assign[c]] else { return f64::INFINITY };
+        let (i, o) = self.transfers(assign, c);
+        let e = w - self.saved(assign, c, Schedule::Parallel);
+        i + if e < 0.0 { e * worst_factor } else { e } + o
+    }
+
     /// An op's neighbours: its producers, its consumers and its neighbours in the order.
     pub(crate) fn neighbours(&self, c: usize) -> impl Iterator<Item = usize> + '_ {
         self.preds[c].iter().copied().chain(self.succs[c].iter().copied()).chain(self.prev[c]).chain(self.next[c])
@@ -868,12 +879,12 @@ impl Problem {
     /// [`Problem::phase_objective`], from `cache` where given and known there.
     fn span(&self, assign: &[usize], pi: usize, schedule: Schedule, obj: Objective, cache: Option<&Spans>) -> f64 {
         let Some(cache) = cache else { return self.phase_objective(assign, pi, schedule, obj) };
-        let known = cache.0[pi].get();
+        let known = cache.spans[pi].get();
         if !known.is_nan() {
             return known;
         }
         let v = self.phase_objective(assign, pi, schedule, obj);
-        cache.0[pi].set(v);
+        cache.spans[pi].set(v);
         v
     }
 
@@ -927,11 +938,20 @@ impl Problem {
     ) -> bool {
         let cur = assign[c];
         let before = self.local_single(assign, c, schedule, obj, cache);
+        let tolerance = 1e-9 * before.abs().max(1.0);
+        if let Some(s) = cache {
+            s.prepare(self, assign, &[c]);
+        }
         let mut best = (0.0, cur);
         for j in (0..self.pus()).filter(|&j| j != cur && self.w[c][j].is_some()) {
             assign[c] = j;
-            let delta = self.local_single(assign, c, schedule, obj, None) - before;
-            if delta < best.0 - 1e-9 * before.abs().max(1.0) {
+            let after = match cache {
+                Some(s) => s.price(self, assign, obj, before + best.0 - tolerance),
+                None => Some(self.local_single(assign, c, schedule, obj, None)),
+            };
+            let Some(after) = after else { continue };
+            let delta = after - before;
+            if delta < best.0 - tolerance {
                 best = (delta, j);
             }
         }
@@ -952,14 +972,24 @@ impl Problem {
     ) -> bool {
         let current: Vec<usize> = ops.iter().map(|&c| assign[c]).collect();
         let before = self.local_objective(assign, ops, schedule, obj, cache);
+        let tolerance = 1e-9 * before.abs().max(1.0);
+        if let Some(s) = cache {
+            s.prepare(self, assign, ops);
+        }
         let mut best: Option<(f64, &Vec<usize>)> = None;
         for choice in choices {
             if *choice == current || ops.iter().zip(choice).any(|(&c, &j)| self.w[c][j].is_none()) {
                 continue;
             }
             ops.iter().zip(choice).for_each(|(&c, &j)| assign[c] = j);
-            let delta = self.local_objective(assign, ops, schedule, obj, None) - before;
-            if delta < best.map_or(0.0, |b| b.0) - 1e-9 * before.abs().max(1.0) {
+            let threshold = before + best.map_or(0.0, |b| b.0) - tolerance;
+            let after = match cache {
+                Some(s) => s.price(self, assign, obj, threshold),
+                None => Some(self.local_objective(assign, ops, schedule, obj, None)),
+            };
+            let Some(after) = after else { continue };
+            let delta = after - before;
+            if delta < best.map_or(0.0, |b| b.0) - tolerance {
                 best = Some((delta, choice));
             }
         }
@@ -1240,6 +1270,12 @@ impl Problem {
     /// (single moves cannot swap two branches' PUs). Until nothing moves. Every move strictly
     /// lowers the objective, so the plan never gets worse. Returns the moves made.
     pub fn improve(&self, assign: &mut [usize], schedule: Schedule, obj: Objective) -> usize {
+        self.improve_with(assign, schedule, obj, true)
+    }
+
+    /// [`Problem::improve`]; `keep`: whether a parallel climb keeps its phases' spans and
+    /// bounds ([`Spans`]) between moves, which must change nothing but the time it takes.
+    fn improve_with(&self, assign: &mut [usize], schedule: Schedule, obj: Objective, keep: bool) -> usize {
         /// Graphs from this many ops report the climb's passes.
         const PROGRESS_FROM: usize = 1000;
         if schedule == Schedule::Sequential {
@@ -1290,8 +1326,8 @@ impl Problem {
         let mut touched = vec![false; np];
         // the spans of the phases at the current assignment, for the prices before moves (where
         // measured runs make prices whole evaluations, none are kept)
-        let spans = Spans::new(np);
-        let cache = self.segment_cost.is_empty().then_some(&spans);
+        let spans = Spans::new(self);
+        let cache = (keep && self.segment_cost.is_empty()).then_some(&spans);
         let mark = |c: usize, dirty: &mut [bool], hot: &mut [bool], touched: &mut [bool]| {
             // a phase's span reads its ops' PUs and those of their producers, consumers and
             // previous ops
@@ -1561,22 +1597,187 @@ impl Slack {
     }
 }
 
-/// The spans ([`Problem::phase_objective`]) of a climb's phases at its current assignment, where
-/// known (NaN where not): a move's price before it reads them instead of simulating the phases
-/// again. Whoever moves an op forgets the phases around it ([`Spans::forget`]).
-pub(crate) struct Spans(Vec<std::cell::Cell<f64>>);
+/// What a parallel climb keeps of its phases at its current assignment, so that a move's price
+/// before it reads them instead of simulating the phases again, and a move that cannot win is
+/// ruled out without simulating them at all. Whoever moves an op forgets the phases around it
+/// ([`Spans::forget`]).
+pub(crate) struct Spans {
+    /// Per phase its objective ([`Problem::phase_objective`]) where known, NaN where not.
+    spans: Vec<std::cell::Cell<f64>>,
+    /// Per phase whether `floors` holds it at the current assignment.
+    known: Vec<std::cell::Cell<bool>>,
+    floors: std::cell::RefCell<Floors>,
+}
+
+/// Per parallel phase, what its objective is at least: every op lasts at least its duration
+/// with no contention (factors are at least 1), a branch runs its ops one after another and a
+/// PU one op at a time, never beside a PU sharing its hardware; so a phase's span is at least
+/// its longest branch and a PU's load (with the largest load of one sharing it), and its energy
+/// at least each op's duration at its PU's power. Kept per op and summed per branch and PU, so
+/// that a move changes a few sums ([`Spans::price`]).
+struct Floors {
+    /// Per op of a parallel phase: its duration with no contention ([`Problem::bare`]) and its
+    /// PU, when its phase was last summed.
+    duration: Vec<f64>,
+    on: Vec<usize>,
+    /// Per phase where its branches' sums start in `branch`.
+    first_branch: Vec<usize>,
+    branch: Vec<f64>,
+    /// `load[pi * pus + j]`: the durations of phase `pi`'s ops on PU `j`; per phase its energy.
+    load: Vec<f64>,
+    energy: Vec<f64>,
+    /// The largest contention factor of the problem (at least 1): what an op whose saving
+    /// exceeds its weight can be scaled by. Whether some PUs share hardware.
+    worst_factor: f64,
+    shared_hardware: bool,
+    /// Scratch of a move's price: the ops whose shares it changes, the new durations of those in
+    /// parallel phases, the phases among them, a phase's branch sums and loads.
+    parts: Vec<usize>,
+    changed: Vec<(usize, f64)>,
+    phases: Vec<usize>,
+    sums: Vec<f64>,
+    loads: Vec<f64>,
+}
 
 impl Spans {
-    fn new(phases: usize) -> Self {
-        Spans((0..phases).map(|_| std::cell::Cell::new(f64::NAN)).collect())
+    fn new(p: &Problem) -> Self {
+        let np = p.phases.len();
+        let mut first_branch = Vec::with_capacity(np);
+        let mut branches = 0;
+        for ph in &p.phases {
+            first_branch.push(branches);
+            branches += ph.len();
+        }
+        let worst_factor = p.sf.iter().flatten().copied().filter(|f| f.is_finite()).fold(1.0, f64::max);
+        Spans {
+            spans: (0..np).map(|_| std::cell::Cell::new(f64::NAN)).collect(),
+            known: (0..np).map(|_| std::cell::Cell::new(false)).collect(),
+            floors: std::cell::RefCell::new(Floors {
+                duration: vec![0.0; p.ops()],
+                on: vec![0; p.ops()],
+                first_branch,
+                branch: vec![0.0; branches],
+                load: vec![0.0; np * p.pus()],
+                energy: vec![0.0; np],
+                worst_factor,
+                shared_hardware: p.exclusive.iter().flatten().any(|&x| x),
+                parts: Vec::with_capacity(16),
+                changed: Vec::with_capacity(16),
+                phases: Vec::with_capacity(4),
+                sums: vec![],
+                loads: vec![0.0; p.pus()],
+            }),
+        }
     }
 
-    /// Op `c` moved: forget the spans that read its PU (its phase, and those of its producers,
+    /// Op `c` moved: forget the phases that read its PU (its phase, and those of its producers,
     /// consumers and next op).
     fn forget(&self, p: &Problem, c: usize) {
         for x in std::iter::once(c).chain(p.neighbours(c)) {
-            self.0[p.place[x].0].set(f64::NAN);
+            let pi = p.place[x].0;
+            self.spans[pi].set(f64::NAN);
+            self.known[pi].set(false);
         }
+    }
+
+    /// Gather what a move of `ops` can change, and sum the parallel phases among it at `assign`,
+    /// the current assignment, where not known: [`Spans::price`] prices the move from them.
+    fn prepare(&self, p: &Problem, assign: &[usize], ops: &[usize]) {
+        let mut f = self.floors.borrow_mut();
+        let f = &mut *f;
+        p.parts_into(ops, &mut f.parts);
+        let k = p.pus();
+        for i in 0..f.parts.len() {
+            let pi = p.place[f.parts[i]].0;
+            if p.phases[pi].len() < 2 || self.known[pi].get() {
+                continue;
+            }
+            let (first, worst) = (f.first_branch[pi], f.worst_factor);
+            f.load[pi * k..(pi + 1) * k].fill(0.0);
+            f.energy[pi] = 0.0;
+            for (b, ops) in p.phases[pi].iter().enumerate() {
+                let mut sum = 0.0;
+                for &x in ops {
+                    let (d, j) = (p.bare(assign, x, worst), assign[x]);
+                    f.duration[x] = d;
+                    f.on[x] = j;
+                    sum += d;
+                    f.load[pi * k + j] += d;
+                    f.energy[pi] += d * p.power[x][j];
+                }
+                f.branch[first + b] = sum;
+            }
+            self.known[pi].set(true);
+        }
+    }
+
+    /// The local objective of a parallel schedule ([`Problem::local_objective`]) after moving
+    /// the ops of the last [`Spans::prepare`] to where `assign` now has them, where it might be
+    /// below `threshold`; None where even its bound does not: the shares of the ops run alone
+    /// (exact) and the least each parallel phase among them can cost. Summed as
+    /// `local_objective` sums, so the same figure.
+    fn price(&self, p: &Problem, assign: &[usize], obj: Objective, threshold: f64) -> Option<f64> {
+        let mut f = self.floors.borrow_mut();
+        let f = &mut *f;
+        let mut shares = 0.0;
+        f.changed.clear();
+        f.phases.clear();
+        for &x in &f.parts {
+            let pi = p.place[x].0;
+            if p.phases[pi].len() < 2 {
+                shares += p.contribution(assign, x, Schedule::Parallel, obj);
+            } else {
+                f.changed.push((x, p.bare(assign, x, f.worst_factor)));
+                if !f.phases.contains(&pi) {
+                    f.phases.push(pi);
+                }
+            }
+        }
+        if f.phases.is_empty() {
+            return Some(shares);
+        }
+        let k = p.pus();
+        let mut bound = shares;
+        for &pi in &f.phases {
+            let here = f.changed.iter().filter(|&&(x, _)| p.place[x].0 == pi);
+            bound += match obj {
+                Objective::Energy => here.fold(f.energy[pi], |e, &(x, d)| {
+                    e + d * p.power[x][assign[x]] - f.duration[x] * p.power[x][f.on[x]]
+                }),
+                Objective::Latency => {
+                    let first = f.first_branch[pi];
+                    f.sums.clear();
+                    f.sums.extend_from_slice(&f.branch[first..first + p.phases[pi].len()]);
+                    f.loads.copy_from_slice(&f.load[pi * k..(pi + 1) * k]);
+                    for &(x, d) in here {
+                        f.sums[p.place[x].1] += d - f.duration[x];
+                        f.loads[f.on[x]] -= f.duration[x];
+                        f.loads[assign[x]] += d;
+                    }
+                    let branch = f.sums.iter().copied().fold(0.0, f64::max);
+                    let pu = if !f.shared_hardware {
+                        f.loads.iter().copied().fold(0.0, f64::max)
+                    } else {
+                        (0..k)
+                            .map(|j| {
+                                let shared = (0..k).filter(|&o| o != j && p.exclusive[j][o]).map(|o| f.loads[o]);
+                                f.loads[j] + shared.fold(0.0, f64::max)
+                            })
+                            .fold(0.0, f64::max)
+                    };
+                    branch.max(pu)
+                }
+            };
+        }
+        // rounding in the bound's sums must not rule out what the exact price would take
+        if bound - 1e-11 * threshold.abs().max(1.0) >= threshold {
+            return None;
+        }
+        let mut spans = 0.0;
+        for &pi in &f.phases {
+            spans += p.phase_objective(assign, pi, Schedule::Parallel, obj);
+        }
+        Some(shares + spans)
     }
 }
 
@@ -1847,5 +2048,107 @@ mod tests {
             assert!(by_scan.start.iter().all(|t| !t.is_nan()), "case {case}: the scan left an op out");
             assert_eq!(by_scan, by_heaps, "case {case}: {phase:?} on {assign:?}");
         }
+    }
+
+    /// A parallel climb that keeps its phases' spans and bounds between moves ([`Spans`]) makes
+    /// the same moves as one that simulates every phase of every move afresh: the bound rules
+    /// out only moves that could not win. Random multi-phase problems (single-branch phases
+    /// between parallel ones of 2-5 branches, every branch head reading every tail before it),
+    /// with transfers, pair savings, contention, PUs that cannot run some ops and, in a third of
+    /// the cases, two PUs sharing hardware; latency and energy.
+    #[test]
+    fn kept_bounds_change_no_move() {
+        let mut s = 0x2545_F491_4F6C_DD1Du64;
+        let mut r = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let mut moved = 0;
+        for case in 0..100 {
+            let k = 2 + (r() * 3.0) as usize;
+            let mut phases: Vec<Vec<Vec<usize>>> = vec![];
+            let mut n = 0;
+            for pi in 0..2 + (r() * 8.0) as usize {
+                let branches = if pi % 2 == 0 { 1 } else { 2 + (r() * 4.0) as usize };
+                let phase: Vec<Vec<usize>> = (0..branches)
+                    .map(|_| {
+                        let len = 1 + (r() * 3.0) as usize;
+                        n += len;
+                        (n - len..n).collect()
+                    })
+                    .collect();
+                phases.push(phase);
+            }
+            let (mut preds, mut succs) = (vec![vec![]; n], vec![vec![]; n]);
+            let mut place = vec![(0, 0); n];
+            for (pi, phase) in phases.iter().enumerate() {
+                for (bi, b) in phase.iter().enumerate() {
+                    b.iter().for_each(|&c| place[c] = (pi, bi));
+                    for w in b.windows(2) {
+                        preds[w[1]].push(w[0]);
+                        succs[w[0]].push(w[1]);
+                    }
+                    for prev in phases[..pi].last().into_iter().flatten() {
+                        let t = prev[prev.len() - 1];
+                        preds[b[0]].push(t);
+                        succs[t].push(b[0]);
+                    }
+                }
+            }
+            let (mut w, mut saving) = (vec![vec![None; k]; n], vec![vec![0.0; k]; n]);
+            for c in 0..n {
+                for j in 0..k {
+                    if j == 0 || r() > 0.15 {
+                        let t = 1.0 + 50.0 * r();
+                        w[c][j] = Some(t);
+                        saving[c][j] = t * r() * r();
+                    }
+                }
+            }
+            let mut exclusive = vec![vec![false; k]; k];
+            if case % 3 == 0 {
+                exclusive[0][1] = true;
+                exclusive[1][0] = true;
+            }
+            let links = OrderLinks::new(&phases, &place);
+            let (mut from_host, mut to_host) = (vec![false; n], vec![false; n]);
+            from_host[0] = true;
+            to_host[n - 1] = true;
+            let p = Problem {
+                h2d: (0..n).map(|_| (0..k).map(|_| 8.0 * r()).collect()).collect(),
+                d2h: (0..n).map(|_| (0..k).map(|_| 8.0 * r()).collect()).collect(),
+                power: (0..n).map(|_| (0..k).map(|_| 1.0 + 9.0 * r()).collect()).collect(),
+                w,
+                accelerator: (0..k).map(|j| j > 0).collect(),
+                preds,
+                succs,
+                from_host,
+                to_host,
+                sf: (0..k).map(|i| (0..k).map(|j| if i == j { 1.0 } else { 1.0 + 0.6 * r() }).collect()).collect(),
+                exclusive,
+                phases,
+                place,
+                prev: links.prev,
+                next: links.next,
+                joins_in_parallel: links.joins_in_parallel,
+                saving,
+                segment_cost: Default::default(),
+                launch: vec![],
+                progress: Default::default(),
+            };
+            let start: Vec<usize> = (0..n)
+                .map(|c| (0..k).filter(|&j| p.w[c][j].is_some()).nth((r() * 3.0) as usize).unwrap_or(0))
+                .collect();
+            for obj in [Objective::Latency, Objective::Energy] {
+                let (mut kept, mut afresh) = (start.clone(), start.clone());
+                let a = p.improve_with(&mut kept, Schedule::Parallel, obj, true);
+                let b = p.improve_with(&mut afresh, Schedule::Parallel, obj, false);
+                assert_eq!((a, &kept), (b, &afresh), "case {case}, {obj:?}: the kept bounds changed the climb");
+                moved += a;
+            }
+        }
+        assert!(moved > 1000, "the climbs moved {moved} times: the cases test too little");
     }
 }
