@@ -853,16 +853,7 @@ impl Problem {
     /// The part of the objective that the PUs of `ops` can change: the shares of the ops and
     /// their neighbours in sequentially run phases, and the whole of every parallel phase
     /// involved.
-    /// The spans of parallel phases are taken from `cache` where given (`assign` must then be
-    /// the assignment it caches).
-    pub(crate) fn local_objective(
-        &self,
-        assign: &[usize],
-        ops: &[usize],
-        schedule: Schedule,
-        obj: Objective,
-        cache: Option<&Spans>,
-    ) -> f64 {
+    pub(crate) fn local_objective(&self, assign: &[usize], ops: &[usize], schedule: Schedule, obj: Objective) -> f64 {
         if !self.segment_cost.is_empty() {
             return self.full_objective(assign, schedule, obj);
         }
@@ -871,33 +862,14 @@ impl Problem {
             ops,
             schedule,
             |x| shares += self.contribution(assign, x, schedule, obj),
-            |pi| spans += self.span(assign, pi, schedule, obj, cache),
+            |pi| spans += self.phase_objective(assign, pi, schedule, obj),
         );
         shares + spans
     }
 
-    /// [`Problem::phase_objective`], from `cache` where given and known there.
-    fn span(&self, assign: &[usize], pi: usize, schedule: Schedule, obj: Objective, cache: Option<&Spans>) -> f64 {
-        let Some(cache) = cache else { return self.phase_objective(assign, pi, schedule, obj) };
-        let known = cache.spans[pi].get();
-        if !known.is_nan() {
-            return known;
-        }
-        let v = self.phase_objective(assign, pi, schedule, obj);
-        cache.spans[pi].set(v);
-        v
-    }
-
     /// The part of the objective op `c`'s PU can change (as [`Problem::local_objective`] for one
     /// op, without allocating: in a DAG an op's predecessors and successors are distinct).
-    fn local_single(
-        &self,
-        assign: &[usize],
-        c: usize,
-        schedule: Schedule,
-        obj: Objective,
-        cache: Option<&Spans>,
-    ) -> f64 {
+    fn local_single(&self, assign: &[usize], c: usize, schedule: Schedule, obj: Objective) -> f64 {
         if !self.segment_cost.is_empty() {
             return self.full_objective(assign, schedule, obj);
         }
@@ -918,16 +890,17 @@ impl Problem {
             }
             if n_phases == phases.len() {
                 // unusually many parallel phases around one op: take the general path
-                return self.local_objective(assign, &[c], schedule, obj, cache);
+                return self.local_objective(assign, &[c], schedule, obj);
             }
             phases[n_phases] = pi;
             n_phases += 1;
         }
-        total + phases[..n_phases].iter().map(|&pi| self.span(assign, pi, schedule, obj, cache)).sum::<f64>()
+        total + phases[..n_phases].iter().map(|&pi| self.phase_objective(assign, pi, schedule, obj)).sum::<f64>()
     }
 
-    /// Move op `c` to the PU that most lowers the objective; true if it moved. The price before
-    /// takes the spans of parallel phases from `cache` where given.
+    /// Move op `c` to the PU that most lowers the objective; true if it moved. Where `cache` is
+    /// given (a parallel climb's), the price before comes from its kept spans and a move is
+    /// priced only where its bound says it might win ([`Spans::price`]).
     fn best_single_move(
         &self,
         assign: &mut [usize],
@@ -937,17 +910,17 @@ impl Problem {
         cache: Option<&Spans>,
     ) -> bool {
         let cur = assign[c];
-        let before = self.local_single(assign, c, schedule, obj, cache);
+        let before = match cache {
+            Some(s) => s.prepare(self, assign, &[c], obj),
+            None => self.local_single(assign, c, schedule, obj),
+        };
         let tolerance = 1e-9 * before.abs().max(1.0);
-        if let Some(s) = cache {
-            s.prepare(self, assign, &[c]);
-        }
         let mut best = (0.0, cur);
         for j in (0..self.pus()).filter(|&j| j != cur && self.w[c][j].is_some()) {
             assign[c] = j;
             let after = match cache {
                 Some(s) => s.price(self, assign, obj, before + best.0 - tolerance),
-                None => Some(self.local_single(assign, c, schedule, obj, None)),
+                None => Some(self.local_single(assign, c, schedule, obj)),
             };
             let Some(after) = after else { continue };
             let delta = after - before;
@@ -960,8 +933,9 @@ impl Problem {
     }
 
     /// Move `ops` to the PU among `choices` that most lowers the objective (each choice gives
-    /// every op's new PU); true if they moved. The price before takes the spans of parallel
-    /// phases from `cache` where given.
+    /// every op's new PU); true if they moved. Where `cache` is given (a parallel climb's), the
+    /// price before comes from its kept spans and a choice is priced only where its bound says
+    /// it might win ([`Spans::price`]).
     fn best_move(
         &self,
         assign: &mut [usize],
@@ -971,11 +945,11 @@ impl Problem {
         cache: Option<&Spans>,
     ) -> bool {
         let current: Vec<usize> = ops.iter().map(|&c| assign[c]).collect();
-        let before = self.local_objective(assign, ops, schedule, obj, cache);
+        let before = match cache {
+            Some(s) => s.prepare(self, assign, ops, obj),
+            None => self.local_objective(assign, ops, schedule, obj),
+        };
         let tolerance = 1e-9 * before.abs().max(1.0);
-        if let Some(s) = cache {
-            s.prepare(self, assign, ops);
-        }
         let mut best: Option<(f64, &Vec<usize>)> = None;
         for choice in choices {
             if *choice == current || ops.iter().zip(choice).any(|(&c, &j)| self.w[c][j].is_none()) {
@@ -985,7 +959,7 @@ impl Problem {
             let threshold = before + best.map_or(0.0, |b| b.0) - tolerance;
             let after = match cache {
                 Some(s) => s.price(self, assign, obj, threshold),
-                None => Some(self.local_objective(assign, ops, schedule, obj, None)),
+                None => Some(self.local_objective(assign, ops, schedule, obj)),
             };
             let Some(after) = after else { continue };
             let delta = after - before;
@@ -1032,7 +1006,7 @@ impl Problem {
         let options: Vec<Vec<usize>> =
             ops.iter().map(|&c| (0..self.pus()).filter(|&j| self.w[c][j].is_some()).collect()).collect();
         let current: Vec<usize> = ops.iter().map(|&c| assign[c]).collect();
-        let before = self.local_objective(assign, &ops, schedule, obj, None);
+        let before = self.local_objective(assign, &ops, schedule, obj);
         let tolerance = 1e-9 * before.abs().max(1.0);
         let mut best: Option<(f64, Vec<usize>)> = None;
         if schedule == Schedule::Parallel && self.segment_cost.is_empty() {
@@ -1055,7 +1029,7 @@ impl Problem {
                 assign[c] = o[d];
             }
             if ops.iter().zip(&current).any(|(&c, &j)| assign[c] != j) {
-                let delta = self.local_objective(assign, &ops, schedule, obj, None) - before;
+                let delta = self.local_objective(assign, &ops, schedule, obj) - before;
                 if delta < best.as_ref().map_or(0.0, |b| b.0) - tolerance {
                     best = Some((delta, ops.iter().map(|&c| assign[c]).collect()));
                 }
@@ -1670,6 +1644,18 @@ impl Spans {
         }
     }
 
+    /// Phase `pi`'s objective under a parallel schedule ([`Problem::phase_objective`]) at
+    /// `assign`, the current assignment: kept where known.
+    fn span(&self, p: &Problem, assign: &[usize], pi: usize, obj: Objective) -> f64 {
+        let known = self.spans[pi].get();
+        if !known.is_nan() {
+            return known;
+        }
+        let v = p.phase_objective(assign, pi, Schedule::Parallel, obj);
+        self.spans[pi].set(v);
+        v
+    }
+
     /// Op `c` moved: forget the phases that read its PU (its phase, and those of its producers,
     /// consumers and next op).
     fn forget(&self, p: &Problem, c: usize) {
@@ -1682,14 +1668,28 @@ impl Spans {
 
     /// Gather what a move of `ops` can change, and sum the parallel phases among it at `assign`,
     /// the current assignment, where not known: [`Spans::price`] prices the move from them.
-    fn prepare(&self, p: &Problem, assign: &[usize], ops: &[usize]) {
+    /// Returns the local objective before the move ([`Problem::local_objective`], in the same
+    /// sum), its parallel phases' spans kept.
+    fn prepare(&self, p: &Problem, assign: &[usize], ops: &[usize], obj: Objective) -> f64 {
         let mut f = self.floors.borrow_mut();
         let f = &mut *f;
         p.parts_into(ops, &mut f.parts);
         let k = p.pus();
+        // the price before the move, as `local_objective` sums it
+        let (mut shares, mut spans) = (0.0, 0.0);
+        f.phases.clear();
         for i in 0..f.parts.len() {
-            let pi = p.place[f.parts[i]].0;
-            if p.phases[pi].len() < 2 || self.known[pi].get() {
+            let x = f.parts[i];
+            let pi = p.place[x].0;
+            if p.phases[pi].len() < 2 {
+                shares += p.contribution(assign, x, Schedule::Parallel, obj);
+                continue;
+            }
+            if !f.phases.contains(&pi) {
+                f.phases.push(pi);
+                spans += self.span(p, assign, pi, obj);
+            }
+            if self.known[pi].get() {
                 continue;
             }
             let (first, worst) = (f.first_branch[pi], f.worst_factor);
@@ -1709,6 +1709,7 @@ impl Spans {
             }
             self.known[pi].set(true);
         }
+        shares + spans
     }
 
     /// The local objective of a parallel schedule ([`Problem::local_objective`]) after moving
@@ -1940,7 +1941,7 @@ impl<'a> Bounded<'a> {
     ) {
         let Some(m) = n.checked_sub(1) else {
             if self.ops.iter().zip(current).any(|(&c, &j)| assign[c] != j) {
-                let delta = self.p.local_objective(assign, self.ops, Schedule::Parallel, self.obj, None) - before;
+                let delta = self.p.local_objective(assign, self.ops, Schedule::Parallel, self.obj) - before;
                 if delta < best.as_ref().map_or(0.0, |b| b.0) - tolerance {
                     *best = Some((delta, self.ops.iter().map(|&c| assign[c]).collect()));
                 }
