@@ -784,6 +784,11 @@ impl Problem {
         }
     }
 
+    /// The largest contention factor (at least 1).
+    fn worst_factor(&self) -> f64 {
+        self.sf.iter().flatten().copied().filter(|f| f.is_finite()).fold(1.0, f64::max)
+    }
+
     /// How long op `c` runs under `assign` and a parallel schedule with no contention: its
     /// transfers and execution less its saving (infinite where its PU cannot run it). No factor
     /// makes it shorter, unless its saving exceeds its weight: that part is scaled by
@@ -793,6 +798,42 @@ impl Problem {
         let (i, o) = self.transfers(assign, c);
         let e = w - self.saved(assign, c, Schedule::Parallel);
         i + if e < 0.0 { e * worst_factor } else { e } + o
+    }
+
+    /// The least phase `pi` of several branches can cost under `assign` and a parallel
+    /// schedule (see [`Spans`]): its longest branch or busiest PU (with the busiest PU sharing
+    /// its hardware), every op at its [`Problem::bare`] duration, or their energy. `loads` is
+    /// scratch.
+    fn phase_floor(&self, assign: &[usize], pi: usize, obj: Objective, worst_factor: f64, loads: &mut Vec<f64>) -> f64 {
+        let k = self.pus();
+        loads.clear();
+        loads.resize(k, 0.0);
+        let (mut longest, mut energy) = (0.0f64, 0.0);
+        for ops in &self.phases[pi] {
+            let mut sum = 0.0;
+            for &x in ops {
+                let (d, j) = (self.bare(assign, x, worst_factor), assign[x]);
+                sum += d;
+                loads[j] += d;
+                energy += d * self.power[x][j];
+            }
+            longest = longest.max(sum);
+        }
+        match obj {
+            Objective::Energy => energy,
+            Objective::Latency => longest.max(self.busiest(loads)),
+        }
+    }
+
+    /// The longest a set of PUs with these loads must take: a PU's load, with the largest load
+    /// of a PU sharing its hardware (the two never run at once).
+    fn busiest(&self, loads: &[f64]) -> f64 {
+        let k = self.pus();
+        (0..k)
+            .map(|j| {
+                loads[j] + (0..k).filter(|&o| o != j && self.exclusive[j][o]).map(|o| loads[o]).fold(0.0, f64::max)
+            })
+            .fold(0.0, f64::max)
     }
 
     /// An op's neighbours: its producers, its consumers and its neighbours in the order.
@@ -1298,8 +1339,9 @@ impl Problem {
         // (the phases are marked `touched` and their ops made hot once per pass, before it tries
         // its ops)
         let mut touched = vec![false; np];
-        // the spans of the phases at the current assignment, for the prices before moves (where
-        // measured runs make prices whole evaluations, none are kept)
+        // the spans and bounds of the phases at the current assignment, for the prices before
+        // moves and to rule out moves without simulating them (where measured runs make prices
+        // whole evaluations, none are kept)
         let spans = Spans::new(self);
         let cache = (keep && self.segment_cost.is_empty()).then_some(&spans);
         let mark = |c: usize, dirty: &mut [bool], hot: &mut [bool], touched: &mut [bool]| {
@@ -1601,9 +1643,8 @@ struct Floors {
     load: Vec<f64>,
     energy: Vec<f64>,
     /// The largest contention factor of the problem (at least 1): what an op whose saving
-    /// exceeds its weight can be scaled by. Whether some PUs share hardware.
+    /// exceeds its weight can be scaled by ([`Problem::worst_factor`]).
     worst_factor: f64,
-    shared_hardware: bool,
     /// Scratch of a move's price: the ops whose shares it changes, the new durations of those in
     /// parallel phases, the phases among them, a phase's branch sums and loads.
     parts: Vec<usize>,
@@ -1622,7 +1663,7 @@ impl Spans {
             first_branch.push(branches);
             branches += ph.len();
         }
-        let worst_factor = p.sf.iter().flatten().copied().filter(|f| f.is_finite()).fold(1.0, f64::max);
+        let worst_factor = p.worst_factor();
         Spans {
             spans: (0..np).map(|_| std::cell::Cell::new(f64::NAN)).collect(),
             known: (0..np).map(|_| std::cell::Cell::new(false)).collect(),
@@ -1634,7 +1675,6 @@ impl Spans {
                 load: vec![0.0; np * p.pus()],
                 energy: vec![0.0; np],
                 worst_factor,
-                shared_hardware: p.exclusive.iter().flatten().any(|&x| x),
                 parts: Vec::with_capacity(16),
                 changed: Vec::with_capacity(16),
                 phases: Vec::with_capacity(4),
@@ -1755,18 +1795,7 @@ impl Spans {
                         f.loads[f.on[x]] -= f.duration[x];
                         f.loads[assign[x]] += d;
                     }
-                    let branch = f.sums.iter().copied().fold(0.0, f64::max);
-                    let pu = if !f.shared_hardware {
-                        f.loads.iter().copied().fold(0.0, f64::max)
-                    } else {
-                        (0..k)
-                            .map(|j| {
-                                let shared = (0..k).filter(|&o| o != j && p.exclusive[j][o]).map(|o| f.loads[o]);
-                                f.loads[j] + shared.fold(0.0, f64::max)
-                            })
-                            .fold(0.0, f64::max)
-                    };
-                    branch.max(pu)
+                    f.sums.iter().copied().fold(0.0, f64::max).max(p.busiest(&f.loads))
                 }
             };
         }
@@ -1832,6 +1861,9 @@ struct Bounded<'a> {
     assigned: Vec<f64>,
     left: Vec<f64>,
     on_pu: Vec<f64>,
+    /// [`Problem::worst_factor`], and scratch for [`Problem::phase_floor`].
+    worst_factor: f64,
+    loads: Vec<f64>,
 }
 
 impl<'a> Bounded<'a> {
@@ -1896,6 +1928,8 @@ impl<'a> Bounded<'a> {
             assigned: vec![0.0; branches],
             left,
             on_pu: vec![0.0; p.pus()],
+            worst_factor: p.worst_factor(),
+            loads: vec![],
         }
     }
 
@@ -1916,6 +1950,20 @@ impl<'a> Bounded<'a> {
                 self.fixed + branch.max(pu)
             }
         }
+    }
+
+    /// The least the local objective can be with every op assigned: the shares of ops run
+    /// alone, and each parallel phase at its [`Problem::phase_floor`].
+    fn complete_bound(&mut self, assign: &[usize]) -> f64 {
+        let (p, obj, worst, loads) = (self.p, self.obj, self.worst_factor, &mut self.loads);
+        let (mut shares, mut phases) = (0.0, 0.0);
+        p.local_parts(
+            self.ops,
+            Schedule::Parallel,
+            |x| shares += p.contribution(assign, x, Schedule::Parallel, obj),
+            |pi| phases += p.phase_floor(assign, pi, obj, worst, loads),
+        );
+        shares + phases
     }
 
     /// Put op `ops[i]` on its option `d` for good (an op with one option).
@@ -1941,6 +1989,12 @@ impl<'a> Bounded<'a> {
     ) {
         let Some(m) = n.checked_sub(1) else {
             if self.ops.iter().zip(current).any(|(&c, &j)| assign[c] != j) {
+                // simulated only where the bound with every op's transfers and savings known
+                // might beat the best so far
+                let threshold = before + best.as_ref().map_or(0.0, |b| b.0) - tolerance;
+                if self.complete_bound(assign) - 1e-11 * threshold.abs().max(1.0) >= threshold {
+                    return;
+                }
                 let delta = self.p.local_objective(assign, self.ops, Schedule::Parallel, self.obj) - before;
                 if delta < best.as_ref().map_or(0.0, |b| b.0) - tolerance {
                     *best = Some((delta, self.ops.iter().map(|&c| assign[c]).collect()));
