@@ -1940,14 +1940,7 @@ impl<'a> Bounded<'a> {
             Objective::Latency => {
                 let branch = self.assigned.iter().zip(&self.left).map(|(a, l)| a + l).fold(0.0, f64::max);
                 // a PU's ops never overlap each other, nor those of a PU sharing its hardware
-                let k = self.p.pus();
-                let pu = (0..k)
-                    .map(|j| {
-                        let shared = (0..k).filter(|&o| o != j && self.p.exclusive[j][o]).map(|o| self.on_pu[o]);
-                        self.on_pu[j] + shared.fold(0.0, f64::max)
-                    })
-                    .fold(0.0, f64::max);
-                self.fixed + branch.max(pu)
+                self.fixed + branch.max(self.p.busiest(&self.on_pu))
             }
         }
     }
