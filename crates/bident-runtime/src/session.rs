@@ -218,6 +218,13 @@ struct Flight {
     progress: AtomicUsize,
     stopping: AtomicBool,
     t0: Instant,
+    /// Queues still running; the worker that finishes the last one wakes the caller, so that
+    /// the caller, asleep where no core is free for it, is not woken beside a running op by
+    /// every other queue's end (measured on `cores-mixed`: the second op, ONNX Runtime, took
+    /// 19.2 µs in the session against 9.6 µs called directly).
+    left: AtomicUsize,
+    /// What each finished queue gave back.
+    answers: Mutex<Vec<Result<Vec<Span>, Failure>>>,
 }
 
 /// How long a thread polls (yielding the CPU between polls) before it sleeps: a worker for its
@@ -397,35 +404,39 @@ impl Session {
                 values[slot] = Some((t.clone(), t0));
             }
         }
+        let workers: Vec<(usize, &Worker)> =
+            self.workers.iter().enumerate().filter_map(|(pu, w)| Some((pu, w.as_ref()?))).collect();
         let flight = Arc::new(Flight {
             slots: Mutex::new(Slots { values, done: 0, running: vec![None; self.pus.len()], stop: false }),
             cv: Condvar::new(),
             progress: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
             t0,
+            left: AtomicUsize::new(workers.len()),
+            answers: Mutex::new(Vec::with_capacity(workers.len())),
         });
         let (tx, rx) = mpsc::channel();
-        let mut posted = 0;
-        for pu in 0..p.queues.len() {
-            let Some(w) = &self.workers[pu] else { continue };
+        for &(pu, w) in &workers {
             let (program, flight, tx, hw, spin) =
                 (p.clone(), flight.clone(), tx.clone(), self.hardware.clone(), self.spin);
             w.post(Box::new(move |exes| {
-                let _ = tx.send(run_queue(exes, &program, pu, &flight, &hw, spin));
+                let answer = run_queue(exes, &program, pu, &flight, &hw, spin);
+                lock(&flight.answers).push(answer);
+                if flight.left.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    let _ = tx.send(());
+                }
             }))?;
-            posted += 1;
         }
         drop(tx);
         // watchdog: some task must finish within the timeout
-        let mut spans = vec![];
-        let mut failure = None;
         let mut seen_done = 0;
-        let mut spin_until = Instant::now() + self.caller_spin;
-        while posted > 0 {
-            // spin for the workers' answers first: waking this thread costs tens of µs
+        let spin_until = Instant::now() + self.caller_spin;
+        // (an empty program has no worker to wait for)
+        while !workers.is_empty() {
+            // spin for the last worker's word first: waking this thread costs tens of µs
             let answer = loop {
                 match rx.try_recv() {
-                    Ok(r) => break Ok(r),
+                    Ok(()) => break Ok(()),
                     Err(mpsc::TryRecvError::Empty) if Instant::now() < spin_until && !self.on_busy_core() => {
                         std::thread::yield_now()
                     }
@@ -434,17 +445,7 @@ impl Session {
                 }
             };
             match answer {
-                Ok(r) => {
-                    posted -= 1;
-                    spin_until = Instant::now() + self.caller_spin;
-                    match r {
-                        Ok(s) => spans.extend(s),
-                        Err(Failure::Stopped) => {}
-                        Err(f) => {
-                            failure.get_or_insert(f);
-                        }
-                    }
-                }
+                Ok(()) => break,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     let mut st = lock(&flight.slots);
                     if st.done > seen_done {
@@ -460,6 +461,17 @@ impl Session {
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     return Err(RuntimeError::Worker { pu: "?".into(), why: "a worker stopped mid-inference".into() });
+                }
+            }
+        }
+        let mut spans = vec![];
+        let mut failure = None;
+        for answer in std::mem::take(&mut *lock(&flight.answers)) {
+            match answer {
+                Ok(s) => spans.extend(s),
+                Err(Failure::Stopped) => {}
+                Err(f) => {
+                    failure.get_or_insert(f);
                 }
             }
         }
