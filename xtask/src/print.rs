@@ -304,9 +304,13 @@ pub fn measured(r: &RunReport) {
     }
     println!("speedup    {:.2}x over the best backend default ({})", r.speedup_vs_best_default(), r.backend_default);
     let [lo, mid, hi] = r.prediction_error_blocks;
+    let beyond = match &r.clearly_faster {
+        Some(c) => format!("{:.1}% against {c}", r.regret_beyond_noise * 100.0),
+        None => "0.0%: none was faster in a way the blocks agree on".into(),
+    };
     println!(
-        "regret     {:.1}% (the fastest alternative measured beside it: {}); prediction error per block: median \
-         {:.1}%, p10 {:.1}%, p90 {:.1}%",
+        "regret     {:.1}% (the fastest alternative measured beside it: {}); beyond the noise between blocks \
+         {beyond}; prediction error per block: median {:.1}%, p10 {:.1}%, p90 {:.1}%",
         r.regret * 100.0,
         r.fastest_candidate,
         mid * 100.0,
@@ -390,6 +394,8 @@ pub fn measured_json(r: &RunReport) -> serde_json::Map<String, serde_json::Value
         "speedup_vs_best_default": r.speedup_vs_best_default(),
         "regret": r.regret,
         "fastest_candidate": r.fastest_candidate,
+        "regret_beyond_noise": r.regret_beyond_noise,
+        "clearly_faster": r.clearly_faster,
         "prediction_error_blocks": r.prediction_error_blocks,
         "measured_whole": r
             .measured_whole

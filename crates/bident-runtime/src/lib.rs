@@ -120,6 +120,13 @@ pub struct RunReport {
     pub regret: f64,
     /// That fastest alternative, in words.
     pub fastest_candidate: String,
+    /// [`RunReport::regret`] against only the alternatives faster than the plan beyond the
+    /// noise between the blocks they took turns in ([`consistently_faster`], no margin): by
+    /// medians alone the fastest of several alternatives as fast as the plan beats it by chance
+    /// (the winner's curse), which `regret` counts.
+    pub regret_beyond_noise: f64,
+    /// The fastest of those alternatives, in words; None where none was.
+    pub clearly_faster: Option<String>,
     /// Per model, the PU whose whole-model run is the reference and the single-PU baseline.
     pub best_single_pu: Vec<String>,
     /// Median latency of each whole model compiled on its best single PU, summed (one model
@@ -232,6 +239,35 @@ pub fn consistently_faster(block_ratios: &[f64], margin: f64) -> bool {
     p <= ALPHA
 }
 
+/// A plan's regret against the alternatives measured beside it ([`RunReport::regret`],
+/// [`RunReport::regret_beyond_noise`]).
+#[derive(Clone, Debug, PartialEq)]
+struct Regret {
+    regret: f64,
+    fastest: String,
+    beyond_noise: f64,
+    clearly_faster: Option<String>,
+}
+
+impl Regret {
+    /// `candidates`: each alternative in words, its median (µs) and its blocks' medians over
+    /// the plan's; `measured_us`: the plan's median.
+    fn of(measured_us: f64, candidates: &[(String, f64, &[f64])]) -> Self {
+        let fastest_of = |c: &mut dyn Iterator<Item = &(String, f64, &[f64])>| {
+            c.min_by(|a, b| a.1.total_cmp(&b.1)).map(|(what, us, _)| (what.clone(), (measured_us / us - 1.0).max(0.0)))
+        };
+        let (fastest, regret) = fastest_of(&mut candidates.iter())
+            .unwrap_or_else(|| ("nothing else: every candidate is the plan".into(), 0.0));
+        let clearly = fastest_of(&mut candidates.iter().filter(|c| consistently_faster(c.2, 0.0)));
+        Regret {
+            regret,
+            fastest,
+            beyond_noise: clearly.as_ref().map_or(0.0, |c| c.1),
+            clearly_faster: clearly.map(|c| c.0),
+        }
+    }
+}
+
 /// In how many of `block_ratios` the baseline was faster than the plan.
 pub fn faster_blocks(block_ratios: &[f64]) -> usize {
     block_ratios.iter().filter(|&&r| r < 1.0).count()
@@ -239,7 +275,7 @@ pub fn faster_blocks(block_ratios: &[f64]) -> usize {
 
 impl Artifact for RunReport {
     const KIND: &'static str = "run-report";
-    const SCHEMA_VERSION: u32 = 7;
+    const SCHEMA_VERSION: u32 = 8;
 }
 
 impl RunReport {
@@ -915,26 +951,25 @@ fn measure(
             ", or no further from it than the engines' exact whole-model runs are from each other (max abs {apart:.3e})"
         ));
     }
-    // the alternatives to the plan: each measured once, the plan itself left out
-    let reference = (!reference_is_plan)
-        .then(|| (format!("the whole model on {}", best.join(" then ")), measured_best_single_pu_us));
-    let candidates = reference
-        .into_iter()
-        .chain(
-            backend_defaults
-                .iter()
-                .filter(|d| !d.is_plan)
-                .filter_map(|d| Some((d.description.clone(), d.measured_us?))),
-        )
-        .chain(
-            measured_whole
-                .iter()
-                .filter(|w| w.same_as.is_none())
-                .filter_map(|w| Some((format!("the whole model on {}", w.pu), w.measured_us?))),
-        );
-    let (fastest_candidate, fastest_us) = candidates
-        .min_by(|a, b| a.1.total_cmp(&b.1))
-        .unwrap_or_else(|| ("nothing else: every candidate is the plan".into(), measured_us));
+    // the alternatives to the plan, each measured once, the plan itself left out: in words,
+    // the median and the ratios of its blocks to the plan's
+    let reference = (!reference_is_plan).then(|| {
+        (format!("the whole model on {}", best.join(" then ")), measured_best_single_pu_us, mono_ratios.as_slice())
+    });
+    let candidates: Vec<(String, f64, &[f64])> =
+        reference
+            .into_iter()
+            .chain(
+                backend_defaults
+                    .iter()
+                    .filter(|d| !d.is_plan)
+                    .filter_map(|d| Some((d.description.clone(), d.measured_us?, d.block_ratios.as_slice()))),
+            )
+            .chain(measured_whole.iter().filter(|w| w.same_as.is_none()).filter_map(|w| {
+                Some((format!("the whole model on {}", w.pu), w.measured_us?, w.block_ratios.as_slice()))
+            }))
+            .collect();
+    let regret = Regret::of(measured_us, &candidates);
     let mut block_errors: Vec<f64> = block_medians.iter().map(|&m| (m - program.predicted_us).abs() / m).collect();
     let typical = kept
         .iter()
@@ -958,8 +993,10 @@ fn measure(
         measured_p90_us: q(&mut totals, 0.9),
         prediction_error: (measured_us - program.predicted_us).abs() / measured_us,
         prediction_error_blocks: [q(&mut block_errors, 0.1), q(&mut block_errors, 0.5), q(&mut block_errors, 0.9)],
-        regret: (measured_us / fastest_us - 1.0).max(0.0),
-        fastest_candidate,
+        regret: regret.regret,
+        fastest_candidate: regret.fastest,
+        regret_beyond_noise: regret.beyond_noise,
+        clearly_faster: regret.clearly_faster,
         best_single_pu: best.to_vec(),
         measured_best_single_pu_us,
         backend_default,
@@ -1129,7 +1166,7 @@ pub fn input_hash(plan_hash: ContentHash, cfg: &RunConfig) -> Result<ContentHash
 mod tests {
     use bident_tensor::{DType, HostTensor};
 
-    use super::{check_output, consistently_faster};
+    use super::{Regret, check_output, consistently_faster};
 
     /// A lead counts where it stands clear of the spread between blocks, never from no blocks.
     #[test]
@@ -1155,6 +1192,40 @@ mod tests {
         ];
         for (ratios, want) in cases {
             assert_eq!(consistently_faster(ratios, 0.02), *want, "{ratios:?}");
+        }
+    }
+
+    /// Regret by medians counts the fastest alternative; beyond the noise, only the fastest of
+    /// those whose blocks agree it was faster.
+    #[test]
+    fn regret_beyond_the_noise_counts_only_clear_leads() {
+        let noisy: &[f64] = &[0.7, 1.2, 0.8, 1.1, 0.75, 1.15];
+        let clear: &[f64] = &[0.9, 0.92, 0.91, 0.93, 0.9, 0.92];
+        let slower: &[f64] = &[1.2, 1.3, 1.25, 1.2, 1.3, 1.2];
+        let c = |what: &str, us: f64, r: &'static [f64]| (what.to_string(), us, r);
+        // (plan µs, candidates, regret, fastest, beyond the noise, clearly faster)
+        let cases: Vec<(f64, Vec<(String, f64, &[f64])>, f64, &str, f64, Option<&str>)> = vec![
+            (100.0, vec![], 0.0, "nothing else: every candidate is the plan", 0.0, None),
+            (100.0, vec![c("slower", 125.0, slower)], 0.0, "slower", 0.0, None),
+            // the fastest median by chance: regret, none beyond the noise
+            (100.0, vec![c("noisy", 80.0, noisy), c("slower", 125.0, slower)], 0.25, "noisy", 0.0, None),
+            // a clear lead behind a noisy one: counted against the clear one
+            (
+                100.0,
+                vec![c("noisy", 80.0, noisy), c("clear", 90.9, clear)],
+                0.25,
+                "noisy",
+                100.0 / 90.9 - 1.0,
+                Some("clear"),
+            ),
+            (100.0, vec![c("clear", 90.9, clear)], 100.0 / 90.9 - 1.0, "clear", 100.0 / 90.9 - 1.0, Some("clear")),
+        ];
+        for (plan, candidates, regret, fastest, beyond, clearly) in cases {
+            let r = Regret::of(plan, &candidates);
+            assert!((r.regret - regret).abs() < 1e-12, "{candidates:?}: regret {}", r.regret);
+            assert_eq!(r.fastest, fastest);
+            assert!((r.beyond_noise - beyond).abs() < 1e-12, "{candidates:?}: beyond {}", r.beyond_noise);
+            assert_eq!(r.clearly_faster.as_deref(), clearly);
         }
     }
 

@@ -221,6 +221,8 @@ mod tests {
             prediction_error_blocks: [0.05, 0.1, 0.2],
             regret: 0.0,
             fastest_candidate: "CPU".into(),
+            regret_beyond_noise: 0.0,
+            clearly_faster: None,
             best_single_pu: vec!["core0".into(), "core0".into()],
             measured_best_single_pu_us: 50.0,
             backend_default: "CPU".into(),
