@@ -241,7 +241,7 @@ pub fn consistently_faster(block_ratios: &[f64], margin: f64) -> bool {
 
 /// A plan's regret against the alternatives measured beside it ([`RunReport::regret`],
 /// [`RunReport::regret_beyond_noise`]).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Debug)]
 struct Regret {
     regret: f64,
     fastest: String,
