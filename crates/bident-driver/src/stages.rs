@@ -3,6 +3,7 @@
 //! Each stage removes its own and every downstream artifact, runs the crate's entry function,
 //! the verifier, and writes its artifact into the folder.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -576,7 +577,8 @@ impl Driver<'_> {
     /// it gives way to that engine's whole-model PU, and one clearly slower than a PU running
     /// the whole model beside it to that PU, either only by more than [`GIVE_WAY_MARGIN`] and
     /// beyond the noise between blocks ([`consistently_faster`]); the plan before is kept, itself,
-    /// where it measured better by both time and speedup over the best default (`hashes`: the
+    /// where it measured better by both time and speedup over the best default and did not run
+    /// beside the new plan ([`ran_beside`]; `hashes`: the
     /// phased graph's and the cost table's, which a plan's header is derived from); with
     /// `fallback`, a PU that fails is excluded and the plan searched again (`replan`) until a
     /// plan runs or no PU is left to drop.
@@ -641,6 +643,7 @@ impl Driver<'_> {
                     // it gives that plan back, itself (it may not be the search's: `plan import`)
                     let mut report = report;
                     if let Some((speedup, earlier_plan, earlier)) = best.take()
+                        && !ran_beside(&earlier_plan.ops_per_pu, &report.measured_whole)
                         && gives_back(
                             (speedup, earlier.measured_us),
                             (report.speedup_vs_best_default(), report.measured_us),
@@ -971,6 +974,19 @@ fn gives_back(before: (f64, f64), whole: (f64, f64)) -> bool {
     before.0 > whole.0 && before.1 < whole.1
 }
 
+/// Whether a plan that gave way (its ops per PU) is the whole model on one PU that ran beside
+/// this run's plan (`measured_whole`),
+/// in the same blocks. Then this run has judged the two side by side: had it measured faster
+/// beyond the noise, the run would have given way back to it ([`faster_whole`]). Two separate
+/// runs are no such judgement: on pi0.5 the whole model on `core1` measured 946 µs beside the
+/// plan on `core0` (1,313 µs), and above 1,313 µs in the next run, which gave the slower plan
+/// back by [`gives_back`].
+fn ran_beside(earlier: &BTreeMap<String, u32>, measured_whole: &[bident_runtime::WholeRun]) -> bool {
+    let mut pus = earlier.keys();
+    let (Some(pu), None) = (pus.next(), pus.next()) else { return false };
+    measured_whole.iter().any(|w| &w.pu == pu && w.measured_us.is_some() && !w.block_ratios.is_empty())
+}
+
 /// The PU the plan gives way to, and what it measured, in words: the fastest engine default's
 /// PU where the plan is slower than that default, else the fastest PU that ran the whole model
 /// beside the plan more than [`GIVE_WAY_MARGIN`] faster; either only where it was faster beyond
@@ -1055,7 +1071,8 @@ fn default_pu(soc: &SocSpec, report: &RunReport, plan: &Plan, cfg: &bident_runti
 
 #[cfg(test)]
 mod tests {
-    use super::gives_back;
+    use super::{gives_back, ran_beside};
+    use bident_runtime::WholeRun;
 
     #[test]
     fn a_plan_is_given_back_only_where_it_measured_better_by_speedup_and_time() {
@@ -1072,6 +1089,41 @@ mod tests {
         ];
         for (before, whole, want) in cases {
             assert_eq!(gives_back(before, whole), want, "before {before:?}, whole {whole:?}");
+        }
+    }
+
+    /// A plan that gave way is judged again in this run only where it is the whole model on one
+    /// PU that took turns with this run's plan.
+    #[test]
+    fn only_a_whole_model_plan_measured_beside_is_judged_in_the_run() {
+        let whole = |pu: &str, us: Option<f64>, ratios: &[f64], same_as: Option<&str>| WholeRun {
+            pu: pu.into(),
+            measured_us: us,
+            refused: None,
+            same_as: same_as.map(str::to_string),
+            block_ratios: ratios.to_vec(),
+        };
+        let beside = [
+            whole("core0", Some(1313.0), &[1.3, 1.4, 1.2], None),
+            whole("core1", Some(946.0), &[], Some("the plan")),
+            whole("core0.ort", None, &[], None),
+            whole("core1.ort", Some(900.0), &[0.9, 0.95], Some("the reference")),
+        ];
+        let plan = |pus: &[&str]| pus.iter().map(|p| (p.to_string(), 10)).collect();
+        // (the plan that gave way, judged in this run)
+        let cases: [(&[&str], bool); 6] = [
+            (&["core0"], true),
+            (&["core1.ort"], true),
+            // the plan itself, not measured beside it: no blocks
+            (&["core1"], false),
+            // refused, so not measured
+            (&["core0.ort"], false),
+            // split across PUs: nothing ran it beside this plan
+            (&["core0", "core1"], false),
+            (&["core2"], false),
+        ];
+        for (pus, want) in cases {
+            assert_eq!(ran_beside(&plan(pus), &beside), want, "{pus:?}");
         }
     }
 }
