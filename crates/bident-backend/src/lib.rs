@@ -236,6 +236,43 @@ pub fn current_cpu() -> Option<usize> {
     None
 }
 
+/// Move the calling thread off the `busy` cores where it is on one of them now and may run on
+/// another: its affinity is narrowed to its other allowed cores, which moves it at once, then
+/// given back, which leaves it where it now is. True if it moved (never where not Linux).
+pub fn step_off(busy: &[usize]) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        if !current_cpu().is_some_and(|c| busy.contains(&c)) {
+            return false;
+        }
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        // SAFETY: cpu_set_t is plain data filled in by the kernel; CPU_CLR bounds are checked
+        // against CPU_SETSIZE.
+        unsafe {
+            let mut mine: libc::cpu_set_t = std::mem::zeroed();
+            if libc::sched_getaffinity(0, size, &mut mine) != 0 {
+                return false;
+            }
+            let mut free = mine;
+            for &c in busy.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+                libc::CPU_CLR(c, &mut free);
+            }
+            if libc::CPU_COUNT(&free) == 0 || libc::sched_setaffinity(0, size, &free) != 0 {
+                return false;
+            }
+            // the mask it had is one it was allowed: giving it back cannot fail but by a race
+            // with another thread changing it, which then decides
+            libc::sched_setaffinity(0, size, &mine);
+        }
+        true
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = busy;
+        false
+    }
+}
+
 /// How many of this process's threads other than the calling one are running (on a CPU or
 /// waiting for one) now, from `/proc/self/task`; None where that cannot be read (not Linux).
 /// An engine's thread pool that spins after its last inference shows here until it sleeps.
@@ -317,5 +354,27 @@ mod tests {
         stop.store(true, Ordering::Relaxed);
         spinning.join().expect("the spinning thread");
         assert!(seen >= 1, "the spinning thread was not seen running");
+    }
+
+    /// A thread on a busy core steps off it, to a core it may run on, and keeps the cores it
+    /// was allowed; one allowed only busy cores stays.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_caller_steps_off_busy_cores() {
+        let cpus = super::allowed_cpus();
+        assert!(cpus.len() >= 2, "this test needs two cores, the process may run on {cpus:?}");
+        std::thread::spawn(move || {
+            let here = super::current_cpu().expect("Linux tells the CPU");
+            assert!(super::step_off(&[here]), "on core {here}, allowed {cpus:?}: did not step off");
+            let now = super::current_cpu().expect("Linux tells the CPU");
+            assert_ne!(now, here, "stepped off core {here} but is still there");
+            assert_eq!(super::allowed_cpus(), cpus, "the cores it may run on were not given back");
+            assert!(!super::step_off(&[here]), "stepped off a core it was not on");
+            super::pin_current_thread("test", &[now]).expect("pin");
+            assert!(!super::step_off(&[now]), "stepped off the only core it may run on");
+            assert_eq!(super::current_cpu(), Some(now));
+        })
+        .join()
+        .expect("the stepping thread");
     }
 }
