@@ -12,7 +12,6 @@ use bident_artifact::{self as artifact, Artifact, ContentHash, Stamped};
 use bident_ir::FusedGraph;
 use bident_partition::PhasedGraph;
 use bident_profile::CostTable;
-use bident_runtime::RunReport;
 use bident_search::Plan;
 
 use crate::{DriverError, Result};
@@ -145,10 +144,6 @@ impl Folder {
         let (costs, ch) = self.costs(&g)?;
         let (plan, plan_h) = self.plan((&phased, ph), (&costs, ch))?;
         Ok(Planned { g, gh, phased, ph, costs, ch, plan, plan_h })
-    }
-
-    pub fn report(&self) -> Result<RunReport> {
-        Ok(self.read_raw::<RunReport>(REPORT)?.value)
     }
 }
 
