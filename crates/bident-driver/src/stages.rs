@@ -975,9 +975,9 @@ fn gives_back(before: (f64, f64), whole: (f64, f64)) -> bool {
 }
 
 /// Whether a plan that gave way (its ops per PU) is the whole model on one PU that ran beside
-/// this run's plan (`measured_whole`),
-/// in the same blocks. Then this run has judged the two side by side: had it measured faster
-/// beyond the noise, the run would have given way back to it ([`faster_whole`]). Two separate
+/// this run's plan in the same blocks (`measured_whole`). Then this run has judged the two side
+/// by side: had it measured faster beyond the noise, the run would have given way back to it
+/// ([`faster_whole`]). Two separate
 /// runs are no such judgement: on pi0.5 the whole model on `core1` measured 946 µs beside the
 /// plan on `core0` (1,313 µs), and above 1,313 µs in the next run, which gave the slower plan
 /// back by [`gives_back`].
