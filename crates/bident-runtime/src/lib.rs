@@ -858,11 +858,11 @@ fn measure(
                     for s in &inf.spans {
                         task_us[s.task].push(s.finish_us - s.start_us);
                     }
-                    // checked now and let go, as a baseline's are: kept, the outputs and the
-                    // timeline of every run held memory the next run then took fresh from the
-                    // system (LLaMA INT8 whole on `core1.ort` measured 2-11% slower as the plan
-                    // than the same session beside it as a baseline, in every block; after, the
-                    // two are within 2-4% either way)
+                    // checked now and let go, as a baseline's are: while every run's outputs
+                    // and timeline were kept to the end, LLaMA INT8 whole on `core1.ort`
+                    // measured 2-11% slower as the plan than the same session beside it as a
+                    // baseline, in every block; now the two are within 2-4% either way (memory
+                    // held makes each run allocate afresh: the likely cause, not proven)
                     for (m, g) in graphs.iter().enumerate() {
                         let (err, loose) =
                             check_outputs(g, &inf.outputs[m], &wants[m], reduced, allowance[m].as_deref())?;
