@@ -225,6 +225,19 @@ struct Flight {
     left: AtomicUsize,
     /// What each finished queue gave back.
     answers: Mutex<Vec<Result<Vec<Span>, Failure>>>,
+    /// Per PU: its queue has finished ([`Word::Poll`]).
+    finished: Vec<AtomicBool>,
+    /// The core the caller went to sleep on (`usize::MAX`: it is awake).
+    caller_cpu: AtomicUsize,
+}
+
+/// What a worker tells the caller.
+enum Word {
+    /// The last queue has finished: the inference is over.
+    Done,
+    /// The queue of the PU pinned to the core the caller sleeps on has finished: the caller may
+    /// poll there for [`Word::Done`] instead of being woken by it.
+    Poll,
 }
 
 /// How long a thread polls (yielding the CPU between polls) before it sleeps: a worker for its
@@ -266,18 +279,16 @@ pub struct Session {
     hardware: Arc<Hardware>,
     /// How long workers poll before sleeping ([`spin_for`]).
     spin: Duration,
-    /// How long the caller polls for the workers' answers: as they do, where the program's
-    /// PUs leave a core free for it (a caller polling beside pinned workers on every core
-    /// took one's core for a scheduler tick now and then: a 150 µs plan measured 3.7 ms).
-    caller_spin: Duration,
-    /// The cores the program's PUs are pinned to: the caller polls only while it is on none of
-    /// them. Woken on a worker's core, it polled there beside the worker until the scheduler
-    /// moved it (one op on one pinned core: the caller was still there at the end of 13-18% of
-    /// 3,000 inferences).
-    busy: Vec<usize>,
-    /// Whether some core this process may run on is none of `busy`: a caller found on one of
-    /// those moves there first ([`bident_backend::step_off`]).
+    /// Whether some core this process may run on has no PU of the program pinned to it: the
+    /// caller then polls there (a caller polling beside pinned workers on every core took one's
+    /// core for a scheduler tick now and then: a 150 µs plan measured 3.7 ms).
     free_core: bool,
+    /// The cores the program's PUs are pinned to: a caller found on one of them moves to a free
+    /// core first, where there is one ([`bident_backend::step_off`]).
+    busy: Vec<usize>,
+    /// Per core, the PU of the program pinned to it (where the caller and workers poll, no two
+    /// share a core).
+    pu_of_core: Arc<Vec<Option<usize>>>,
     timeout: Duration,
     turn: Mutex<()>,
     /// Why the session can no longer run (a worker hung), once it cannot.
@@ -358,10 +369,16 @@ impl Session {
         busy.sort_unstable();
         busy.dedup();
         let free_core = bident_backend::allowed_cpus().iter().any(|c| !busy.contains(c));
+        let mut pu_of_core = vec![None; busy.last().map_or(0, |c| c + 1)];
+        for pu in (0..soc.pus.len()).filter(|&i| used[i]) {
+            for &c in &soc.pus[pu].cores {
+                pu_of_core[c] = Some(pu);
+            }
+        }
         Ok(Self {
-            caller_spin: if free_core { spin } else { Duration::ZERO },
             busy,
             free_core,
+            pu_of_core: Arc::new(pu_of_core),
             spin,
             hardware: Arc::new(Hardware::new(soc, &used, &exclusive)),
             program: Arc::new(program),
@@ -425,38 +442,61 @@ impl Session {
             t0,
             left: AtomicUsize::new(workers.len()),
             answers: Mutex::new(Vec::with_capacity(workers.len())),
+            finished: (0..self.pus.len()).map(|_| AtomicBool::new(false)).collect(),
+            caller_cpu: AtomicUsize::new(usize::MAX),
         });
         let (tx, rx) = mpsc::channel();
         for &(pu, w) in &workers {
-            let (program, flight, tx, hw, spin) =
-                (p.clone(), flight.clone(), tx.clone(), self.hardware.clone(), self.spin);
+            let (program, flight, tx, hw, spin, pu_of_core) =
+                (p.clone(), flight.clone(), tx.clone(), self.hardware.clone(), self.spin, self.pu_of_core.clone());
             w.post(Box::new(move |exes| {
                 let answer = run_queue(exes, &program, pu, &flight, &hw, spin);
                 lock(&flight.answers).push(answer);
+                flight.finished[pu].store(true, Ordering::SeqCst);
                 if flight.left.fetch_sub(1, Ordering::AcqRel) == 1 {
-                    let _ = tx.send(());
+                    let _ = tx.send(Word::Done);
+                } else if !spin.is_zero()
+                    && pu_of_core.get(flight.caller_cpu.load(Ordering::SeqCst)).copied().flatten() == Some(pu)
+                {
+                    let _ = tx.send(Word::Poll);
                 }
             }))?;
         }
         drop(tx);
         // watchdog: some task must finish within the timeout
         let mut seen_done = 0;
-        let spin_until = Instant::now() + self.caller_spin;
+        let spin_until = Instant::now() + self.spin;
+        // the caller polls for the last worker's word (waking it costs several µs) while it is
+        // on a core no PU of the program still needs: a free core, or one whose PU's queue has
+        // finished; elsewhere it sleeps, and the worker of the core it sleeps on wakes it to poll
+        // there once that worker's queue ends
+        let may_poll = |flight: &Flight| {
+            Instant::now() < spin_until
+                && bident_backend::current_cpu().is_some_and(|c| match self.pu_of_core.get(c).copied().flatten() {
+                    None => self.free_core,
+                    Some(pu) => flight.finished[pu].load(Ordering::SeqCst),
+                })
+        };
         // (an empty program has no worker to wait for)
         while !workers.is_empty() {
-            // spin for the last worker's word first: waking this thread costs tens of µs
-            let answer = loop {
-                match rx.try_recv() {
-                    Ok(()) => break Ok(()),
-                    Err(mpsc::TryRecvError::Empty) if Instant::now() < spin_until && !self.on_busy_core() => {
-                        std::thread::yield_now()
-                    }
-                    Err(mpsc::TryRecvError::Empty) => break rx.recv_timeout(self.timeout),
-                    Err(mpsc::TryRecvError::Disconnected) => break Err(mpsc::RecvTimeoutError::Disconnected),
+            let word = match rx.try_recv() {
+                Ok(w) => Ok(w),
+                Err(mpsc::TryRecvError::Empty) if may_poll(&flight) => {
+                    std::thread::yield_now();
+                    continue;
                 }
+                Err(mpsc::TryRecvError::Empty) => {
+                    // where it sleeps, for the worker there (checked again after: no word lost)
+                    flight.caller_cpu.store(bident_backend::current_cpu().unwrap_or(usize::MAX), Ordering::SeqCst);
+                    let w = if may_poll(&flight) { Ok(Word::Poll) } else { rx.recv_timeout(self.timeout) };
+                    flight.caller_cpu.store(usize::MAX, Ordering::SeqCst);
+                    w
+                }
+                Err(mpsc::TryRecvError::Disconnected) => Err(mpsc::RecvTimeoutError::Disconnected),
             };
-            match answer {
-                Ok(()) => break,
+            match word {
+                Ok(Word::Done) => break,
+                Ok(Word::Poll) => continue,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     let mut st = lock(&flight.slots);
                     if st.done > seen_done {
@@ -506,11 +546,6 @@ impl Session {
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| RuntimeError::Program("an output was not produced".into()))?;
         Ok(Inference { outputs, spans, total_us })
-    }
-
-    /// Whether the calling thread is on a core a PU of the program is pinned to.
-    fn on_busy_core(&self) -> bool {
-        bident_backend::current_cpu().is_some_and(|c| self.busy.contains(&c))
     }
 
     fn op_error(&self, t: usize, e: BackendError) -> RuntimeError {
