@@ -169,6 +169,37 @@ fn a_hung_pu_times_out_and_breaks_the_session() {
     assert!(matches!(s.run(&[inputs]), Err(RuntimeError::Broken(_))));
 }
 
+/// The whole model on an unpinned PU runs on the calling thread, with the same outputs; a run
+/// that hangs there is cancelled when no task finished for the timeout, and the session says so.
+#[test]
+fn a_hung_run_on_the_calling_thread_is_cancelled() {
+    let (g, _) = model("mlp");
+    let soc = SocSpec::preset("local", backend().as_ref()).expect("the local SoC");
+    let pu = soc.pus.iter().position(|p| p.cores.is_empty()).expect("an unpinned PU");
+    let faulty: FaultSpec = format!("{}:hang@2", soc.pus[pu].name).parse().expect("spec");
+    let be = Arc::new(FaultyBackend::new(backend(), faulty));
+    let whole = || Program::whole(&g, &soc, pu, g.reference_model().expect("reference")).expect("program");
+    let s = Session::load(whole(), &soc, be, Duration::from_millis(500)).expect("load");
+    assert!(s.on_caller(), "a whole model on `{}` runs on the calling thread", soc.pus[pu].name);
+    let inputs = bident_runtime::model_inputs(&g, 0);
+    let want = reference(&g, &soc, &inputs);
+    for _ in 0..2 {
+        let got = s.run(std::slice::from_ref(&inputs)).expect("the runs before the hang").outputs;
+        for (got, want) in got[0].iter().zip(&want) {
+            assert_eq!(got.mismatch(want, 0.0, 0.0), None);
+        }
+    }
+    let t0 = std::time::Instant::now();
+    let err = s.run(std::slice::from_ref(&inputs)).expect_err("the hung run is cancelled");
+    assert!(t0.elapsed() < Duration::from_secs(5), "gave up after {:?}", t0.elapsed());
+    let RuntimeError::Timeout(why) = &err else { panic!("{err}") };
+    assert!(why.contains(&soc.pus[pu].name), "{why}");
+    assert!(matches!(s.run(&[inputs]), Err(RuntimeError::Broken(_))));
+    // a pinned PU keeps its worker
+    let (soc, plan) = plan_on_cores(&g, &model("mlp").1, |_| 0);
+    assert!(!session(&g, &plan, &soc, backend(), Grouping::Merged).expect("load").on_caller());
+}
+
 /// Bounded soak: 10,000 inferences of the mlp across both cores; the outputs never change and
 /// the resident set does not grow after warm-up.
 #[test]

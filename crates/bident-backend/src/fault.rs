@@ -3,7 +3,7 @@
 //! re-planning can be exercised on real PUs (`--inject-fault`, the runtime's tests).
 
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -131,6 +131,7 @@ impl FaultyBackend {
             pu: pu.name.clone(),
             fault: self.spec.fault,
             runs: self.runs.clone(),
+            cancelled: Arc::default(),
         }))
     }
 }
@@ -140,6 +141,8 @@ struct FaultyExecutable {
     pu: String,
     fault: Fault,
     runs: Arc<AtomicU64>,
+    /// Set by its canceller: a hang ends at once, and every run after it fails.
+    cancelled: Arc<(Mutex<bool>, Condvar)>,
 }
 
 impl Executable for FaultyExecutable {
@@ -150,6 +153,10 @@ impl Executable for FaultyExecutable {
         self.inner.outputs()
     }
     fn run_timed(&mut self, inputs: &[&HostTensor]) -> Result<(Vec<HostTensor>, RunTiming), BackendError> {
+        let cancelled = || BackendError::Run { pu: self.pu.clone(), what: "infer".into(), reason: "cancelled".into() };
+        if *lock(&self.cancelled.0) {
+            return Err(cancelled());
+        }
         let n = self.runs.fetch_add(1, Ordering::Relaxed);
         match self.fault {
             Fault::RunAfter(k) if n >= k => {
@@ -159,7 +166,15 @@ impl Executable for FaultyExecutable {
                     reason: "injected fault".into(),
                 });
             }
-            Fault::HangAfter(k, d) if n >= k => std::thread::sleep(d),
+            Fault::HangAfter(k, d) if n >= k => {
+                let (flag, cv) = &*self.cancelled;
+                let (stopped, _) = cv
+                    .wait_timeout_while(lock(flag), d, |stopped| !*stopped)
+                    .unwrap_or_else(|e| e.into_inner());
+                if *stopped {
+                    return Err(cancelled());
+                }
+            }
             Fault::SlowAfter(k, f) if n >= k => {
                 let t0 = std::time::Instant::now();
                 let (out, mut timing) = self.inner.run_timed(inputs)?;
@@ -178,6 +193,21 @@ impl Executable for FaultyExecutable {
     fn layers(&self) -> Result<Vec<Layer>, BackendError> {
         self.inner.layers()
     }
+    /// Stops an injected hang, and the engine's run where the engine can stop it (None where it
+    /// cannot).
+    fn canceller(&self) -> Option<crate::Canceller> {
+        let (inner, cancelled) = (self.inner.canceller()?, self.cancelled.clone());
+        Some(Arc::new(move || {
+            *lock(&cancelled.0) = true;
+            cancelled.1.notify_all();
+            inner();
+        }))
+    }
+}
+
+/// A poisoned lock only means a thread panicked holding it; the flag stays meaningful.
+fn lock(m: &Mutex<bool>) -> std::sync::MutexGuard<'_, bool> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ pub use bident_tensor::{DType, HostTensor};
 pub use multi::Backends;
 pub use soc::{PuFile, PuKind, PuSpec, SocError, SocFile, SocSpec};
 
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Clone, Debug, thiserror::Error)]
@@ -182,7 +183,16 @@ pub trait Executable: Send {
     /// Per-layer profile of the last run, in execution order. Needs the model compiled with
     /// profiling on ([`Backend::compile_profiled`]); otherwise an error.
     fn layers(&self) -> Result<Vec<Layer>, BackendError>;
+    /// What stops a run of this executable from another thread: the run in progress then ends
+    /// with an error soon after, and so does every later one. None where the engine cannot
+    /// (the default). Safe to call at any time, also after the executable is gone.
+    fn canceller(&self) -> Option<Canceller> {
+        None
+    }
 }
+
+/// Stops an executable's runs ([`Executable::canceller`]).
+pub type Canceller = Arc<dyn Fn() + Send + Sync>;
 
 /// The tensors to feed an executable whose inputs are `ports`, given `named` (name, tensor)
 /// pairs in the graph's order: by port name where every port kept its tensor's name, else by

@@ -269,3 +269,44 @@ fn wrong_library_is_a_library_error() {
     // the right library still loads afterwards
     assert!(ort().devices().is_ok());
 }
+
+/// A chain of `n` MatMuls of 512 x 512: a run long enough to be stopped half-way.
+fn long_chain(n: usize) -> Vec<u8> {
+    use prost::Message;
+    let mut b = bident_zoo::Builder::new(0);
+    let mut x = b.input("x", &[512, 512]);
+    let w = b.weight("w", &[512, 512]);
+    for _ in 0..n {
+        x = b.node("MatMul", &[&x, &w], &[]);
+    }
+    b.output(&x);
+    b.finish("long_chain").encode_to_vec()
+}
+
+/// An executable's canceller stops the run in progress from another thread, long before it
+/// would have ended, and every run after it, under both engines.
+#[test]
+fn cancelled_runs_stop() {
+    let ov_cpu = PuSpec { backend: "openvino".into(), ..cpu(&[]) };
+    let onnx = long_chain(200);
+    for (be, pu) in [(ort() as &dyn Backend, cpu(&[])), (openvino() as &dyn Backend, ov_cpu)] {
+        let mut exe = be.compile(&onnx, &pu).expect("compiles");
+        let inputs = seeded_inputs(exe.as_ref());
+        let refs: Vec<&HostTensor> = inputs.iter().collect();
+        let t0 = std::time::Instant::now();
+        exe.run(&refs).expect("a whole run");
+        let whole = t0.elapsed();
+        let cancel = exe.canceller().expect("both engines can cancel a run");
+        let canceller = std::thread::spawn(move || {
+            std::thread::sleep(whole / 10);
+            cancel();
+        });
+        let t0 = std::time::Instant::now();
+        let stopped = exe.run(&refs);
+        let took = t0.elapsed();
+        canceller.join().expect("the cancelling thread");
+        assert!(stopped.is_err(), "{}: the run went on after the cancel", pu.backend);
+        assert!(took < whole / 2, "{}: stopped after {took:?}, a whole run takes {whole:?}", pu.backend);
+        assert!(exe.run(&refs).is_err(), "{}: a run after the cancel went on", pu.backend);
+    }
+}

@@ -6,6 +6,11 @@
 //! Nothing waits forever: a watchdog stops an inference when no task has finished for the
 //! timeout, and a worker's failure stops the others at their next task. After a timeout the
 //! session is unusable (the hung worker is abandoned, never joined) and says why.
+//!
+//! A program on one unpinned PU whose executables can be stopped from another thread
+//! ([`Executable::canceller`]) runs on the calling thread instead ([`Inline`]): no thread hop,
+//! which on this VM cost ~15-20 µs an inference, the caller's and the worker's wake-ups; its
+//! watchdog stops a run by cancelling it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -13,7 +18,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use bident_backend::{Backend, BackendError, Executable, HostTensor, PuSpec, SocSpec};
+use bident_backend::{Backend, BackendError, Canceller, Executable, HostTensor, PuSpec, SocSpec};
 
 use crate::RuntimeError;
 use crate::program::{Built, Program};
@@ -98,6 +103,89 @@ impl Drop for Worker {
         if let Some(h) = self.handle.take()
             && !self.hung.load(Ordering::Relaxed)
         {
+            let _ = h.join();
+        }
+    }
+}
+
+/// A program on one unpinned PU, run on the calling thread: its executables (compiled on a
+/// worker, then handed over) and a watchdog thread that cancels a run making no progress for
+/// the timeout.
+struct Inline {
+    pu: usize,
+    exes: Mutex<HashMap<usize, Compiled>>,
+    watch: Arc<Watch>,
+    watchdog: Option<std::thread::JoinHandle<()>>,
+}
+
+/// What the watchdog of an [`Inline`] program looks at.
+struct Watch {
+    /// The inference running now.
+    flight: Mutex<Option<Arc<Flight>>>,
+    cancel: Vec<Canceller>,
+    /// The tasks that were running when the watchdog cancelled them.
+    fired: Mutex<Option<Vec<usize>>>,
+    /// Set when the session goes: the watchdog ends.
+    gone: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Inline {
+    fn new(pu: usize, exes: HashMap<usize, Compiled>, timeout: Duration) -> Result<Self, RuntimeError> {
+        let cancel = exes.values().filter_map(|c| c.exe.canceller()).collect();
+        let watch = Arc::new(Watch {
+            flight: Mutex::new(None),
+            cancel,
+            fired: Mutex::new(None),
+            gone: Mutex::new(false),
+            cv: Condvar::new(),
+        });
+        let w = watch.clone();
+        let watchdog = std::thread::Builder::new()
+            .name("bident-watchdog".into())
+            .spawn(move || w.watch(timeout))
+            .map_err(|e| RuntimeError::Worker { pu: "?".into(), why: format!("cannot start a watchdog: {e}") })?;
+        Ok(Inline { pu, exes: Mutex::new(exes), watch, watchdog: Some(watchdog) })
+    }
+}
+
+impl Watch {
+    /// Look every quarter of the timeout (at most every 250 ms): an inference whose tasks made no
+    /// progress for the timeout has its runs cancelled, once.
+    fn watch(&self, timeout: Duration) {
+        let tick = (timeout / 4).clamp(Duration::from_millis(1), Duration::from_millis(250));
+        // (the inference, its tasks finished, since when)
+        let mut seen: Option<(Arc<Flight>, usize, Instant)> = None;
+        let mut gone = lock(&self.gone);
+        loop {
+            gone = self.cv.wait_timeout(gone, tick).unwrap_or_else(|e| e.into_inner()).0;
+            if *gone {
+                return;
+            }
+            let Some(flight) = lock(&self.flight).clone() else {
+                seen = None;
+                continue;
+            };
+            let done = flight.progress.load(Ordering::Acquire);
+            match &seen {
+                Some((f, d, since)) if Arc::ptr_eq(f, &flight) && *d == done => {
+                    if since.elapsed() >= timeout && lock(&self.fired).is_none() {
+                        let running = lock(&flight.slots).running.iter().flatten().copied().collect();
+                        *lock(&self.fired) = Some(running);
+                        self.cancel.iter().for_each(|c| c());
+                    }
+                }
+                _ => seen = Some((flight, done, Instant::now())),
+            }
+        }
+    }
+}
+
+impl Drop for Inline {
+    fn drop(&mut self) {
+        *lock(&self.watch.gone) = true;
+        self.watch.cv.notify_all();
+        if let Some(h) = self.watchdog.take() {
             let _ = h.join();
         }
     }
@@ -289,6 +377,8 @@ pub struct Session {
     /// Per core, the PU of the program pinned to it (where the caller and workers poll, no two
     /// share a core).
     pu_of_core: Arc<Vec<Option<usize>>>,
+    /// Set where the program runs on the calling thread ([`Inline`]).
+    inline: Option<Inline>,
     timeout: Duration,
     turn: Mutex<()>,
     /// Why the session can no longer run (a worker hung), once it cannot.
@@ -364,6 +454,10 @@ impl Session {
             left -= 1;
         }
         let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let inline = inline_pu(&program, soc)
+            .map(|pu| Self::hand_over(&mut workers, pu, timeout))
+            .transpose()?
+            .flatten();
         let mut busy: Vec<usize> =
             (0..soc.pus.len()).filter(|&i| used[i]).flat_map(|i| soc.pus[i].cores.clone()).collect();
         busy.sort_unstable();
@@ -379,6 +473,7 @@ impl Session {
             busy,
             free_core,
             pu_of_core: Arc::new(pu_of_core),
+            inline,
             spin,
             hardware: Arc::new(Hardware::new(soc, &used, &exclusive)),
             program: Arc::new(program),
@@ -389,6 +484,26 @@ impl Session {
             broken: Mutex::new(None),
             compile_ms,
         })
+    }
+
+    /// The executables of PU `pu`'s worker, handed to an [`Inline`] program and the worker
+    /// stopped, where every one of them can be cancelled; None (the worker kept) where not.
+    fn hand_over(workers: &mut [Option<Worker>], pu: usize, timeout: Duration) -> Result<Option<Inline>, RuntimeError> {
+        let Some(w) = &workers[pu] else { return Ok(None) };
+        let (tx, rx) = mpsc::channel();
+        w.post(Box::new(move |exes| {
+            let all = exes.values().all(|c| c.exe.canceller().is_some());
+            let _ = tx.send(all.then(|| std::mem::take(exes)));
+        }))?;
+        let lost = || RuntimeError::Worker { pu: w.pu.clone(), why: "its thread has stopped".into() };
+        let Some(exes) = rx.recv_timeout(timeout).map_err(|_| lost())? else { return Ok(None) };
+        workers[pu] = None;
+        Inline::new(pu, exes, timeout).map(Some)
+    }
+
+    /// Whether inferences run on the calling thread ([`Inline`]).
+    pub fn on_caller(&self) -> bool {
+        self.inline.is_some()
     }
 
     pub fn program(&self) -> &Program {
@@ -445,6 +560,15 @@ impl Session {
             finished: (0..self.pus.len()).map(|_| AtomicBool::new(false)).collect(),
             caller_cpu: AtomicUsize::new(usize::MAX),
         });
+        if let Some(inline) = &self.inline {
+            *lock(&inline.watch.flight) = Some(flight.clone());
+            let answer = run_queue(&mut lock(&inline.exes), p, inline.pu, &flight, &self.hardware, Duration::ZERO);
+            *lock(&inline.watch.flight) = None;
+            if let Some(hung) = lock(&inline.watch.fired).take() {
+                return Err(self.hang(&hung));
+            }
+            lock(&flight.answers).push(answer);
+        }
         let (tx, rx) = mpsc::channel();
         for &(pu, w) in &workers {
             let (program, flight, tx, hw, spin, pu_of_core) =
@@ -577,6 +701,16 @@ impl Session {
         );
         *lock(&self.broken) = Some(why.clone());
         RuntimeError::Timeout(why)
+    }
+}
+
+/// The PU a program runs on the calling thread ([`Inline`]): its only PU, where that PU is not
+/// pinned (a pinned PU's worker keeps to its cores; the caller may run anywhere).
+fn inline_pu(program: &Program, soc: &SocSpec) -> Option<usize> {
+    let mut used = program.queues.iter().enumerate().filter(|(_, q)| !q.is_empty()).map(|(pu, _)| pu);
+    match (used.next(), used.next()) {
+        (Some(pu), None) if soc.pus[pu].cores.is_empty() => Some(pu),
+        _ => None,
     }
 }
 

@@ -56,7 +56,7 @@ mod profile;
 
 use std::ffi::{CStr, CString, c_void};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use ort::AsPointer;
@@ -424,14 +424,16 @@ impl OnnxRuntime {
                 None => binding.bind_output_to_device(p.name.as_str(), &cpu).map_err(ort_fail)?,
             }
         }
+        // every run goes through these options: they carry the profiling switch, and the
+        // terminate flag another thread sets to stop a run ([`Executable::canceller`])
+        let mut options = RunOptions::new().map_err(ort_fail)?;
         let profile = if profiled {
             let dir = tempfile::Builder::new()
                 .prefix("bident-ort-profile-")
                 .tempdir()
                 .map_err(|e| fail(format!("cannot create a folder for the profile: {e}")))?;
-            let mut options = RunOptions::new().map_err(ort_fail)?;
             options.enable_profiling(dir.path().join("run")).map_err(ort_fail)?;
-            Some(Profiling { dir, options })
+            Some(Profiling { dir })
         } else {
             None
         };
@@ -445,6 +447,7 @@ impl OnnxRuntime {
             input_names,
             inputs,
             outputs,
+            options: Arc::new(options),
             profile,
         })
     }
@@ -474,7 +477,6 @@ fn has_shape(session: &Session, index: usize, input: bool) -> bool {
 struct Profiling {
     /// Deleted with the executable.
     dir: tempfile::TempDir,
-    options: RunOptions,
 }
 
 struct OrtExecutable {
@@ -489,6 +491,7 @@ struct OrtExecutable {
     input_names: Vec<CString>,
     inputs: Vec<PortInfo>,
     outputs: Vec<PortInfo>,
+    options: Arc<RunOptions>,
     profile: Option<Profiling>,
 }
 
@@ -525,6 +528,14 @@ impl Executable for OrtExecutable {
 
     fn layers(&self) -> Result<Vec<Layer>, BackendError> {
         self.profiled_layers()
+    }
+
+    fn canceller(&self) -> Option<crate::Canceller> {
+        let options = self.options.clone();
+        Some(Arc::new(move || {
+            // fails only where ONNX Runtime cannot set a flag: nothing more to do then
+            let _ = options.terminate();
+        }))
     }
 }
 
@@ -574,10 +585,7 @@ impl OrtExecutable {
             }
         }
         let t1 = Instant::now();
-        let result = match &self.profile {
-            Some(p) => self.session.run_binding_with_options(&self.binding, &p.options),
-            None => self.session.run_binding(&self.binding),
-        };
+        let result = self.session.run_binding_with_options(&self.binding, &self.options);
         let t2 = Instant::now();
         let result = result.map_err(|e| run_err("infer", first_lines(&e.to_string()))).and_then(|values| {
             self.outputs

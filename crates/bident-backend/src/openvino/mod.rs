@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::ffi::{CStr, CString, c_char, c_void};
 use std::path::{Path, PathBuf};
 use std::ptr;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use openvino_sys as sys;
@@ -319,6 +320,7 @@ impl OpenVino {
             inputs: vec![],
             outputs: vec![],
             profiled,
+            cancel: Arc::default(),
         };
         exe.verify_properties(&properties)?;
         exe.inputs = exe.ports(true).map_err(fail)?;
@@ -326,6 +328,7 @@ impl OpenVino {
         // SAFETY: valid compiled model; request freed in Drop.
         check(unsafe { sys::ov_compiled_model_create_infer_request(exe.compiled, &mut exe.request) })
             .map_err(|e| fail(format!("cannot create infer request: {e}")))?;
+        lock(&exe.cancel).0 = exe.request;
         Ok(Box::new(exe))
     }
 }
@@ -345,14 +348,36 @@ struct OvExecutable {
     inputs: Vec<PortInfo>,
     outputs: Vec<PortInfo>,
     profiled: bool,
+    /// The infer request again, for [`Executable::canceller`]: null once it is freed.
+    cancel: Arc<Mutex<Request>>,
 }
 
 // SAFETY: a compiled model and its infer request may be used from any one thread at a time;
 // `Executable::run_timed` takes `&mut self`.
 unsafe impl Send for OvExecutable {}
 
+/// The infer request (null once freed), and whether its runs were cancelled.
+struct Request(*mut sys::ov_infer_request_t, bool);
+
+/// A poisoned lock only means a thread panicked holding it; the pointer stays valid.
+fn lock(m: &Mutex<Request>) -> MutexGuard<'_, Request> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Default for Request {
+    fn default() -> Self {
+        Request(ptr::null_mut(), false)
+    }
+}
+
+// SAFETY: only `ov_infer_request_cancel` is called through it, which OpenVINO allows from any
+// thread while another runs the request, and only while it is not freed (under the lock).
+unsafe impl Send for Request {}
+
 impl Drop for OvExecutable {
     fn drop(&mut self) {
+        // no cancel after this: the request is freed below
+        lock(&self.cancel).0 = ptr::null_mut();
         // SAFETY: each handle created once and freed once; request before its model.
         unsafe {
             if !self.request.is_null() {
@@ -468,6 +493,9 @@ impl Executable for OvExecutable {
     fn run_timed(&mut self, inputs: &[&HostTensor]) -> Result<(Vec<HostTensor>, RunTiming), BackendError> {
         let run_err =
             |what: &str, reason: String| BackendError::Run { pu: self.pu.clone(), what: what.to_string(), reason };
+        if lock(&self.cancel).1 {
+            return Err(run_err("infer", "cancelled".into()));
+        }
         if inputs.len() != self.inputs.len() {
             return Err(run_err("inputs", format!("model takes {} inputs, got {}", self.inputs.len(), inputs.len())));
         }
@@ -585,5 +613,19 @@ impl Executable for OvExecutable {
             }
         }
         Ok(layers)
+    }
+
+    fn canceller(&self) -> Option<crate::Canceller> {
+        let request = self.cancel.clone();
+        Some(Arc::new(move || {
+            let mut r = lock(&request);
+            r.1 = true;
+            if !r.0.is_null() {
+                // SAFETY: the request is alive while the lock is held and non-null (its
+                // executable nulls it under the lock before freeing it); OpenVINO cancels from
+                // any thread. Failing, it leaves the run going: nothing more to do here.
+                unsafe { sys::ov_infer_request_cancel(r.0) };
+            }
+        }))
     }
 }
