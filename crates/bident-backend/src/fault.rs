@@ -3,8 +3,8 @@
 //! re-planning can be exercised on real PUs (`--inject-fault`, the runtime's tests).
 
 use std::str::FromStr;
-use std::sync::{Arc, Condvar, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use crate::{Backend, BackendError, DeviceInfo, Executable, HostTensor, Layer, PortInfo, PuSpec, RunTiming};
@@ -168,9 +168,8 @@ impl Executable for FaultyExecutable {
             }
             Fault::HangAfter(k, d) if n >= k => {
                 let (flag, cv) = &*self.cancelled;
-                let (stopped, _) = cv
-                    .wait_timeout_while(lock(flag), d, |stopped| !*stopped)
-                    .unwrap_or_else(|e| e.into_inner());
+                let (stopped, _) =
+                    cv.wait_timeout_while(lock(flag), d, |stopped| !*stopped).unwrap_or_else(|e| e.into_inner());
                 if *stopped {
                     return Err(cancelled());
                 }

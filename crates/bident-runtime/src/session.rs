@@ -9,7 +9,7 @@
 //!
 //! A program on one unpinned PU whose executables can be stopped from another thread
 //! ([`Executable::canceller`]) runs on the calling thread instead ([`Inline`]): no thread hop,
-//! which on this VM cost ~15-20 µs an inference, the caller's and the worker's wake-ups; its
+//! which on this VM cost ~15-35 µs an inference, the caller's and the worker's wake-ups; its
 //! watchdog stops a run by cancelling it.
 
 use std::collections::HashMap;
@@ -162,20 +162,22 @@ impl Watch {
             if *gone {
                 return;
             }
-            let Some(flight) = lock(&self.flight).clone() else {
+            // held while it decides: the caller clears the inference under it, then reads `fired`
+            let current = lock(&self.flight);
+            let Some(flight) = current.as_ref() else {
                 seen = None;
                 continue;
             };
             let done = flight.progress.load(Ordering::Acquire);
             match &seen {
-                Some((f, d, since)) if Arc::ptr_eq(f, &flight) && *d == done => {
+                Some((f, d, since)) if Arc::ptr_eq(f, flight) && *d == done => {
                     if since.elapsed() >= timeout && lock(&self.fired).is_none() {
                         let running = lock(&flight.slots).running.iter().flatten().copied().collect();
                         *lock(&self.fired) = Some(running);
                         self.cancel.iter().for_each(|c| c());
                     }
                 }
-                _ => seen = Some((flight, done, Instant::now())),
+                _ => seen = Some((flight.clone(), done, Instant::now())),
             }
         }
     }
@@ -454,10 +456,8 @@ impl Session {
             left -= 1;
         }
         let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
-        let inline = inline_pu(&program, soc)
-            .map(|pu| Self::hand_over(&mut workers, pu, timeout))
-            .transpose()?
-            .flatten();
+        let inline =
+            inline_pu(&program, soc).map(|pu| Self::hand_over(&mut workers, pu, timeout)).transpose()?.flatten();
         let mut busy: Vec<usize> =
             (0..soc.pus.len()).filter(|&i| used[i]).flat_map(|i| soc.pus[i].cores.clone()).collect();
         busy.sort_unstable();
