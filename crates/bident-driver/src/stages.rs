@@ -965,6 +965,11 @@ pub(crate) fn whole_model_runs(costs: &CostTable, phased: &PhasedGraph) -> Vec<(
 /// How much faster than the plan a PU running the whole model beside it must measure before
 /// the plan gives way to it (the spread of two sessions of one configuration in one run here).
 const GIVE_WAY_MARGIN: f64 = 0.02;
+/// How much slower than the best engine default, by medians, a plan may measure before it gives
+/// way to that default even where the blocks do not agree that the default is faster: what a
+/// user would run instead is the floor (issue 15: no model below 0.97x). Only the loss of a
+/// plan truly as fast as the default is at stake, and the default is then as good.
+const BEHIND_DEFAULT: f64 = 0.03;
 
 /// Whether a whole-model PU that a plan gave way to gives that plan back: only where the plan
 /// before it measured better both by its speedup over the best default and by its time, each
@@ -987,11 +992,19 @@ fn ran_beside(earlier: &BTreeMap<String, u32>, measured_whole: &[bident_runtime:
     measured_whole.iter().any(|w| &w.pu == pu && w.measured_us.is_some() && !w.block_ratios.is_empty())
 }
 
+/// Whether a plan at `speedup` over the best engine default gives way to it, from the
+/// default's ratios to the plan block by block: slower by more than [`BEHIND_DEFAULT`] by
+/// medians, or slower and the default faster beyond the noise between blocks.
+fn gives_way_to_default(speedup: f64, block_ratios: &[f64]) -> bool {
+    speedup < 1.0 - BEHIND_DEFAULT || (speedup < 1.0 && consistently_faster(block_ratios, GIVE_WAY_MARGIN))
+}
+
 /// The PU the plan gives way to, and what it measured, in words: the fastest engine default's
 /// PU where the plan is slower than that default, else the fastest PU that ran the whole model
 /// beside the plan more than [`GIVE_WAY_MARGIN`] faster; either only where it was faster beyond
-/// the noise between the blocks they took turns in ([`consistently_faster`]), and never one
-/// tried already or excluded.
+/// the noise between the blocks they took turns in ([`consistently_faster`]), or, for the
+/// default, faster by medians by more than [`BEHIND_DEFAULT`]; never one tried already or
+/// excluded.
 fn faster_whole(
     soc: &SocSpec,
     report: &RunReport,
@@ -1000,18 +1013,19 @@ fn faster_whole(
     tried: &[String],
 ) -> Option<(String, String)> {
     let fresh = |pu: &String| !tried.contains(pu) && !plan.constraints.exclude.contains(pu);
-    let default = (report.speedup_vs_best_default() < 1.0
-        && report.best_default().is_some_and(|d| consistently_faster(&d.block_ratios, GIVE_WAY_MARGIN)))
-    .then(|| default_pu(soc, report, plan, cfg))
-    .flatten()
-    .filter(fresh)
-    .map(|pu| {
-        (
-            pu,
-            report.measured_backend_default_us,
-            format!("{} at {:.1} µs", report.backend_default, report.measured_backend_default_us),
-        )
-    });
+    let default = report
+        .best_default()
+        .is_some_and(|d| gives_way_to_default(report.speedup_vs_best_default(), &d.block_ratios))
+        .then(|| default_pu(soc, report, plan, cfg))
+        .flatten()
+        .filter(fresh)
+        .map(|pu| {
+            (
+                pu,
+                report.measured_backend_default_us,
+                format!("{} at {:.1} µs", report.backend_default, report.measured_backend_default_us),
+            )
+        });
     let whole = wholes_to_give_way_to(report, plan, tried)
         .filter(|w| consistently_faster(&w.block_ratios, GIVE_WAY_MARGIN))
         .filter_map(|w| Some((w.pu.clone(), w.measured_us?)))
@@ -1071,8 +1085,30 @@ fn default_pu(soc: &SocSpec, report: &RunReport, plan: &Plan, cfg: &bident_runti
 
 #[cfg(test)]
 mod tests {
-    use super::{gives_back, ran_beside};
+    use super::{gives_back, gives_way_to_default, ran_beside};
     use bident_runtime::WholeRun;
+
+    #[test]
+    fn a_plan_gives_way_to_a_faster_default_by_the_blocks_or_beyond_the_floor() {
+        // the default's time over the plan's, block by block
+        let (faster, mixed) = ([0.9; 10], [0.8, 1.2, 0.9, 1.1, 0.95, 1.05, 0.9, 1.1, 0.85, 1.0]);
+        let cases = [
+            // 4% behind by medians: gives way whatever the blocks say
+            (0.96, &mixed[..], true),
+            (0.96, &faster[..], true),
+            // 2% behind: only where the blocks agree the default is faster
+            (0.98, &mixed[..], false),
+            (0.98, &faster[..], true),
+            // not behind
+            (1.0, &faster[..], false),
+            (1.2, &mixed[..], false),
+            // a NaN speedup gives way to nothing
+            (f64::NAN, &faster[..], false),
+        ];
+        for (speedup, ratios, want) in cases {
+            assert_eq!(gives_way_to_default(speedup, ratios), want, "speedup {speedup}, ratios {ratios:?}");
+        }
+    }
 
     #[test]
     fn a_plan_is_given_back_only_where_it_measured_better_by_speedup_and_time() {
