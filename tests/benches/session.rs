@@ -1,7 +1,8 @@
 //! What a session adds to a whole model on one PU: the model run through the runtime's
 //! [`Session`] against the same model compiled for the same PU and called directly on the bench
-//! thread, as a user of the engine would. This is the overhead every whole-model run and
-//! every engine default the run report compares with pays.
+//! thread, as a user of the engine would: what a session adds to every whole-model run and
+//! every engine default the run report compares with (on the calling thread where the PU is
+//! not pinned, through the PU's worker where it is).
 //!
 //! `cargo bench -p bident-tests --bench session` (installs both wheels into the target folder on
 //! first use). For each model and PU it prints the medians of 60 alternating blocks of 5

@@ -131,8 +131,12 @@ struct Watch {
 }
 
 impl Inline {
-    fn new(pu: usize, exes: HashMap<usize, Compiled>, timeout: Duration) -> Result<Self, RuntimeError> {
-        let cancel = exes.values().filter_map(|c| c.exe.canceller()).collect();
+    /// `cancel`: a canceller of each of `exes`.
+    fn new(
+        pu: usize,
+        (exes, cancel): (HashMap<usize, Compiled>, Vec<Canceller>),
+        timeout: Duration,
+    ) -> Result<Self, RuntimeError> {
         let watch = Arc::new(Watch {
             flight: Mutex::new(None),
             cancel,
@@ -492,13 +496,13 @@ impl Session {
         let Some(w) = &workers[pu] else { return Ok(None) };
         let (tx, rx) = mpsc::channel();
         w.post(Box::new(move |exes| {
-            let all = exes.values().all(|c| c.exe.canceller().is_some());
-            let _ = tx.send(all.then(|| std::mem::take(exes)));
+            let cancel: Option<Vec<Canceller>> = exes.values().map(|c| c.exe.canceller()).collect();
+            let _ = tx.send(cancel.map(|cancel| (std::mem::take(exes), cancel)));
         }))?;
         let lost = || RuntimeError::Worker { pu: w.pu.clone(), why: "its thread has stopped".into() };
-        let Some(exes) = rx.recv_timeout(timeout).map_err(|_| lost())? else { return Ok(None) };
+        let Some(handed) = rx.recv_timeout(timeout).map_err(|_| lost())? else { return Ok(None) };
         workers[pu] = None;
-        Inline::new(pu, exes, timeout).map(Some)
+        Inline::new(pu, handed, timeout).map(Some)
     }
 
     /// Whether inferences run on the calling thread ([`Inline`]).
