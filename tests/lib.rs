@@ -30,6 +30,14 @@ pub fn backend() -> Arc<OpenVino> {
     .clone()
 }
 
+/// The `cores` SoC's pinned single-core PUs under `be`, without `local`'s whole-CPU PUs: two
+/// alike PUs, for tests of what the search and the runtime make of several real PUs.
+pub fn pinned_cores(be: &dyn bident_backend::Backend) -> bident_backend::SocSpec {
+    let mut soc = bident_backend::SocSpec::preset("cores", be).expect("cores");
+    soc.pus.retain(|p| !p.cores.is_empty());
+    soc
+}
+
 /// The ONNX Runtime backend, installing the pinned runtime into `target/` on first use.
 pub fn onnxruntime() -> Arc<OnnxRuntime> {
     static BE: OnceLock<Arc<OnnxRuntime>> = OnceLock::new();
@@ -186,7 +194,7 @@ pub fn plan_on_cores(
     phased: &bident_partition::PhasedGraph,
     pu_of: impl Fn(usize) -> usize,
 ) -> (bident_backend::SocSpec, bident_search::Plan) {
-    let soc = bident_backend::SocSpec::preset("cores", backend().as_ref()).expect("cores");
+    let soc = pinned_cores(backend().as_ref());
     let plan = plan_on(g, phased, &soc, bident_search::Mode::Sequential, pu_of);
     (soc, plan)
 }

@@ -304,13 +304,20 @@ fn a_plan_that_is_an_engines_default_is_measured_once() {
     assert!(same.contains(&("CPU.ort", Some("the plan"))), "{same:?}");
 }
 
-/// The `cores` SoC: one single-threaded PU pinned to each core; the plan may mix them, and its
+/// The `cores` SoC: one single-threaded PU pinned to each core, beside the engine's own
+/// defaults on every core (`CPU`, which shares each core); the plan may mix them, and its
 /// outputs still match the whole model.
 #[test]
 fn example_on_pinned_cores() {
     let (_, soc, costs, _) = measure_example("cores");
-    assert!(soc.pus.iter().all(|p| p.cores.len() == 1 && p.properties["INFERENCE_NUM_THREADS"] == "1"));
-    assert!(costs.ops.iter().all(|o| o.per_pu.iter().all(Option::is_some)), "every op compiles on every core");
+    let (pinned, whole): (Vec<_>, Vec<_>) = soc.pus.iter().partition(|p| !p.cores.is_empty());
+    assert!(pinned.len() >= 2, "{pinned:?}");
+    assert!(pinned.iter().all(|p| p.cores.len() == 1 && p.properties["INFERENCE_NUM_THREADS"] == "1"));
+    assert_eq!(whole.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["CPU"]);
+    let exclusive = soc.exclusive();
+    let cpu = soc.pus.iter().position(|p| p.name == "CPU").expect("CPU");
+    assert!((0..soc.pus.len()).all(|j| exclusive[cpu][j] == (j != cpu)), "CPU shares every core");
+    assert!(costs.ops.iter().all(|o| o.per_pu.iter().all(Option::is_some)), "every op compiles on every PU");
 }
 
 /// The SF matrix of the `cores` SoC, measured by barrier-synchronised co-runs: one factor per
@@ -318,7 +325,7 @@ fn example_on_pinned_cores() {
 #[test]
 fn contention_measured_on_pinned_cores() {
     let be = backend();
-    let soc = SocSpec::preset("cores", be.as_ref()).expect("cores");
+    let soc = bident_tests::pinned_cores(be.as_ref());
     let probes: Vec<bident_profile::contention::Probe> = [("matmul", 64), ("add", 64)]
         .iter()
         .map(|&(op, n)| bident_profile::contention::Probe {
@@ -436,7 +443,7 @@ fn a_stale_profile_cache_is_caught_and_measured_again() {
 #[test]
 fn coexecution_costs_on_pinned_cores() {
     let be = backend();
-    let soc = SocSpec::preset("cores", be.as_ref()).expect("cores");
+    let soc = bident_tests::pinned_cores(be.as_ref());
     let model = |name: &str| {
         let case = ModelCase { model: format!("zoo:{name}"), input_shape: Default::default(), fusion: None };
         import(&case, &root().join("tests/data/import/example.yaml"))

@@ -241,7 +241,7 @@ fn a_server_replans_when_a_pu_drifts() {
     use bident_runtime::{ServeConfig, Server};
     let (g, phased) = model("example");
     let be = backend();
-    let soc = SocSpec::preset("cores", be.as_ref()).expect("cores");
+    let soc = bident_tests::pinned_cores(be.as_ref());
     let cfg = bident_profile::ProfileConfig { warmup: 1, runs: 5, adaptive: false, ..Default::default() };
     let costs = bident_profile::profile(&g, &soc, be.as_ref(), &cfg, None, &mut |_| {}).expect("profile");
     let search = bident_search::SearchConfig::default();

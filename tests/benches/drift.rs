@@ -12,8 +12,8 @@
 
 use std::sync::Arc;
 
+use bident_backend::Backend;
 use bident_backend::fault::{Fault, FaultSpec, FaultyBackend, SlowFactor};
-use bident_backend::{Backend, SocSpec};
 use bident_runtime::{Grouping, Program, ServeConfig, Server};
 
 const SLOW_FROM: usize = 100;
@@ -22,7 +22,7 @@ const SERVED: usize = 400;
 fn main() {
     let (g, phased) = bident_tests::model("example");
     let be = bident_tests::backend();
-    let soc = SocSpec::preset("cores", be.as_ref()).expect("cores");
+    let soc = bident_tests::pinned_cores(be.as_ref());
     let cfg = bident_profile::ProfileConfig::default();
     let costs = bident_profile::profile(&g, &soc, be.as_ref(), &cfg, None, &mut |_| {}).expect("profile");
     let search = bident_search::SearchConfig::default();

@@ -236,8 +236,9 @@ declared_power_w = 7.5
                 cpus.iter().map(move |c| (format!("core{c}{tag}"), b.to_string()))
             })
             .collect();
-        assert_eq!(names("cores"), cores);
-        assert_eq!(names("all"), local.iter().cloned().chain(cores).collect::<Vec<_>>());
+        let local_and_cores: Vec<_> = local.iter().cloned().chain(cores).collect();
+        assert_eq!(names("cores"), local_and_cores);
+        assert_eq!(names("all"), local_and_cores);
         let only_ov = SocSpec::preset("local", &Fake("openvino", "1")).expect("local");
         assert_eq!(only_ov.pus.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["CPU"]);
     }
@@ -269,7 +270,8 @@ declared_power_w = 7.5
     }
 
     /// `all` offers each core at the CPU's default precision too, where that is not f32, sharing
-    /// its core with the f32 PU; `cores` and exact precision do not.
+    /// its core with the f32 PU; `cores` and exact precision do not (`cores` has the CPU whole
+    /// at its default precision, as `local`).
     #[test]
     fn all_has_each_core_at_the_default_precision() {
         let cpus = crate::allowed_cpus();
@@ -281,7 +283,7 @@ declared_power_w = 7.5
         let local = ["CPU".to_string(), "CPU.bf16".into()];
         assert_eq!(names("all", Precisions::Default), [&local[..], &cores, &reduced].concat());
         assert_eq!(names("all", Precisions::Exact), [&local[..1], &cores].concat());
-        assert_eq!(names("cores", Precisions::Default), cores);
+        assert_eq!(names("cores", Precisions::Default), [&local[..], &cores].concat());
         let soc = SocSpec::preset("all", &Bf16Cpu).expect("all");
         let (f32_pu, bf16_pu) = (soc.pu(&cores[0]).expect("f32"), soc.pu(&reduced[0]).expect("bf16"));
         assert_eq!((f32_pu.precision(), bf16_pu.precision()), (Some("f32"), Some("bf16")));

@@ -342,9 +342,11 @@ impl SocSpec {
     ///   PUs, `CPU.P` and `CPU.E` (see [`hybrid_cores`]). The other backends' PUs are tagged:
     ///   `CPU.ort`.
     /// - `cores`: one single-threaded f32 PU per online CPU core and backend, pinned to its
-    ///   core (`core0`, `core0.ort`, ...).
-    /// - `all`: the PUs of `local` and of `cores` together and, unless `precisions` is exact,
-    ///   each core also at a CPU's default precision where that is not f32 (`core0.bf16`).
+    ///   core (`core0`, `core0.ort`, ...), and the PUs of `local`: each engine left to its own
+    ///   defaults on every core is what a user would run instead, so a plan can always fall back
+    ///   to it (issue 15) and may give an op all the cores.
+    /// - `all`: the PUs of `cores` and, unless `precisions` is exact, each core also at a CPU's
+    ///   default precision where that is not f32 (`core0.bf16`).
     /// - `cores-mixed`: the first two cores this process may run on, the first an OpenVINO PU
     ///   and the second an ONNX Runtime PU, each single-threaded, pinned and f32 (needs both
     ///   backends and two cores).
@@ -364,7 +366,7 @@ impl SocSpec {
             }
             Ok(pus)
         };
-        let cores = || {
+        let cores = || -> Vec<PuSpec> {
             let cpus = crate::allowed_cpus();
             let n = cpus.len();
             backends.iter().flat_map(|b| cpus.iter().map(|&c| core_pu(b, &default, c, n)).collect::<Vec<_>>()).collect()
@@ -386,7 +388,7 @@ impl SocSpec {
         };
         let pus: Vec<PuSpec> = match name {
             "local" => local()?,
-            "cores" => cores(),
+            "cores" => local()?.into_iter().chain(cores()).collect(),
             "all" => local()?.into_iter().chain(cores()).chain(reduced_cores()?).collect(),
             "cores-mixed" => {
                 let cpus = crate::allowed_cpus();
