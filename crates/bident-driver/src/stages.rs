@@ -597,7 +597,7 @@ impl Driver<'_> {
         let be = self.faulty(be, opts);
         let config = with_candidates(&plan.0, &opts.config);
         let cfg = &config;
-        // the engines' whole-model PUs a slower plan already gave way to
+        // the whole-model PUs a slower plan gave way to, once per give-way ([`spent`])
         let mut tried: Vec<String> = vec![];
         // the best measured so far among the plans that gave way: (speedup, the plan, report)
         let mut best: Option<(f64, Plan, RunReport)> = None;
@@ -971,6 +971,17 @@ const GIVE_WAY_MARGIN: f64 = 0.02;
 /// plan truly as fast as the default is at stake, and the default is then as good.
 const BEHIND_DEFAULT: f64 = 0.03;
 
+/// How many times one run may give way to one PU. Twice: two alike cores of this VM traded
+/// places between runs minutes apart (LLaMA FP16 on `cores`: the plan on core 1 gave way to
+/// core 0, that plan to core 1, and beside the last, core 0, given way to once, measured 18.5%
+/// faster in the blocks). More would let two such PUs trade the plan to and fro at every run.
+const GIVE_WAY_TIMES: usize = 2;
+
+/// Whether `pu` has been given way to [`GIVE_WAY_TIMES`] times in this run.
+fn spent(tried: &[String], pu: &str) -> bool {
+    tried.iter().filter(|t| *t == pu).count() >= GIVE_WAY_TIMES
+}
+
 /// Whether a whole-model PU that a plan gave way to gives that plan back: only where the plan
 /// before it measured better both by its speedup over the best default and by its time, each
 /// `(speedup over the best default, median µs)`. Each run measures its defaults apart, so a
@@ -1003,8 +1014,8 @@ fn gives_way_to_default(speedup: f64, block_ratios: &[f64]) -> bool {
 /// PU where the plan is slower than that default, else the fastest PU that ran the whole model
 /// beside the plan more than [`GIVE_WAY_MARGIN`] faster; either only where it was faster beyond
 /// the noise between the blocks they took turns in ([`consistently_faster`]), or, for the
-/// default, faster by medians by more than [`BEHIND_DEFAULT`]; never one tried already or
-/// excluded.
+/// default, faster by medians by more than [`BEHIND_DEFAULT`]; never one excluded or given way
+/// to [`GIVE_WAY_TIMES`] times already.
 fn faster_whole(
     soc: &SocSpec,
     report: &RunReport,
@@ -1012,7 +1023,7 @@ fn faster_whole(
     cfg: &bident_runtime::RunConfig,
     tried: &[String],
 ) -> Option<(String, String)> {
-    let fresh = |pu: &String| !tried.contains(pu) && !plan.constraints.exclude.contains(pu);
+    let fresh = |pu: &String| !spent(tried, pu) && !plan.constraints.exclude.contains(pu);
     let default = report
         .best_default()
         .is_some_and(|d| gives_way_to_default(report.speedup_vs_best_default(), &d.block_ratios))
@@ -1036,7 +1047,7 @@ fn faster_whole(
 }
 
 /// The whole-model runs beside the plan that it may give way to: not the plan's own run or PU,
-/// none tried already or excluded. A run that is the reference's or an engine default's (not
+/// none excluded or given way to [`GIVE_WAY_TIMES`] times already. A run that is the reference's or an engine default's (not
 /// measured twice) counts: it is still the whole model on that PU, measured beside the plan.
 fn wholes_to_give_way_to<'a>(
     report: &'a RunReport,
@@ -1047,7 +1058,7 @@ fn wholes_to_give_way_to<'a>(
         .measured_whole
         .iter()
         .filter(|w| w.same_as.as_deref() != Some("the plan"))
-        .filter(|w| !tried.contains(&w.pu) && !plan.constraints.exclude.contains(&w.pu))
+        .filter(|w| !spent(tried, &w.pu) && !plan.constraints.exclude.contains(&w.pu))
         .filter(|w| !(plan.ops_per_pu.len() == 1 && plan.ops_per_pu.contains_key(&w.pu)))
 }
 
@@ -1085,7 +1096,18 @@ fn default_pu(soc: &SocSpec, report: &RunReport, plan: &Plan, cfg: &bident_runti
 
 #[cfg(test)]
 mod tests {
-    use super::{gives_back, gives_way_to_default, ran_beside};
+    use super::{gives_back, gives_way_to_default, ran_beside, spent};
+
+    /// Two alike cores may trade places between runs: a run gives way to a PU again, but not a
+    /// third time, so two PUs cannot trade the plan to and fro for ever.
+    #[test]
+    fn a_pu_is_given_way_to_twice_at_most() {
+        let tried: Vec<String> = ["core0", "core1", "core0"].map(String::from).to_vec();
+        assert!(spent(&tried, "core0"));
+        assert!(!spent(&tried, "core1"));
+        assert!(!spent(&tried, "CPU"));
+        assert!(!spent(&[], "core0"));
+    }
     use bident_runtime::WholeRun;
 
     #[test]
