@@ -1047,8 +1047,9 @@ fn faster_whole(
 }
 
 /// The whole-model runs beside the plan that it may give way to: not the plan's own run or PU,
-/// none excluded or given way to [`GIVE_WAY_TIMES`] times already. A run that is the reference's or an engine default's (not
-/// measured twice) counts: it is still the whole model on that PU, measured beside the plan.
+/// none excluded or given way to [`GIVE_WAY_TIMES`] times already. A run that is the
+/// reference's or an engine default's (not measured twice) counts: it is still the whole model
+/// on that PU, measured beside the plan.
 fn wholes_to_give_way_to<'a>(
     report: &'a RunReport,
     plan: &'a Plan,
@@ -1096,6 +1097,8 @@ fn default_pu(soc: &SocSpec, report: &RunReport, plan: &Plan, cfg: &bident_runti
 
 #[cfg(test)]
 mod tests {
+    use bident_runtime::WholeRun;
+
     use super::{gives_back, gives_way_to_default, ran_beside, spent};
 
     /// Two alike cores may trade places between runs: a run gives way to a PU again, but not a
@@ -1108,7 +1111,6 @@ mod tests {
         assert!(!spent(&tried, "CPU"));
         assert!(!spent(&[], "core0"));
     }
-    use bident_runtime::WholeRun;
 
     #[test]
     fn a_plan_gives_way_to_a_faster_default_by_the_blocks_or_beyond_the_floor() {
