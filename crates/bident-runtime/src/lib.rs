@@ -779,19 +779,15 @@ fn measure(
     for (m, g) in graphs.iter().enumerate() {
         // the reference outputs are exact: a baseline PU in a reduced precision (a concurrent
         // plan's best single PU may be one) leaves them to an exact PU of the SoC
-        let (exact, by) = match soc.pus.iter().find(|p| p.is_exact()) {
-            Some(pu) if !refs[m].is_exact() => (Some(whole(g, pu, &soc.name, &backend, cfg)?), pu.backend.as_str()),
-            _ => (None, refs[m].backend.as_str()),
+        let (exact, reference_pu) = match soc.pus.iter().find(|p| p.is_exact()) {
+            Some(pu) if !refs[m].is_exact() => (Some(whole(g, pu, &soc.name, &backend, cfg)?), pu),
+            _ => (None, refs[m]),
         };
         let reference = exact.as_ref().unwrap_or(&mono[m]);
         let want = reference.run(std::slice::from_ref(&inputs[m]))?.outputs.swap_remove(0);
-        let reference_pu = match (&exact, soc.pus.iter().find(|p| p.is_exact())) {
-            (Some(_), Some(pu)) => pu.name.as_str(),
-            _ => refs[m].name.as_str(),
-        };
         let mut apart: Option<Vec<f64>> = None;
-        let mut seen = vec![by];
-        for pu in soc.pus.iter().filter(|p| p.is_exact() && p.name != reference_pu) {
+        let mut seen = vec![reference_pu.backend.as_str()];
+        for pu in soc.pus.iter().filter(|p| p.is_exact() && p.name != reference_pu.name) {
             // the first PU of another engine is needed; one the plan uses counts where it can
             // run the whole model
             let needed = !seen.contains(&pu.backend.as_str());
