@@ -24,7 +24,8 @@
 //! runtime and costs the measured pair saving less; the state holds for each stream whether
 //! that is still so ("fresh"). The state space is a DAG in (i, j), so the optimum comes from
 //! dynamic programming over it: O(N_A N_B 4 K^2 (2K + K^2)) at worst, pruned exactly by a
-//! lower bound on what each state still has to pay against a greedy incumbent.
+//! lower bound on what each state still has to pay against a greedy incumbent, and by
+//! dominance between the states of one (i, j).
 
 use bident_artifact::{Artifact, ContentHash};
 use serde::{Deserialize, Serialize};
@@ -42,6 +43,13 @@ pub trait CoCost {
     fn monotone(&self) -> bool {
         false
     }
+
+    /// The most either co-run time rises per µs that either solo time does, where known. With
+    /// [`CoCost::monotone`], it lets the search skip a state that a twin reached for less than
+    /// the most their continuations can differ by.
+    fn slope(&self) -> Option<f64> {
+        None
+    }
 }
 
 /// Time slicing: an op sharing a PU waits for the shorter of the two (`co(x | y) = t_x +
@@ -56,6 +64,11 @@ impl CoCost for TimeSlicing {
 
     fn monotone(&self) -> bool {
         true
+    }
+
+    /// `t_x + min(t_x, t_y)` rises by 2 per µs of `t_x`, 1 per µs of `t_y`.
+    fn slope(&self) -> Option<f64> {
+        Some(2.0)
     }
 }
 
@@ -116,10 +129,13 @@ impl Artifact for ConcurrentPlan {
 ///
 /// Exact, and pruned: [`CostToGo`] bounds what any state still has to pay, a greedy walk that
 /// follows the bound gives an incumbent, and the DP skips every state whose cost so far plus
-/// its bound exceeds the incumbent, and (where `co` is monotone) every state a fresher twin
-/// reached for no more. The bound is consistent (no step costs less than the bound falls along
-/// it), so no state of an optimal path is skipped unless a twin as good is kept: the plan's
-/// objective is the whole DP's optimum (between equal optima it may pick another).
+/// its bound exceeds the incumbent, and (where `co` is monotone) every state that a twin (the
+/// same ops done, other last PUs or freshness) reached for less than the most their
+/// continuations can differ by ([`Joint::gaps`]; with no slope for `co`, or for energy, a
+/// fresher twin on the same PUs for no more). The bound is consistent (no step costs less than
+/// the bound falls along it), so no state of an optimal path is skipped unless a twin as good
+/// is kept: the plan's objective is the whole DP's optimum (between equal optima it may pick
+/// another).
 pub fn search(
     a: &Chain,
     b: &Chain,
@@ -145,6 +161,10 @@ struct Joint<'a> {
     k: usize,
     solo_allowed: bool,
 }
+
+/// One op's parts per PU (`None` where it cannot run), for each last PU and freshness of its
+/// stream (`last * 2 + fresh`).
+type OpParts = Vec<Vec<Option<(f64, f64)>>>;
 
 /// A state: (i, j, last_a, last_b, fresh_a, fresh_b).
 type State = (usize, usize, usize, usize, bool, bool);
@@ -269,18 +289,74 @@ impl<'a> Joint<'a> {
         total + self.tail(s)
     }
 
+    /// For one stream whose next op is `i` (`i` = its length: none left), between two states
+    /// of a cell alike but for that stream's last PU and freshness (`last * 2 + fresh`): at
+    /// `[s * 2 (k + 1) + o]`, how much more than from state `o` any continuation can cost from
+    /// state `s`. The states differ only in what the stream's next op pays (its transfers, and
+    /// its saving where it joins its last op; everything after it is alike), or in the
+    /// stream's exit when it is done. The op pays from `s` at most its transfers there and no
+    /// saving; from `o` at least its transfers there and its saving where `o` is fresh on that
+    /// PU; and a step's objective rises by at most 1 per µs of transfer and [`Joint::rise`] per
+    /// µs of execution. A fresher state on the same PU costs no more where `co` is monotone
+    /// (gap 0). Infinite where no bound is known: the energy objective (a step on one PU is
+    /// priced at the other stream's op's power), or a `co` without a slope.
+    fn gaps(&self, stream: usize, i: usize) -> Vec<f64> {
+        let (k, m) = (self.k, 2 * (self.k + 1));
+        let step = &self.step;
+        let (ch, n) = if stream == 0 { (step.a, self.na) } else { (step.b, self.nb) };
+        let monotone = step.co.monotone();
+        let slope = step.co.slope().filter(|_| monotone && step.obj == Objective::Latency);
+        let mut gaps = vec![f64::INFINITY; m * m];
+        for (x, gap) in gaps.iter_mut().enumerate() {
+            let ((ls, fs), (lo, fo)) = ((x / m / 2, (x / m) % 2 == 1), ((x % m) / 2, x % 2 == 1));
+            *gap = if monotone && ls == lo && fs >= fo {
+                0.0
+            } else if let Some(slope) = slope {
+                if i == n {
+                    step.exit(ch, n, ls) - step.exit(ch, n, lo)
+                } else {
+                    (0..k)
+                        .filter_map(|y| {
+                            let (ts, _) = step.raw(stream, i, y, ls)?;
+                            let (to, _) = step.raw(stream, i, y, lo)?;
+                            let saved = if fo && lo == y && i > 0 { ch.saving_at(i, y) } else { 0.0 };
+                            Some((ts - to).max(0.0) + self.rise(y, slope) * saved)
+                        })
+                        .fold(0.0, f64::max)
+                }
+            } else {
+                f64::INFINITY
+            };
+        }
+        gaps
+    }
+
+    /// The most a step's latency rises per µs that the execution of an op on PU `x` does: 1
+    /// alone, or beside an op on a PU it shares hardware with; its contention factor beside
+    /// one on another PU; `co_slope` beside one on the same PU.
+    fn rise(&self, x: usize, co_slope: f64) -> f64 {
+        (0..self.k)
+            .filter(|&o| o != x)
+            .map(|o| self.step.sf[x][o])
+            .filter(|f| f.is_finite())
+            .fold(co_slope.max(1.0), f64::max)
+    }
+
     /// The DP and its plan's objective. With `prune`, it skips the states that its bound and
-    /// incumbent rule out, and, where `co` is monotone, every state that a fresher twin reached
-    /// for no more (the same PUs behind both streams, each at least as fresh: its every move
-    /// costs no more). Without, it is the whole DP.
+    /// incumbent rule out, and every state that a twin in its cell, itself expanded, reached for
+    /// at least the most their continuations can differ by less ([`Joint::gaps`]): the states
+    /// of a cell are expanded cheapest first. Without, it is the whole DP.
     fn run(&self, prune: Option<(&CostToGo, f64)>) -> Result<(Vec<PathStep>, f64), SearchError> {
         let (na, nb, k) = (self.na, self.nb, self.k);
         let kk = k + 1;
         // states that could still beat the incumbent; the slack absorbs rounding in the sums
         let limit = prune.map_or(f64::INFINITY, |(_, ub)| ub + 1e-9 * ub.abs());
         let bound = |i: usize, j: usize| prune.map_or(0.0, |(h, _)| h.at(i, j));
-        // a fresher twin moves for no more only where sharing a PU costs no less for a shorter op
-        let twins_dominate = prune.is_some() && self.step.co.monotone();
+        // per state of a stream (its last PU and freshness), how much more than from each other
+        // one its continuation can cost ([`Joint::gaps`]): a state that a twin in its cell
+        // reached for at least that much less is skipped
+        let gaps_b: Option<Vec<Vec<f64>>> = prune.map(|_| (0..=nb).map(|j| self.gaps(1, j)).collect());
+        let m = 2 * kk;
         // costs of two rows of states at a time (moves reach the row or the next); where each
         // state came from, 1 + its index, for all (zeroed memory: pages no state reaches are
         // never touched)
@@ -292,14 +368,46 @@ impl<'a> Joint<'a> {
         let start = (0, 0, k, k, true, true);
         cur[self.idx(start)] = 0.0;
         rows[0] = (0, 0);
-        let mut pa: Vec<Option<(f64, f64)>> = vec![None; k];
-        // B's parts for the cell's op, per last PU and freshness (hoisted out of the state loops)
-        let mut pb: Vec<Vec<Option<(f64, f64)>>> = vec![vec![None; k]; kk * 2];
+        // each stream's parts of its op `i`, per last PU and freshness (`last * 2 + fresh`): B's
+        // for every op, A's for the row's
+        let parts = |stream: usize, i: usize| -> OpParts {
+            (0..m).map(|n| (0..k).map(|x| self.step.parts(stream, i, x, n / 2, n % 2 == 1)).collect()).collect()
+        };
+        let pb: Vec<OpParts> = (0..nb).map(|j| parts(1, j)).chain([vec![vec![None; k]; m]]).collect();
+        // a state's place in its cell, `((la * kk + lb) * 2 + fa) * 2 + fb`, decoded:
+        // (la, lb, fa, fb, la * 2 + fa, lb * 2 + fb)
+        let decode: Vec<(usize, usize, bool, bool, usize, usize)> = (0..m * m)
+            .map(|t| {
+                let (la, lb, fa, fb) = (t / (4 * kk), (t / 4) % kk, (t / 2) % 2 == 1, t % 2 == 1);
+                (la, lb, fa, fb, la * 2 + usize::from(fa), lb * 2 + usize::from(fb))
+            })
+            .collect();
+        // a cell's states that may still win, cheapest first, and those expanded: (cost, A's
+        // state, B's state)
+        let mut alive: Vec<u64> = Vec::with_capacity(m * m);
+        let mask = (m * m).next_power_of_two() as u64 - 1;
+        let mut kept: Vec<(f64, usize, usize)> = Vec::with_capacity(m * m);
         for i in 0..=na {
+            let gaps_a = prune.map(|_| self.gaps(0, i));
+            let pa = if i < na { parts(0, i) } else { vec![vec![None; k]; m] };
             // B's moves alone extend the row as it goes
             let mut j = rows[i].0;
             while j <= rows[i].1.min(nb) {
                 let here = bound(i, j);
+                let cell = j * kk * kk * 4;
+                alive.clear();
+                for (t, &c0) in cur[cell..cell + m * m].iter().enumerate() {
+                    if c0 != f64::INFINITY && c0 + here <= limit {
+                        // costs are not negative, so their bits order them; the lowest hold
+                        // the state (any order is sound, cheapest first skips the most)
+                        alive.push(c0.to_bits() & !mask | t as u64);
+                    }
+                }
+                if alive.is_empty() {
+                    j += 1;
+                    continue;
+                }
+                alive.sort_unstable();
                 // the cells a move reaches, by (i' - i) * 2 + j' - j: their offsets in their
                 // rows and their bounds
                 let cell_of = |j: usize| j * kk * kk * 4;
@@ -310,56 +418,34 @@ impl<'a> Joint<'a> {
                     bound((i + 1).min(na), j),
                     bound((i + 1).min(na), (j + 1).min(nb)),
                 ];
-                if j < nb {
-                    for (n, row) in pb.iter_mut().enumerate() {
-                        for (y, v) in row.iter_mut().enumerate() {
-                            *v = self.step.parts(1, j, y, n / 2, n % 2 == 1);
+                let pb = &pb[j];
+                kept.clear();
+                for &key in &alive {
+                    let t = (key & mask) as usize;
+                    let c0 = cur[cell + t];
+                    let (la, lb, fa, fb, sa, sb) = decode[t];
+                    if let (Some(ga), Some(gb)) = (&gaps_a, &gaps_b) {
+                        let gb = &gb[j];
+                        if kept.iter().any(|&(c, ka, kb)| c + ga[ka * m + sa] + gb[kb * m + sb] <= c0) {
+                            continue;
                         }
+                        kept.push((c0, sa, sb));
                     }
-                }
-                let cell = j * kk * kk * 4;
-                for la in 0..kk {
-                    for fa in [false, true] {
-                        if i < na {
-                            for (x, v) in pa.iter_mut().enumerate() {
-                                *v = self.step.parts(0, i, x, la, fa);
-                            }
+                    let s = (i, j, la, lb, fa, fb);
+                    let g = i * row_len + cell + t;
+                    self.moves(s, &pa[sa], &pb[sb], |t, c| {
+                        let c = c0 + c;
+                        // the target's cell: (i, j + 1), (i + 1, j) or (i + 1, j + 1)
+                        let d = (t.0 - i) * 2 + t.1 - j;
+                        let ti = ahead[d] + (t.2 * kk + t.3) * 4 + usize::from(t.4) * 2 + usize::from(t.5);
+                        let slot = if t.0 == i { &mut cur[ti] } else { &mut next[ti] };
+                        if c < *slot && c + bounds[d] <= limit {
+                            *slot = c;
+                            from[t.0 * row_len + ti] = g as u32 + 1;
+                            let r = &mut rows[t.0];
+                            *r = (r.0.min(t.1), r.1.max(t.1));
                         }
-                        for lb in 0..kk {
-                            let twins = cell + (la * kk + lb) * 4;
-                            for fb in [false, true] {
-                                let s = (i, j, la, lb, fa, fb);
-                                let si = twins + usize::from(fa) * 2 + usize::from(fb);
-                                let c0 = cur[si];
-                                if c0 == f64::INFINITY || c0 + here > limit {
-                                    continue;
-                                }
-                                // a fresher twin for no more
-                                let fresher = twins_dominate
-                                    && (0..4).any(|t| {
-                                        let (ta, tb) = (t / 2 == 1, t % 2 == 1);
-                                        (ta, tb) != (fa, fb) && ta >= fa && tb >= fb && cur[twins + t] <= c0
-                                    });
-                                if fresher {
-                                    continue;
-                                }
-                                let g = i * row_len + si;
-                                self.moves(s, &pa, &pb[lb * 2 + usize::from(fb)], |t, c| {
-                                    let c = c0 + c;
-                                    // the target's cell: (i, j + 1), (i + 1, j) or (i + 1, j + 1)
-                                    let d = (t.0 - i) * 2 + t.1 - j;
-                                    let ti = ahead[d] + (t.2 * kk + t.3) * 4 + usize::from(t.4) * 2 + usize::from(t.5);
-                                    let slot = if t.0 == i { &mut cur[ti] } else { &mut next[ti] };
-                                    if c < *slot && c + bounds[d] <= limit {
-                                        *slot = c;
-                                        from[t.0 * row_len + ti] = g as u32 + 1;
-                                        let r = &mut rows[t.0];
-                                        *r = (r.0.min(t.1), r.1.max(t.1));
-                                    }
-                                });
-                            }
-                        }
-                    }
+                    });
                 }
                 j += 1;
             }
@@ -440,17 +526,39 @@ impl CostToGo {
         let solo_a: Vec<f64> = (0..na).map(|i| solo(0, i, &la)).collect();
         let solo_b: Vec<f64> = (0..nb).map(|j| solo(1, j, &lb)).collect();
         let monotone = step.co.monotone();
+        let latency = step.obj == Objective::Latency;
+        // per stream, op, its PU x and the other's PU y (apart): the op's part of the step at its
+        // least parts, as `Stepper::pair` prices it (its duration, slowed by SF unless the two
+        // PUs share hardware; or its energy), at `(i * k + x) * k + y`
+        let beside = |stream: usize, n: usize, least: &[Option<(f64, f64)>]| -> Vec<f64> {
+            let ch = if stream == 0 { step.a } else { step.b };
+            (0..n * k * k)
+                .map(|c| {
+                    let (i, x, y) = (c / (k * k), (c / k) % k, c % k);
+                    let Some((t, w)) = least[i * k + x] else { return f64::INFINITY };
+                    let shared = if stream == 0 { step.sf[x][y] } else { step.sf[y][x] }.is_infinite();
+                    let d = t + if shared { w } else { w * step.sf[x][y] };
+                    if latency { d } else { d * ch.power(i, x) }
+                })
+                .collect()
+        };
+        let (ba, bb) = (beside(0, na, &la), beside(1, nb, &lb));
         let pair = |i: usize, j: usize| {
             let mut m = f64::INFINITY;
             for x in 0..k {
                 let Some(a) = la[i * k + x] else { continue };
                 for y in 0..k {
-                    let Some(b) = lb[j * k + y] else { continue };
-                    let c = if x == y && !monotone {
-                        // a cost model that may fall as solo times rise: only the transfers hold
-                        step.on_one_pu(i, x, a.0.max(b.0))
+                    let c = if x != y {
+                        let (da, db) = (ba[(i * k + x) * k + y], bb[(j * k + y) * k + x]);
+                        if latency && step.sf[x][y].is_finite() { da.max(db) } else { da + db }
                     } else {
-                        step.pair(i, j, x, y, a, b)
+                        let Some(b) = lb[j * k + y] else { continue };
+                        if monotone {
+                            step.pair(i, j, x, y, a, b)
+                        } else {
+                            // a cost model that may fall as solo times rise: only the transfers hold
+                            step.on_one_pu(i, x, a.0.max(b.0))
+                        }
                     };
                     m = m.min(c);
                 }
@@ -530,6 +638,12 @@ impl<'a> Stepper<'a> {
         let ch = if stream == 0 { self.a } else { self.b };
         self.parts[stream][(i * (k + 1) + last) * k + x]
             .map(|(t, w)| (t, if fresh && last == x && i > 0 { w - ch.saving_at(i, x) } else { w }))
+    }
+
+    /// Op i of a stream on PU x after its last op ran on `last`, without any saving.
+    #[inline]
+    fn raw(&self, stream: usize, i: usize, x: usize, last: usize) -> Option<(f64, f64)> {
+        self.parts[stream][(i * (self.a.pus() + 1) + last) * self.a.pus() + x]
     }
 
     fn exit(&self, ch: &Chain, n: usize, last: usize) -> f64 {
@@ -913,6 +1027,14 @@ impl CoCost for Measured<'_> {
     /// `b` and `b + c` are non-negative.
     fn monotone(&self) -> bool {
         self.table.fit.iter().flatten().all(|f| f.a >= 0.0 && f.b >= 0.0 && f.a + f.c >= 0.0 && f.b + f.c >= 0.0)
+    }
+
+    /// A measured pair's times are constants; a fit rises by at most `a + max(c, 0)` per µs of
+    /// `t_x`, `b + max(c, 0)` per µs of `t_y`, or 1 (where `t_x` is the larger term); time
+    /// slicing by 2.
+    fn slope(&self) -> Option<f64> {
+        let fit = |f: &bident_profile::coexec::CoExecFit| (f.a.max(f.b) + f.c.max(0.0)).max(1.0);
+        Some(self.table.fit.iter().flatten().map(fit).fold(2.0, f64::max))
     }
 }
 
