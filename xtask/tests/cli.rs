@@ -894,8 +894,9 @@ fn search_and_partition_link_no_onnx_nor_engines() {
 
 /// A plan clearly slower than a PU running the whole model beside it gives way to that PU: a
 /// plan with every op on core0, core0 slowed 20x on purpose at run time (far more than a loaded
-/// machine slows the other core), the run plans the whole model on core1 or on the engine's
-/// defaults (`CPU`), whichever measured faster. The plan is imported
+/// machine slows the other core), the run plans the whole model on whichever other PU measured
+/// faster: core1, or the engine's own defaults (`CPU`, and `CPU.bf16` or `core1.bf16` on a CPU
+/// computing in bf16 by default). The plan is imported
 /// rather than searched, so the two alike cores' noise cannot put it on core1 to begin with.
 /// Served, the plan that gave way may leave that PU again.
 #[test]
@@ -928,12 +929,12 @@ fn a_plan_slower_than_a_whole_model_run_gives_way() {
     assert!(o.status.success(), "{}", stderr(&o));
     let err = stderr(&o);
     let stdout = String::from_utf8_lossy(&o.stdout);
-    // the faster of core1 and the engine's own defaults on both cores (`CPU`), both measured
-    // beside the plan: the last PU the run gave way to
+    // the fastest of the other PUs measured beside the plan (core1, the engine's own defaults on
+    // both cores): the last PU the run gave way to
     let marker = "planning the whole model on `";
     let at = err.rfind(marker).unwrap_or_else(|| panic!("no give-way:\n{err}\n{stdout}"));
     let to = err[at + marker.len()..].split('`').next().unwrap_or_default();
-    assert!(["core1", "CPU"].contains(&to), "gave way to `{to}`:\n{err}");
+    assert!(!to.is_empty() && to != "core0", "gave way to `{to}`:\n{err}");
     assert!(stdout.lines().any(|l| l.starts_with("plan ") && l.contains(&format!(": 10 on {to} "))), "{stdout}");
     // the plan holds the whole model there because the run gave way there, not by a pin: a
     // serving session may leave that PU when it slows down (20x, as in the serving test)

@@ -529,12 +529,13 @@ impl CostToGo {
         let latency = step.obj == Objective::Latency;
         // per stream, op, its PU x and the other's PU y (apart): the op's part of the step at its
         // least parts, as `Stepper::pair` prices it (its duration, slowed by SF unless the two
-        // PUs share hardware; or its energy), at `(i * k + x) * k + y`
+        // PUs share hardware; or its energy), at `(x * k + y) * n + i`: a row of A's op sweeps
+        // B's ops on one pair of PUs
         let beside = |stream: usize, n: usize, least: &[Option<(f64, f64)>]| -> Vec<f64> {
             let ch = if stream == 0 { step.a } else { step.b };
-            (0..n * k * k)
+            (0..k * k * n)
                 .map(|c| {
-                    let (i, x, y) = (c / (k * k), (c / k) % k, c % k);
+                    let (x, y, i) = (c / (k * n), (c / n) % k, c % n);
                     let Some((t, w)) = least[i * k + x] else { return f64::INFINITY };
                     let shared = if stream == 0 { step.sf[x][y] } else { step.sf[y][x] }.is_infinite();
                     let d = t + if shared { w } else { w * step.sf[x][y] };
@@ -543,32 +544,38 @@ impl CostToGo {
                 .collect()
         };
         let (ba, bb) = (beside(0, na, &la), beside(1, nb, &lb));
-        let pair = |i: usize, j: usize| {
-            let mut m = f64::INFINITY;
-            for x in 0..k {
-                let Some(a) = la[i * k + x] else { continue };
-                for y in 0..k {
-                    let c = if x != y {
-                        let (da, db) = (ba[(i * k + x) * k + y], bb[(j * k + y) * k + x]);
-                        if latency && step.sf[x][y].is_finite() { da.max(db) } else { da + db }
-                    } else {
-                        let Some(b) = lb[j * k + y] else { continue };
-                        if monotone {
-                            step.pair(i, j, x, y, a, b)
-                        } else {
-                            // a cost model that may fall as solo times rise: only the transfers hold
-                            step.on_one_pu(i, x, a.0.max(b.0))
-                        }
-                    };
-                    m = m.min(c);
-                }
-            }
-            m
-        };
         let w = nb + 1;
         let mut h = vec![f64::INFINITY; (na + 1) * w];
         h[na * w + nb] = 0.0;
+        // the least a step of both streams costs, for A's op i and each of B's ops
+        let mut pairs = vec![f64::INFINITY; nb];
         for i in (0..=na).rev() {
+            pairs.fill(f64::INFINITY);
+            for x in (0..k).filter(|_| i < na) {
+                let Some(a) = la[i * k + x] else { continue };
+                for y in 0..k {
+                    if x == y {
+                        for (j, m) in pairs.iter_mut().enumerate() {
+                            let Some(b) = lb[j * k + y] else { continue };
+                            let c = if monotone {
+                                step.pair(i, j, x, y, a, b)
+                            } else {
+                                // a cost model that may fall as solo times rise: only the transfers hold
+                                step.on_one_pu(i, x, a.0.max(b.0))
+                            };
+                            *m = m.min(c);
+                        }
+                        continue;
+                    }
+                    let da = ba[(x * k + y) * na + i];
+                    let db = &bb[(y * k + x) * nb..(y * k + x + 1) * nb];
+                    if latency && step.sf[x][y].is_finite() {
+                        pairs.iter_mut().zip(db).for_each(|(m, &db)| *m = m.min(da.max(db)));
+                    } else {
+                        pairs.iter_mut().zip(db).for_each(|(m, &db)| *m = m.min(da + db));
+                    }
+                }
+            }
             for j in (0..=nb).rev() {
                 let mut v = h[i * w + j];
                 if dp.solo_allowed && i < na {
@@ -578,7 +585,7 @@ impl CostToGo {
                     v = v.min(solo_b[j] + h[i * w + j + 1]);
                 }
                 if i < na && j < nb {
-                    v = v.min(pair(i, j) + h[(i + 1) * w + j + 1]);
+                    v = v.min(pairs[j] + h[(i + 1) * w + j + 1]);
                 }
                 h[i * w + j] = v;
             }

@@ -538,7 +538,7 @@ pub fn heuristic_mapping(p: &Problem, cfg: &SearchConfig) -> Option<Mapping> {
             let mut candidates = vec![parallel_mapping(p, obj)?];
             // the sequential plan's mapping, allowed to overlap and improved from there
             let mut overlapped = sequential.assign.clone();
-            p.improve(&mut overlapped, Schedule::Parallel, obj);
+            p.improve_parallel_from_dp(&mut overlapped, obj);
             candidates.push(Mapping {
                 assign: overlapped,
                 schedule: Schedule::Parallel,
@@ -601,6 +601,17 @@ pub fn sequential_mapping(p: &Problem, obj: Objective) -> Option<Mapping> {
 /// The paper's parallel search: the DP on every branch on its own, priced by the parallel
 /// evaluator; then hill climbing under it.
 pub fn parallel_mapping(p: &Problem, obj: Objective) -> Option<Mapping> {
+    let mut assign = branch_dp(p, obj)?;
+    // the estimate: the per-branch optimum run as the evaluator runs it (branches sharing a
+    // PU one after the other, contention), not the slowest branch alone, which a phase of many
+    // branches on few PUs exceeds by its width
+    let estimate = p.evaluate(&assign, Schedule::Parallel)?.objective(obj);
+    p.improve_parallel_from_dp(&mut assign, obj);
+    Some(Mapping { assign, schedule: Schedule::Parallel, estimate })
+}
+
+/// The DP's optimum on every branch on its own (None if some op runs nowhere).
+pub(crate) fn branch_dp(p: &Problem, obj: Objective) -> Option<Vec<usize>> {
     let mut assign = vec![0; p.ops()];
     for b in p.phases.iter().flatten() {
         let (branch_assign, _) = p.chain(b).dp(obj)?;
@@ -608,12 +619,7 @@ pub fn parallel_mapping(p: &Problem, obj: Objective) -> Option<Mapping> {
             assign[op] = j;
         }
     }
-    // the estimate: the per-branch optimum run as the evaluator runs it (branches sharing a
-    // PU one after the other, contention), not the slowest branch alone, which a phase of many
-    // branches on few PUs exceeds by its width
-    let estimate = p.evaluate(&assign, Schedule::Parallel)?.objective(obj);
-    p.improve(&mut assign, Schedule::Parallel, obj);
-    Some(Mapping { assign, schedule: Schedule::Parallel, estimate })
+    Some(assign)
 }
 
 pub(crate) fn build_plan(

@@ -1091,13 +1091,13 @@ impl Problem {
     /// execution order that holds a `hot` op goes, as a whole, to the PU that most lowers the
     /// objective. A single move cannot leave a run compiled together, or a group that shares its
     /// transfers, without losing the saving on both sides first; the run together can. Calls
-    /// `moved` with every run that moved; returns how many did.
+    /// `moved` with every run that moved (which may make more ops hot); returns how many did.
     #[allow(clippy::too_many_arguments)]
     fn block_moves(
         &self,
         assign: &mut [usize],
         order: &[usize],
-        hot: &[bool],
+        hot: &[std::cell::Cell<bool>],
         schedule: Schedule,
         obj: Objective,
         mut slack: Option<&mut Slack>,
@@ -1110,7 +1110,7 @@ impl Problem {
         for k in 0..order.len() {
             for len in 2..=Self::MAX_BLOCK.min(order.len() - k) {
                 let run = &order[k..k + len];
-                if !run.iter().any(|&c| hot[c]) || (schedule == Schedule::Parallel && !self.held_together(run)) {
+                if !run.iter().any(|&c| hot[c].get()) || (schedule == Schedule::Parallel && !self.held_together(run)) {
                     continue;
                 }
                 let better = match slack.as_mut() {
@@ -1234,11 +1234,11 @@ impl Problem {
             }
             // no single move helps: try runs of neighbours, and single moves again around any
             // that moved
-            let was_hot = std::mem::replace(&mut hot, vec![false; n]);
+            let mut was_hot = std::mem::replace(&mut hot, vec![false; n]);
             let blocks = self.block_moves(
                 assign,
                 &order,
-                &was_hot,
+                std::cell::Cell::from_mut(&mut was_hot[..]).as_slice_of_cells(),
                 Schedule::Sequential,
                 obj,
                 slack.as_mut(),
@@ -1264,9 +1264,10 @@ impl Problem {
                     }
                 }
                 if queue.is_empty() {
-                    let all = vec![true; n];
+                    let mut all = vec![true; n];
+                    let all = std::cell::Cell::from_mut(&mut all[..]).as_slice_of_cells();
                     let blocks =
-                        self.block_moves(assign, &order, &all, Schedule::Sequential, obj, None, None, &mut |run| {
+                        self.block_moves(assign, &order, all, Schedule::Sequential, obj, None, None, &mut |run| {
                             run.iter().for_each(|&c| around(c, &mut queue, &mut queued, &mut hot))
                         });
                     moves += blocks;
@@ -1285,12 +1286,59 @@ impl Problem {
     /// (single moves cannot swap two branches' PUs). Until nothing moves. Every move strictly
     /// lowers the objective, so the plan never gets worse. Returns the moves made.
     pub fn improve(&self, assign: &mut [usize], schedule: Schedule, obj: Objective) -> usize {
-        self.improve_with(assign, schedule, obj, true)
+        self.improve_with(assign, schedule, obj, true, false)
+    }
+
+    /// [`Problem::improve`] under a parallel schedule from the DP's optimum on each branch, or
+    /// from a sequential local optimum (where no single or block move helps, as
+    /// [`crate::sequential_mapping`] leaves it), with the same moves. There a move is priced as
+    /// the DP or the sequential climb priced it unless an op among its parts is one of
+    /// [`Problem::priced_otherwise`], so the first pass tries only the ops within two links of
+    /// those, and of the moves made during it.
+    pub fn improve_parallel_from_dp(&self, assign: &mut [usize], obj: Objective) -> usize {
+        self.improve_with(assign, Schedule::Parallel, obj, true, true)
+    }
+
+    /// Per op, whether a parallel climb from a DP's optimum ([`Problem::improve_parallel_from_dp`])
+    /// may price its moves otherwise than the DP or a sequential climb did: ops within two links
+    /// of an op that runs in a phase of several branches, cannot join its predecessor under a
+    /// parallel schedule, is the first or last of its branch (the branch's DP priced its
+    /// transfers from and to the host), or whose producers, consumers, graph inputs or outputs
+    /// are not its neighbours' in the order (eq. 1 prices those by the order).
+    pub(crate) fn priced_otherwise(&self) -> Vec<bool> {
+        let mut out = vec![false; self.ops()];
+        for phase in &self.phases {
+            for b in phase {
+                for (k, &c) in b.iter().enumerate() {
+                    let chained = self.preds[c].iter().copied().eq(self.prev[c])
+                        && self.succs[c].iter().copied().eq(self.next[c])
+                        && !self.from_host[c]
+                        && !self.to_host[c];
+                    let joins = self.prev[c].is_none() || self.joins_in_parallel[c];
+                    if phase.len() > 1 || k == 0 || k + 1 == b.len() || !chained || !joins {
+                        out[c] = true;
+                        for x in self.neighbours(c) {
+                            out[x] = true;
+                            self.neighbours(x).for_each(|y| out[y] = true);
+                        }
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// [`Problem::improve`]; `keep`: whether a parallel climb keeps its phases' spans and
-    /// bounds ([`Spans`]) between moves, which must change nothing but the time it takes.
-    fn improve_with(&self, assign: &mut [usize], schedule: Schedule, obj: Objective, keep: bool) -> usize {
+    /// bounds ([`Spans`]) between moves, which must change nothing but the time it takes;
+    /// `from_dp`: [`Problem::improve_parallel_from_dp`]'s first pass (with the same moves).
+    fn improve_with(
+        &self,
+        assign: &mut [usize],
+        schedule: Schedule,
+        obj: Objective,
+        keep: bool,
+        from_dp: bool,
+    ) -> usize {
         /// Graphs from this many ops report the climb's passes.
         const PROGRESS_FROM: usize = 1000;
         if schedule == Schedule::Sequential {
@@ -1326,9 +1374,15 @@ impl Problem {
             }
         }
         let mut dirty = vec![true; np];
+        // where measured runs make an op's price depend on its whole run, every op is tried in
+        // every pass
+        let local = self.segment_cost.is_empty();
+        // from a DP's optimum, the first pass tries the ops priced otherwise there, and those a
+        // move during it brings within two links: in effect every op, with the same moves
+        let narrowed = from_dp && local;
         // the ops whose moves a move since the pass began may have changed the price of (every
         // op at first): the next pass tries those only
-        let mut hot = vec![true; self.ops()];
+        let mut hot = if narrowed { self.priced_otherwise() } else { vec![true; self.ops()] };
         let nbrs = |x: usize| self.neighbours(x);
         let parallel_phase = |pi: usize| self.phases[pi].len() > 1;
         // a move of `c` changes the shares of `c` and its neighbours and the spans of the parallel
@@ -1364,9 +1418,6 @@ impl Problem {
                 touched[pi] |= parallel_phase(pi);
             }
         };
-        // where measured runs make an op's price depend on its whole run, every op is tried in
-        // every pass
-        let local = self.segment_cost.is_empty();
         let mut moves = 0;
         // graphs large enough to take a while report each pass
         let report = self.ops() >= PROGRESS_FROM;
@@ -1398,28 +1449,51 @@ impl Problem {
             }
             let mut was_hot = std::mem::replace(&mut hot, vec![!local; self.ops()]);
             was_hot.iter_mut().enumerate().for_each(|(c, h)| *h &= !in_wide(c));
-            for (i, &c) in order.iter().enumerate().filter(|&(_, &c)| was_hot[c]) {
+            let trying = std::cell::Cell::from_mut(&mut was_hot[..]).as_slice_of_cells();
+            // the narrowed first pass also tries, later in it, the ops a move brings within two
+            // links (as the pass of every op would)
+            let widen = |c: usize| {
+                if narrowed && pass == 0 {
+                    let mut try_too = |x: usize| trying[x].set(trying[x].get() || !in_wide(x));
+                    try_too(c);
+                    for x in nbrs(c) {
+                        try_too(x);
+                        nbrs(x).for_each(&mut try_too);
+                    }
+                }
+            };
+            for (i, &c) in order.iter().enumerate() {
+                if !trying[c].get() {
+                    continue;
+                }
                 if report && i % 256 == 0 {
                     self.progress.report(&what, np + i, total);
                 }
                 if self.best_single_move(assign, c, schedule, obj, cache) {
                     moved += 1;
                     mark(c, &mut dirty, &mut hot, &mut touched);
+                    widen(c);
                 }
             }
             if report {
                 self.progress.report(&what, total, total);
             }
-            for b in branches.iter().filter(|b| b.iter().any(|&c| was_hot[c])) {
+            for b in branches.iter().filter(|b| b.iter().any(|&c| trying[c].get())) {
                 let choices: Vec<Vec<usize>> = (0..k).map(|j| vec![j; b.len()]).collect();
                 if self.best_move(assign, b, &choices, (schedule, obj), cache) {
                     moved += 1;
-                    b.iter().for_each(|&c| mark(c, &mut dirty, &mut hot, &mut touched));
+                    b.iter().for_each(|&c| {
+                        mark(c, &mut dirty, &mut hot, &mut touched);
+                        widen(c);
+                    });
                 }
             }
             // runs wholly inside a wide phase are its climb's (no op of one is hot)
-            moved += self.block_moves(assign, &order, &was_hot, schedule, obj, None, cache, &mut |run| {
-                run.iter().for_each(|&c| mark(c, &mut dirty, &mut hot, &mut touched))
+            moved += self.block_moves(assign, &order, trying, schedule, obj, None, cache, &mut |run| {
+                run.iter().for_each(|&c| {
+                    mark(c, &mut dirty, &mut hot, &mut touched);
+                    widen(c);
+                })
             });
             moves += moved;
             if moved == 0 {
@@ -2098,105 +2172,158 @@ mod tests {
         }
     }
 
-    /// A parallel climb that keeps its phases' spans and bounds between moves ([`Spans`]) makes
-    /// the same moves as one that simulates every phase of every move afresh: the bound rules
-    /// out only moves that could not win. Random multi-phase problems (single-branch phases
-    /// between parallel ones of 2-5 branches, every branch head reading every tail before it),
-    /// with transfers, pair savings, contention, PUs that cannot run some ops and, in a third of
-    /// the cases, two PUs sharing hardware; latency and energy.
-    #[test]
-    fn kept_bounds_change_no_move() {
+    /// A random multi-phase problem: single-branch phases of 1 to `chain` ops between parallel
+    /// ones of 2-5 branches of 1-3 ops, every branch head reading every tail before it, some
+    /// chain ops reading the op two before too and some reading or writing the graph's inputs or
+    /// outputs, with transfers, pair savings, contention, PUs that cannot run some ops and, in a third of the
+    /// cases, two PUs sharing hardware.
+    fn multi_phase(r: &mut dyn FnMut() -> f64, case: usize, chain: f64) -> Problem {
+        let k = 2 + (r() * 3.0) as usize;
+        let mut phases: Vec<Vec<Vec<usize>>> = vec![];
+        let mut n = 0;
+        for pi in 0..2 + (r() * 8.0) as usize {
+            let branches = if pi % 2 == 0 { 1 } else { 2 + (r() * 4.0) as usize };
+            let phase: Vec<Vec<usize>> = (0..branches)
+                .map(|_| {
+                    let len = 1 + (r() * if branches == 1 { chain } else { 3.0 }) as usize;
+                    n += len;
+                    (n - len..n).collect()
+                })
+                .collect();
+            phases.push(phase);
+        }
+        let (mut preds, mut succs) = (vec![vec![]; n], vec![vec![]; n]);
+        let mut place = vec![(0, 0); n];
+        for (pi, phase) in phases.iter().enumerate() {
+            for (bi, b) in phase.iter().enumerate() {
+                b.iter().for_each(|&c| place[c] = (pi, bi));
+                for w in b.windows(2) {
+                    preds[w[1]].push(w[0]);
+                    succs[w[0]].push(w[1]);
+                }
+                for prev in phases[..pi].last().into_iter().flatten() {
+                    let t = prev[prev.len() - 1];
+                    preds[b[0]].push(t);
+                    succs[t].push(b[0]);
+                }
+                // now and then a chain's op also reads the op two before it
+                for s in b.windows(3).filter(|_| phase.len() == 1 && r() < 0.05) {
+                    preds[s[2]].push(s[0]);
+                    succs[s[0]].push(s[2]);
+                }
+            }
+        }
+        let (mut w, mut saving) = (vec![vec![None; k]; n], vec![vec![0.0; k]; n]);
+        for c in 0..n {
+            for j in 0..k {
+                if j == 0 || r() > 0.15 {
+                    let t = 1.0 + 50.0 * r();
+                    w[c][j] = Some(t);
+                    saving[c][j] = t * r() * r();
+                }
+            }
+        }
+        let mut exclusive = vec![vec![false; k]; k];
+        if case.is_multiple_of(3) {
+            exclusive[0][1] = true;
+            exclusive[1][0] = true;
+        }
+        let links = OrderLinks::new(&phases, &place);
+        // the first op reads the graph's input and the last writes its output; now and then
+        // another op does too
+        let (from_host, to_host): (Vec<bool>, Vec<bool>) =
+            (0..n).map(|c| (c == 0 || r() < 0.02, c == n - 1 || r() < 0.02)).unzip();
+        Problem {
+            h2d: (0..n).map(|_| (0..k).map(|_| 8.0 * r()).collect()).collect(),
+            d2h: (0..n).map(|_| (0..k).map(|_| 8.0 * r()).collect()).collect(),
+            power: (0..n).map(|_| (0..k).map(|_| 1.0 + 9.0 * r()).collect()).collect(),
+            w,
+            accelerator: (0..k).map(|j| j > 0).collect(),
+            preds,
+            succs,
+            from_host,
+            to_host,
+            sf: (0..k).map(|i| (0..k).map(|j| if i == j { 1.0 } else { 1.0 + 0.6 * r() }).collect()).collect(),
+            exclusive,
+            phases,
+            place,
+            prev: links.prev,
+            next: links.next,
+            joins_in_parallel: links.joins_in_parallel,
+            saving,
+            segment_cost: Default::default(),
+            launch: vec![],
+            progress: Default::default(),
+        }
+    }
+
+    fn xorshift() -> impl FnMut() -> f64 {
         let mut s = 0x2545_F491_4F6C_DD1Du64;
-        let mut r = || {
+        move || {
             s ^= s << 13;
             s ^= s >> 7;
             s ^= s << 17;
             (s >> 11) as f64 / (1u64 << 53) as f64
-        };
+        }
+    }
+
+    /// A parallel climb that keeps its phases' spans and bounds between moves ([`Spans`]) makes
+    /// the same moves as one that simulates every phase of every move afresh: the bound rules
+    /// out only moves that could not win. Random multi-phase problems ([`multi_phase`]);
+    /// latency and energy.
+    #[test]
+    fn kept_bounds_change_no_move() {
+        let mut r = xorshift();
         let mut moved = 0;
         for case in 0..100 {
-            let k = 2 + (r() * 3.0) as usize;
-            let mut phases: Vec<Vec<Vec<usize>>> = vec![];
-            let mut n = 0;
-            for pi in 0..2 + (r() * 8.0) as usize {
-                let branches = if pi % 2 == 0 { 1 } else { 2 + (r() * 4.0) as usize };
-                let phase: Vec<Vec<usize>> = (0..branches)
-                    .map(|_| {
-                        let len = 1 + (r() * 3.0) as usize;
-                        n += len;
-                        (n - len..n).collect()
-                    })
-                    .collect();
-                phases.push(phase);
-            }
-            let (mut preds, mut succs) = (vec![vec![]; n], vec![vec![]; n]);
-            let mut place = vec![(0, 0); n];
-            for (pi, phase) in phases.iter().enumerate() {
-                for (bi, b) in phase.iter().enumerate() {
-                    b.iter().for_each(|&c| place[c] = (pi, bi));
-                    for w in b.windows(2) {
-                        preds[w[1]].push(w[0]);
-                        succs[w[0]].push(w[1]);
-                    }
-                    for prev in phases[..pi].last().into_iter().flatten() {
-                        let t = prev[prev.len() - 1];
-                        preds[b[0]].push(t);
-                        succs[t].push(b[0]);
-                    }
-                }
-            }
-            let (mut w, mut saving) = (vec![vec![None; k]; n], vec![vec![0.0; k]; n]);
-            for c in 0..n {
-                for j in 0..k {
-                    if j == 0 || r() > 0.15 {
-                        let t = 1.0 + 50.0 * r();
-                        w[c][j] = Some(t);
-                        saving[c][j] = t * r() * r();
-                    }
-                }
-            }
-            let mut exclusive = vec![vec![false; k]; k];
-            if case % 3 == 0 {
-                exclusive[0][1] = true;
-                exclusive[1][0] = true;
-            }
-            let links = OrderLinks::new(&phases, &place);
-            let (mut from_host, mut to_host) = (vec![false; n], vec![false; n]);
-            from_host[0] = true;
-            to_host[n - 1] = true;
-            let p = Problem {
-                h2d: (0..n).map(|_| (0..k).map(|_| 8.0 * r()).collect()).collect(),
-                d2h: (0..n).map(|_| (0..k).map(|_| 8.0 * r()).collect()).collect(),
-                power: (0..n).map(|_| (0..k).map(|_| 1.0 + 9.0 * r()).collect()).collect(),
-                w,
-                accelerator: (0..k).map(|j| j > 0).collect(),
-                preds,
-                succs,
-                from_host,
-                to_host,
-                sf: (0..k).map(|i| (0..k).map(|j| if i == j { 1.0 } else { 1.0 + 0.6 * r() }).collect()).collect(),
-                exclusive,
-                phases,
-                place,
-                prev: links.prev,
-                next: links.next,
-                joins_in_parallel: links.joins_in_parallel,
-                saving,
-                segment_cost: Default::default(),
-                launch: vec![],
-                progress: Default::default(),
-            };
+            let p = multi_phase(&mut r, case, 3.0);
+            let (n, k) = (p.ops(), p.pus());
             let start: Vec<usize> = (0..n)
                 .map(|c| (0..k).filter(|&j| p.w[c][j].is_some()).nth((r() * 3.0) as usize).unwrap_or(0))
                 .collect();
             for obj in [Objective::Latency, Objective::Energy] {
                 let (mut kept, mut afresh) = (start.clone(), start.clone());
-                let a = p.improve_with(&mut kept, Schedule::Parallel, obj, true);
-                let b = p.improve_with(&mut afresh, Schedule::Parallel, obj, false);
+                let a = p.improve_with(&mut kept, Schedule::Parallel, obj, true, false);
+                let b = p.improve_with(&mut afresh, Schedule::Parallel, obj, false, false);
                 assert_eq!((a, &kept), (b, &afresh), "case {case}, {obj:?}: the kept bounds changed the climb");
                 moved += a;
             }
         }
         assert!(moved > 1000, "the climbs moved {moved} times: the cases test too little");
+    }
+
+    /// A parallel climb from the DP's optimum on each branch, or from a sequential local
+    /// optimum, whose first pass tries only the ops priced otherwise there
+    /// ([`Problem::improve_parallel_from_dp`]), makes the same moves as one whose first pass
+    /// tries every op. Random multi-phase problems with chains of up to 40 ops between the
+    /// parallel phases ([`multi_phase`]); latency and energy.
+    #[test]
+    fn a_climb_from_a_dp_tries_fewer_ops_for_the_same_moves() {
+        let mut r = xorshift();
+        let (mut moved, mut left_out, mut ops) = (0, 0, 0);
+        for case in 0..200 {
+            let p = multi_phase(&mut r, case, 40.0);
+            left_out += p.priced_otherwise().iter().filter(|&&h| !h).count();
+            ops += p.ops();
+            for obj in [Objective::Latency, Objective::Energy] {
+                let by_branch = crate::branch_dp(&p, obj).expect("every op runs somewhere");
+                let sequential = crate::sequential_mapping(&p, obj).expect("every op runs somewhere").assign;
+                for start in [by_branch, sequential] {
+                    let (mut narrowed, mut every) = (start.clone(), start);
+                    let a = p.improve_with(&mut narrowed, Schedule::Parallel, obj, true, true);
+                    let b = p.improve_with(&mut every, Schedule::Parallel, obj, true, false);
+                    assert_eq!(
+                        (a, &narrowed),
+                        (b, &every),
+                        "case {case}, {obj:?}: the narrowed pass changed the climb"
+                    );
+                    moved += a;
+                }
+            }
+        }
+        assert!(
+            moved > 500 && left_out * 5 > ops,
+            "moved {moved}, left out {left_out} of {ops} ops: the cases test too little"
+        );
     }
 }
