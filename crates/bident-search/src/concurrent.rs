@@ -551,7 +551,7 @@ impl CostToGo {
         let mut pairs = vec![f64::INFINITY; nb];
         for i in (0..=na).rev() {
             pairs.fill(f64::INFINITY);
-            for x in (0..k).filter(|_| i < na) {
+            for x in 0..if i < na { k } else { 0 } {
                 let Some(a) = la[i * k + x] else { continue };
                 for y in 0..k {
                     if x == y {
@@ -1031,9 +1031,9 @@ impl CoCost for Measured<'_> {
 
     /// A measured pair's cost does not depend on the solo times; a fitted model
     /// `max(a t_x + b t_y + c min(t_x, t_y) + d, t_x)` never falls when its slopes `a`, `a + c`,
-    /// `b` and `b + c` are non-negative.
+    /// `b` and `b + c` are non-negative ([`monotone_fit`]).
     fn monotone(&self) -> bool {
-        self.table.fit.iter().flatten().all(|f| f.a >= 0.0 && f.b >= 0.0 && f.a + f.c >= 0.0 && f.b + f.c >= 0.0)
+        self.table.fit.iter().flatten().all(monotone_fit)
     }
 
     /// A measured pair's times are constants; a fit rises by at most `a + max(c, 0)` per µs of
@@ -1045,9 +1045,39 @@ impl CoCost for Measured<'_> {
     }
 }
 
+/// Whether a fitted co-run model never falls as either solo time rises: its slopes `a`, `a + c`,
+/// `b` and `b + c` non-negative, and every coefficient finite (a degenerate fit's infinite
+/// slope bounds nothing, and would make [`CoCost::slope`]'s gaps NaN).
+fn monotone_fit(f: &bident_profile::coexec::CoExecFit) -> bool {
+    [f.a, f.b, f.c, f.d].iter().all(|x| x.is_finite())
+        && f.a >= 0.0
+        && f.b >= 0.0
+        && f.a + f.c >= 0.0
+        && f.b + f.c >= 0.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fit is monotone only with non-negative slopes and finite coefficients: an infinite or
+    /// NaN one turns off the pruning that relies on it.
+    #[test]
+    fn only_finite_rising_fits_are_monotone() {
+        let fit = |a: f64, b: f64, c: f64, d: f64| bident_profile::coexec::CoExecFit {
+            a,
+            b,
+            c,
+            d,
+            cv_median_rel_err: 0.0,
+            cv_p90_rel_err: 0.0,
+        };
+        assert!(monotone_fit(&fit(1.0, 1.0, 0.0, 0.0)));
+        assert!(monotone_fit(&fit(1.0, 0.5, -0.5, 3.0)));
+        assert!(!monotone_fit(&fit(1.0, 0.5, -0.6, 0.0)));
+        assert!(!monotone_fit(&fit(f64::INFINITY, 1.0, 0.0, 0.0)));
+        assert!(!monotone_fit(&fit(1.0, 1.0, 0.0, f64::NAN)));
+    }
 
     /// A chain on three host-memory PUs (no transfers), each op costing `w[i]` everywhere, at
     /// `power` W.
