@@ -438,25 +438,32 @@ impl Problem {
         let k = self.pus();
         used.clear();
         used.resize(phase.len() * k, false);
-        for (b, ops) in phase.iter().enumerate() {
-            ops.iter().for_each(|&o| used[b * k + assign[o]] = true);
-        }
         // how many branches use each PU: another branch uses PU o when more than this one does
         users.clear();
         users.resize(k, 0);
-        used.chunks(k).for_each(|u| u.iter().zip(users.iter_mut()).for_each(|(&x, n)| *n += x as usize));
+        for (ops, u) in phase.iter().zip(used.chunks_mut(k)) {
+            for &o in ops {
+                let j = assign[o];
+                if !u[j] {
+                    u[j] = true;
+                    users[j] += 1;
+                }
+            }
+        }
         out.clear();
-        for (b, ops) in phase.iter().enumerate() {
-            let u = &used[b * k..(b + 1) * k];
-            // the worst SF of PU j against a PU another branch uses
-            let worst = |j: usize| {
-                (0..k)
-                    .filter(|&o| o != j && !self.exclusive[j][o])
-                    .filter(|&o| users[o] > u[o] as usize)
-                    .map(|o| self.sf[j][o])
-                    .fold(1.0, f64::max)
-            };
-            out.extend(ops.iter().map(|&o| worst(assign[o])));
+        for (ops, u) in phase.iter().zip(used.chunks(k)) {
+            for &o in ops {
+                // the worst SF of the op's PU against a PU another branch uses
+                let j = assign[o];
+                let (sf, shares) = (&self.sf[j], &self.exclusive[j]);
+                let mut worst = 1.0f64;
+                for q in 0..k {
+                    if q != j && !shares[q] && users[q] > u[q] as usize {
+                        worst = worst.max(sf[q]);
+                    }
+                }
+                out.push(worst);
+            }
         }
     }
 
@@ -655,13 +662,13 @@ impl Problem {
         ready.resize(phase.len(), at);
         pu_free.clear();
         pu_free.resize(k, at);
+        // when each PU is free ([`Problem::free_at`]), kept as ops finish: an op on PU j changes
+        // it for j and the PUs sharing j's hardware only
         free.clear();
         free.resize(k, at);
+        let shared = self.exclusive.iter().flatten().any(|&x| x);
         let mut end = at;
         loop {
-            for (j, f) in free.iter_mut().enumerate() {
-                *f = self.free_at(pu_free, j, at);
-            }
             let mut pick: Option<(f64, usize)> = None;
             for (b, ops) in phase.iter().enumerate() {
                 let Some(&c) = ops.get(next[b]) else { continue };
@@ -678,7 +685,18 @@ impl Problem {
                 tl.start[c] = start;
                 tl.finish[c] = finish;
             }
-            pu_free[assign[c]] = finish;
+            let j = assign[c];
+            pu_free[j] = finish;
+            if shared {
+                for (o, f) in free.iter_mut().enumerate() {
+                    if o == j || self.exclusive[o][j] {
+                        *f = self.free_at(pu_free, o, at);
+                    }
+                }
+            } else {
+                // nothing shares `j`: it is free once its op finishes (never before `at`)
+                free[j] = at.max(finish);
+            }
             ready[b] = finish;
             end = end.max(finish);
             next[b] += 1;
@@ -882,11 +900,17 @@ impl Problem {
     /// and in a fixed order: each op, then its producers, consumers and next op.
     fn parts_into(&self, ops: &[usize], out: &mut Vec<usize>) {
         out.clear();
+        let mut add = |x: usize| {
+            if !out.contains(&x) {
+                out.push(x);
+            }
+        };
         for &c in ops {
-            for &x in std::iter::once(&c).chain(&self.preds[c]).chain(&self.succs[c]).chain(&self.next[c]) {
-                if !out.contains(&x) {
-                    out.push(x);
-                }
+            add(c);
+            self.preds[c].iter().for_each(|&x| add(x));
+            self.succs[c].iter().for_each(|&x| add(x));
+            if let Some(x) = self.next[c] {
+                add(x);
             }
         }
     }
