@@ -20,6 +20,7 @@
 //!   saving of compiling it with its predecessor (pairs in `CostTable::segments`); where the
 //!   whole run was measured (a longer entry there), its ops' costs are scaled to that figure.
 
+use std::cell::Cell;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -1112,8 +1113,8 @@ impl Problem {
     pub const MAX_BLOCK: usize = 4;
 
     /// One pass of block moves: every run of 2..=[`Problem::MAX_BLOCK`] neighbours in the
-    /// execution order that holds a `hot` op goes, as a whole, to the PU that most lowers the
-    /// objective. A single move cannot leave a run compiled together, or a group that shares its
+    /// execution order that `wanted` (given its position in the order) asks for goes, as a
+    /// whole, to the PU that most lowers the objective. A single move cannot leave a run compiled together, or a group that shares its
     /// transfers, without losing the saving on both sides first; the run together can. Calls
     /// `moved` with every run that moved (which may make more ops hot); returns how many did.
     #[allow(clippy::too_many_arguments)]
@@ -1121,7 +1122,7 @@ impl Problem {
         &self,
         assign: &mut [usize],
         order: &[usize],
-        hot: &[std::cell::Cell<bool>],
+        wanted: &mut dyn FnMut(usize, &[usize]) -> bool,
         schedule: Schedule,
         obj: Objective,
         mut slack: Option<&mut Slack>,
@@ -1134,7 +1135,7 @@ impl Problem {
         for k in 0..order.len() {
             for len in 2..=Self::MAX_BLOCK.min(order.len() - k) {
                 let run = &order[k..k + len];
-                if !run.iter().any(|&c| hot[c].get()) || (schedule == Schedule::Parallel && !self.held_together(run)) {
+                if (schedule == Schedule::Parallel && !self.held_together(run)) || !wanted(k, run) {
                     continue;
                 }
                 let better = match slack.as_mut() {
@@ -1258,11 +1259,11 @@ impl Problem {
             }
             // no single move helps: try runs of neighbours, and single moves again around any
             // that moved
-            let mut was_hot = std::mem::replace(&mut hot, vec![false; n]);
+            let was_hot = std::mem::replace(&mut hot, vec![false; n]);
             let blocks = self.block_moves(
                 assign,
                 &order,
-                std::cell::Cell::from_mut(&mut was_hot[..]).as_slice_of_cells(),
+                &mut |_, run| run.iter().any(|&c| was_hot[c]),
                 Schedule::Sequential,
                 obj,
                 slack.as_mut(),
@@ -1288,12 +1289,16 @@ impl Problem {
                     }
                 }
                 if queue.is_empty() {
-                    let mut all = vec![true; n];
-                    let all = std::cell::Cell::from_mut(&mut all[..]).as_slice_of_cells();
-                    let blocks =
-                        self.block_moves(assign, &order, all, Schedule::Sequential, obj, None, None, &mut |run| {
-                            run.iter().for_each(|&c| around(c, &mut queue, &mut queued, &mut hot))
-                        });
+                    let blocks = self.block_moves(
+                        assign,
+                        &order,
+                        &mut |_, _| true,
+                        Schedule::Sequential,
+                        obj,
+                        None,
+                        None,
+                        &mut |run| run.iter().for_each(|&c| around(c, &mut queue, &mut queued, &mut hot)),
+                    );
                     moves += blocks;
                     if blocks == 0 || moves > cap {
                         return moves;
@@ -1353,7 +1358,8 @@ impl Problem {
     }
 
     /// [`Problem::improve`]; `keep`: whether a parallel climb keeps its phases' spans and
-    /// bounds ([`Spans`]) between moves, which must change nothing but the time it takes;
+    /// bounds ([`Spans`]) between moves, and skips the trials no move since can have changed,
+    /// which must change nothing but the time it takes;
     /// `from_dp`: [`Problem::improve_parallel_from_dp`]'s first pass (with the same moves).
     fn improve_with(
         &self,
@@ -1422,7 +1428,29 @@ impl Problem {
         // whole evaluations, none are kept)
         let spans = Spans::new(self);
         let cache = (keep && self.segment_cost.is_empty()).then_some(&spans);
+        // a trial (a single, branch or block move tried) made since the last move that can
+        // change its price found nothing then and would find nothing now, so it is skipped:
+        // `clock` counts moves, `moved_near` keeps per op the last move within two links of it,
+        // `phase_moved` per parallel phase the last move among its ops and their neighbours
+        // (that changes its span, which its ops' and their neighbours' prices read). Only where
+        // prices are local and kept, so that the climb without them checks the same moves.
+        let skip = keep && local;
+        let clock = Cell::new(1usize);
+        let moved_near = vec![Cell::new(1usize); self.ops()];
+        let phase_moved = vec![Cell::new(0usize); np];
+        let due = |x: usize, tried_at: usize| {
+            let moved_since = |pi: usize| phase_moved[pi].get() > tried_at;
+            !skip
+                || moved_near[x].get() > tried_at
+                || moved_since(self.place[x].0)
+                || nbrs(x).any(|y| moved_since(self.place[y].0))
+        };
+        let mut single_tried = vec![0usize; self.ops()];
+        let mut branch_tried = vec![0usize; branches.len()];
+        let mut block_tried = vec![0usize; order.len() * (Self::MAX_BLOCK + 1)];
         let mark = |c: usize, dirty: &mut [bool], hot: &mut [bool], touched: &mut [bool]| {
+            clock.set(clock.get() + 1);
+            let now = clock.get();
             // a phase's span reads its ops' PUs and those of their producers, consumers and
             // previous ops
             spans.forget(self, c);
@@ -1433,13 +1461,21 @@ impl Problem {
                 linked[q1].iter().for_each(|&q2| dirty[q2] = true);
             }
             hot[c] = true;
+            moved_near[c].set(now);
             for x in nbrs(c) {
                 hot[x] = true;
-                nbrs(x).for_each(|y| hot[y] = true);
+                moved_near[x].set(now);
+                nbrs(x).for_each(|y| {
+                    hot[y] = true;
+                    moved_near[y].set(now);
+                });
             }
             for x in std::iter::once(c).chain(nbrs(c)) {
                 let pi = self.place[x].0;
-                touched[pi] |= parallel_phase(pi);
+                if parallel_phase(pi) {
+                    touched[pi] = true;
+                    phase_moved[pi].set(now);
+                }
             }
         };
         let mut moves = 0;
@@ -1487,12 +1523,13 @@ impl Problem {
                 }
             };
             for (i, &c) in order.iter().enumerate() {
-                if !trying[c].get() {
+                if !trying[c].get() || !due(c, single_tried[c]) {
                     continue;
                 }
                 if report && i % 256 == 0 {
                     self.progress.report(&what, np + i, total);
                 }
+                single_tried[c] = clock.get();
                 if self.best_single_move(assign, c, schedule, obj, cache) {
                     moved += 1;
                     mark(c, &mut dirty, &mut hot, &mut touched);
@@ -1502,7 +1539,11 @@ impl Problem {
             if report {
                 self.progress.report(&what, total, total);
             }
-            for b in branches.iter().filter(|b| b.iter().any(|&c| trying[c].get())) {
+            for (bi, b) in branches.iter().enumerate() {
+                if !b.iter().any(|&c| trying[c].get()) || !b.iter().any(|&c| due(c, branch_tried[bi])) {
+                    continue;
+                }
+                branch_tried[bi] = clock.get();
                 let choices: Vec<Vec<usize>> = (0..k).map(|j| vec![j; b.len()]).collect();
                 if self.best_move(assign, b, &choices, (schedule, obj), cache) {
                     moved += 1;
@@ -1513,7 +1554,15 @@ impl Problem {
                 }
             }
             // runs wholly inside a wide phase are its climb's (no op of one is hot)
-            moved += self.block_moves(assign, &order, trying, schedule, obj, None, cache, &mut |run| {
+            let mut wanted = |at: usize, run: &[usize]| {
+                let slot = &mut block_tried[at * (Self::MAX_BLOCK + 1) + run.len()];
+                let go = run.iter().any(|&c| trying[c].get()) && run.iter().any(|&c| due(c, *slot));
+                if go {
+                    *slot = clock.get();
+                }
+                go
+            };
+            moved += self.block_moves(assign, &order, &mut wanted, schedule, obj, None, cache, &mut |run| {
                 run.iter().for_each(|&c| {
                     mark(c, &mut dirty, &mut hot, &mut touched);
                     widen(c);
@@ -2197,11 +2246,11 @@ mod tests {
     }
 
     /// A random multi-phase problem: single-branch phases of 1 to `chain` ops between parallel
-    /// ones of 2-5 branches of 1-3 ops, every branch head reading every tail before it, some
+    /// ones of 2-5 branches of 1 to `branch` ops, every branch head reading every tail before it, some
     /// chain ops reading the op two before too and some reading or writing the graph's inputs or
     /// outputs, with transfers, pair savings, contention, PUs that cannot run some ops and, in a third of the
     /// cases, two PUs sharing hardware.
-    fn multi_phase(r: &mut dyn FnMut() -> f64, case: usize, chain: f64) -> Problem {
+    fn multi_phase(r: &mut dyn FnMut() -> f64, case: usize, chain: f64, branch: f64) -> Problem {
         let k = 2 + (r() * 3.0) as usize;
         let mut phases: Vec<Vec<Vec<usize>>> = vec![];
         let mut n = 0;
@@ -2209,7 +2258,7 @@ mod tests {
             let branches = if pi % 2 == 0 { 1 } else { 2 + (r() * 4.0) as usize };
             let phase: Vec<Vec<usize>> = (0..branches)
                 .map(|_| {
-                    let len = 1 + (r() * if branches == 1 { chain } else { 3.0 }) as usize;
+                    let len = 1 + (r() * if branches == 1 { chain } else { branch }) as usize;
                     n += len;
                     (n - len..n).collect()
                 })
@@ -2291,16 +2340,19 @@ mod tests {
         }
     }
 
-    /// A parallel climb that keeps its phases' spans and bounds between moves ([`Spans`]) makes
-    /// the same moves as one that simulates every phase of every move afresh: the bound rules
-    /// out only moves that could not win. Random multi-phase problems ([`multi_phase`]);
+    /// A parallel climb that keeps its phases' spans and bounds between moves ([`Spans`]) and
+    /// skips trials no move since can have changed makes the same moves as one that tries and
+    /// simulates every move afresh: the bound rules out only moves that could not win, and a
+    /// skipped trial would find nothing again. Random multi-phase problems ([`multi_phase`]),
+    /// half with branches of up to 8 ops (whose ops are farther apart than two links);
     /// latency and energy.
     #[test]
     fn kept_bounds_change_no_move() {
         let mut r = xorshift();
         let mut moved = 0;
         for case in 0..100 {
-            let p = multi_phase(&mut r, case, 3.0);
+            // long branches put ops of one phase beyond two links of each other
+            let p = multi_phase(&mut r, case, 3.0, if case % 2 == 0 { 3.0 } else { 8.0 });
             let (n, k) = (p.ops(), p.pus());
             let start: Vec<usize> = (0..n)
                 .map(|c| (0..k).filter(|&j| p.w[c][j].is_some()).nth((r() * 3.0) as usize).unwrap_or(0))
@@ -2326,7 +2378,7 @@ mod tests {
         let mut r = xorshift();
         let (mut moved, mut left_out, mut ops) = (0, 0, 0);
         for case in 0..200 {
-            let p = multi_phase(&mut r, case, 40.0);
+            let p = multi_phase(&mut r, case, 40.0, 3.0);
             left_out += p.priced_otherwise().iter().filter(|&&h| !h).count();
             ops += p.ops();
             for obj in [Objective::Latency, Objective::Energy] {
