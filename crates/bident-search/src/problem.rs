@@ -1114,9 +1114,10 @@ impl Problem {
 
     /// One pass of block moves: every run of 2..=[`Problem::MAX_BLOCK`] neighbours in the
     /// execution order that `wanted` (given its position in the order) asks for goes, as a
-    /// whole, to the PU that most lowers the objective. A single move cannot leave a run compiled together, or a group that shares its
-    /// transfers, without losing the saving on both sides first; the run together can. Calls
-    /// `moved` with every run that moved (which may make more ops hot); returns how many did.
+    /// whole, to the PU that most lowers the objective. A single move cannot leave a run
+    /// compiled together, or a group that shares its transfers, without losing the saving on
+    /// both sides first; the run together can. Calls `moved` with every run that moved (which
+    /// may make more ops hot); returns how many did.
     #[allow(clippy::too_many_arguments)]
     fn block_moves(
         &self,
@@ -1509,7 +1510,7 @@ impl Problem {
             }
             let mut was_hot = std::mem::replace(&mut hot, vec![!local; self.ops()]);
             was_hot.iter_mut().enumerate().for_each(|(c, h)| *h &= !in_wide(c));
-            let trying = std::cell::Cell::from_mut(&mut was_hot[..]).as_slice_of_cells();
+            let trying = Cell::from_mut(&mut was_hot[..]).as_slice_of_cells();
             // the narrowed first pass also tries, later in it, the ops a move brings within two
             // links (as the pass of every op would)
             let widen = |c: usize| {
@@ -1766,9 +1767,9 @@ impl Slack {
 /// ([`Spans::forget`]).
 pub(crate) struct Spans {
     /// Per phase its objective ([`Problem::phase_objective`]) where known, NaN where not.
-    spans: Vec<std::cell::Cell<f64>>,
+    spans: Vec<Cell<f64>>,
     /// Per phase whether `floors` holds it at the current assignment.
-    known: Vec<std::cell::Cell<bool>>,
+    known: Vec<Cell<bool>>,
     floors: std::cell::RefCell<Floors>,
 }
 
@@ -1812,8 +1813,8 @@ impl Spans {
         }
         let worst_factor = p.worst_factor();
         Spans {
-            spans: (0..np).map(|_| std::cell::Cell::new(f64::NAN)).collect(),
-            known: (0..np).map(|_| std::cell::Cell::new(false)).collect(),
+            spans: (0..np).map(|_| Cell::new(f64::NAN)).collect(),
+            known: (0..np).map(|_| Cell::new(false)).collect(),
             floors: std::cell::RefCell::new(Floors {
                 duration: vec![0.0; p.ops()],
                 on: vec![0; p.ops()],
@@ -1977,7 +1978,7 @@ struct PhaseScratch {
 }
 
 thread_local! {
-    static SCRATCH: std::cell::Cell<PhaseScratch> = std::cell::Cell::new(PhaseScratch::default());
+    static SCRATCH: Cell<PhaseScratch> = Cell::new(PhaseScratch::default());
 }
 
 /// [`Problem::exact_phase`] under a parallel schedule as a depth-first search over the phase's
@@ -2246,10 +2247,10 @@ mod tests {
     }
 
     /// A random multi-phase problem: single-branch phases of 1 to `chain` ops between parallel
-    /// ones of 2-5 branches of 1 to `branch` ops, every branch head reading every tail before it, some
-    /// chain ops reading the op two before too and some reading or writing the graph's inputs or
-    /// outputs, with transfers, pair savings, contention, PUs that cannot run some ops and, in a third of the
-    /// cases, two PUs sharing hardware.
+    /// ones of 2-5 branches of 1 to `branch` ops, every branch head reading every tail before
+    /// it, some chain ops reading the op two before too and some reading or writing the graph's
+    /// inputs or outputs, with transfers, pair savings, contention, PUs that cannot run some ops
+    /// and, in a third of the cases, two PUs sharing hardware.
     fn multi_phase(r: &mut dyn FnMut() -> f64, case: usize, chain: f64, branch: f64) -> Problem {
         let k = 2 + (r() * 3.0) as usize;
         let mut phases: Vec<Vec<Vec<usize>>> = vec![];
