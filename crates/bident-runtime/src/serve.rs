@@ -106,6 +106,9 @@ type Replanned = (Plan, CostTable, f64, Option<Session>);
 struct Replan {
     rx: mpsc::Receiver<Result<Replanned, RuntimeError>>,
     switch: usize,
+    /// The drifting PU and its slowdown, as the re-plan priced it.
+    pu: usize,
+    factor: f64,
 }
 
 /// Inferences through a plan that is searched again when a PU drifts.
@@ -249,7 +252,7 @@ impl Server {
             Err(mpsc::TryRecvError::Empty) => return Ok(()),
             Err(mpsc::TryRecvError::Disconnected) => Err(RuntimeError::Program("the re-plan thread stopped".into())),
         };
-        let switch = p.switch;
+        let (switch, pu, factor) = (p.switch, p.pu, p.factor);
         self.pending = None;
         let (plan, costs, old_us, session) = got?;
         let s = &mut self.switches[switch];
@@ -276,10 +279,27 @@ impl Server {
         }
         // kept or not, the plan is now priced on the re-priced table: the drift is the PU's
         // new normal
+        let kept = s.outcome == Outcome::Kept;
         self.costs = costs;
         self.plan = plan;
-        self.recalibrate();
+        if kept {
+            self.rebase(pu, factor);
+        } else {
+            self.recalibrate();
+        }
         Ok(())
+    }
+
+    /// The plan, and so the session, was kept: the drifting PU's calibrated ratio takes on the
+    /// slowdown the re-plan priced (its new normal), the other PUs keep theirs, and every PU's
+    /// strikes start again. Calibrating afresh here would take whatever the next windows
+    /// measure as normal, even a slowdown that began while the re-plan ran, and never see it.
+    fn rebase(&mut self, pu: usize, factor: f64) {
+        if let Some(c) = self.calibrated[pu].as_mut() {
+            *c *= factor;
+        }
+        self.strikes.iter_mut().for_each(|s| *s = 0);
+        self.ratios.iter_mut().for_each(Vec::clear);
     }
 
     fn recalibrate(&mut self) {
@@ -383,7 +403,7 @@ impl Server {
             })();
             let _ = tx.send(r);
         });
-        self.pending = Some(Replan { rx, switch });
+        self.pending = Some(Replan { rx, switch, pu, factor });
     }
 
     /// Wait for a re-plan in flight to land (tests, and a caller about to stop serving).
