@@ -335,7 +335,12 @@ impl Server {
             // the median inference: one stalled by the machine is no drift
             let ratio = bident_profile::quantile(&mut w, 0.5);
             let Some(base) = self.calibrated[pu] else {
-                self.calibrated[pu] = Some(ratio);
+                // a window timed at 0 µs (or not at all) calibrates nothing: every later one
+                // would drift infinitely, and the re-plan would price the PU infinitely slow
+                // (and a kept one rebase its calibration to NaN)
+                if ratio.is_finite() && ratio > 0.0 {
+                    self.calibrated[pu] = Some(ratio);
+                }
                 continue;
             };
             let drift = ratio / base;
