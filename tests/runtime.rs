@@ -150,23 +150,27 @@ fn a_pu_failing_at_run_time_stops_the_inference_cleanly() {
     drop(s);
 }
 
-/// A PU that hangs: the watchdog abandons the inference after the timeout, names the op still
-/// running, and the session refuses further runs instead of waiting forever.
+/// A PU that hangs, whether the caller runs its queue (the PU of the first task) or a worker
+/// does: the inference is abandoned after the timeout, naming the op still running, and the
+/// session refuses further runs instead of waiting forever.
 #[test]
 fn a_hung_pu_times_out_and_breaks_the_session() {
     let (g, phased) = model("mlp");
-    let (soc, plan) = plan_on_cores(&g, &phased, |i| i);
-    let faulty: FaultSpec = format!("{}:hang", soc.pus[1].name).parse().expect("spec");
-    let be = Arc::new(FaultyBackend::new(backend(), faulty));
-    let built = Program::from_plan(&g, &plan, &soc, Grouping::PerOp).expect("program");
-    let s = Session::load(built, &soc, be, Duration::from_millis(500)).expect("load");
-    let inputs = bident_runtime::model_inputs(&g, 0);
-    let t0 = std::time::Instant::now();
-    let err = s.run(std::slice::from_ref(&inputs)).expect_err("the hung PU times out");
-    assert!(t0.elapsed() < Duration::from_secs(5), "gave up after {:?}", t0.elapsed());
-    let RuntimeError::Timeout(why) = &err else { panic!("{err}") };
-    assert!(why.contains(&soc.pus[1].name), "{why}");
-    assert!(matches!(s.run(&[inputs]), Err(RuntimeError::Broken(_))));
+    let (soc, plan) = plan_on_cores(&g, &phased, |i| i % 2);
+    for pu in 0..2 {
+        let faulty: FaultSpec = format!("{}:hang", soc.pus[pu].name).parse().expect("spec");
+        let be = Arc::new(FaultyBackend::new(backend(), faulty));
+        let built = Program::from_plan(&g, &plan, &soc, Grouping::PerOp).expect("program");
+        let s = Session::load(built, &soc, be, Duration::from_millis(500)).expect("load");
+        assert!(s.on_caller(), "the caller runs a queue where every PU is pinned to cores of its own");
+        let inputs = bident_runtime::model_inputs(&g, 0);
+        let t0 = std::time::Instant::now();
+        let err = s.run(std::slice::from_ref(&inputs)).expect_err("the hung PU times out");
+        assert!(t0.elapsed() < Duration::from_secs(5), "gave up after {:?}", t0.elapsed());
+        let RuntimeError::Timeout(why) = &err else { panic!("{err}") };
+        assert!(why.contains(&soc.pus[pu].name), "{why}");
+        assert!(matches!(s.run(&[inputs]), Err(RuntimeError::Broken(_))));
+    }
 }
 
 /// The whole model on an unpinned PU runs on the calling thread, with the same outputs; a run
@@ -195,9 +199,9 @@ fn a_hung_run_on_the_calling_thread_is_cancelled() {
     let RuntimeError::Timeout(why) = &err else { panic!("{err}") };
     assert!(why.contains(&soc.pus[pu].name), "{why}");
     assert!(matches!(s.run(&[inputs]), Err(RuntimeError::Broken(_))));
-    // a pinned PU keeps its worker
+    // so does a pinned PU's, the caller moving onto its core
     let (soc, plan) = plan_on_cores(&g, &model("mlp").1, |_| 0);
-    assert!(!session(&g, &plan, &soc, backend(), Grouping::Merged).expect("load").on_caller());
+    assert!(session(&g, &plan, &soc, backend(), Grouping::Merged).expect("load").on_caller());
 }
 
 /// Bounded soak: 10,000 inferences of the mlp across both cores; the outputs never change and

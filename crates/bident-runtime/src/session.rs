@@ -108,11 +108,13 @@ impl Drop for Worker {
     }
 }
 
-/// A program on one unpinned PU, run on the calling thread: its executables (compiled on a
-/// worker, then handed over) and a watchdog thread that cancels a run making no progress for
-/// the timeout.
+/// The queue of one PU of a program, run on the calling thread ([`inline_pu`]): its executables
+/// (compiled on a worker, then handed over) and a watchdog thread that cancels a run making no
+/// progress for the timeout.
 struct Inline {
     pu: usize,
+    /// The PU's cores (empty where it is not pinned): the caller moves onto them to run its queue.
+    cores: Vec<usize>,
     exes: Mutex<HashMap<usize, Compiled>>,
     watch: Arc<Watch>,
     watchdog: Option<std::thread::JoinHandle<()>>,
@@ -134,6 +136,7 @@ impl Inline {
     /// `cancel`: a canceller of each of `exes`.
     fn new(
         pu: usize,
+        cores: Vec<usize>,
         (exes, cancel): (HashMap<usize, Compiled>, Vec<Canceller>),
         timeout: Duration,
     ) -> Result<Self, RuntimeError> {
@@ -149,13 +152,13 @@ impl Inline {
             .name("bident-watchdog".into())
             .spawn(move || w.watch(timeout))
             .map_err(|e| RuntimeError::Worker { pu: "?".into(), why: format!("cannot start a watchdog: {e}") })?;
-        Ok(Inline { pu, exes: Mutex::new(exes), watch, watchdog: Some(watchdog) })
+        Ok(Inline { pu, cores, exes: Mutex::new(exes), watch, watchdog: Some(watchdog) })
     }
 }
 
 impl Watch {
     /// Look every quarter of the timeout (at most every 250 ms): an inference whose tasks made no
-    /// progress for the timeout has its runs cancelled, once.
+    /// progress for the timeout has its runs cancelled and its workers stopped, once.
     fn watch(&self, timeout: Duration) {
         let tick = (timeout / 4).clamp(Duration::from_millis(1), Duration::from_millis(250));
         // (the inference, its tasks finished, since when)
@@ -176,8 +179,13 @@ impl Watch {
             match &seen {
                 Some((f, d, since)) if Arc::ptr_eq(f, flight) && *d == done => {
                     if since.elapsed() >= timeout && lock(&self.fired).is_none() {
-                        let running = lock(&flight.slots).running.iter().flatten().copied().collect();
-                        *lock(&self.fired) = Some(running);
+                        let mut st = lock(&flight.slots);
+                        *lock(&self.fired) = Some(st.running.iter().flatten().copied().collect());
+                        // the caller may be waiting for a worker's output rather than running
+                        st.stop = true;
+                        flight.stopping.store(true, Ordering::Release);
+                        drop(st);
+                        flight.cv.notify_all();
                         self.cancel.iter().for_each(|c| c());
                     }
                 }
@@ -460,8 +468,10 @@ impl Session {
             left -= 1;
         }
         let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
-        let inline =
-            inline_pu(&program, soc).map(|pu| Self::hand_over(&mut workers, pu, timeout)).transpose()?.flatten();
+        let inline = inline_pu(&program, soc, !spin.is_zero())
+            .map(|pu| Self::hand_over(&mut workers, pu, &soc.pus[pu].cores, timeout))
+            .transpose()?
+            .flatten();
         let mut busy: Vec<usize> =
             (0..soc.pus.len()).filter(|&i| used[i]).flat_map(|i| soc.pus[i].cores.clone()).collect();
         busy.sort_unstable();
@@ -492,7 +502,12 @@ impl Session {
 
     /// The executables of PU `pu`'s worker, handed to an [`Inline`] program and the worker
     /// stopped, where every one of them can be cancelled; None (the worker kept) where not.
-    fn hand_over(workers: &mut [Option<Worker>], pu: usize, timeout: Duration) -> Result<Option<Inline>, RuntimeError> {
+    fn hand_over(
+        workers: &mut [Option<Worker>],
+        pu: usize,
+        cores: &[usize],
+        timeout: Duration,
+    ) -> Result<Option<Inline>, RuntimeError> {
         let Some(w) = &workers[pu] else { return Ok(None) };
         let (tx, rx) = mpsc::channel();
         w.post(Box::new(move |exes| {
@@ -502,10 +517,10 @@ impl Session {
         let lost = || RuntimeError::Worker { pu: w.pu.clone(), why: "its thread has stopped".into() };
         let Some(handed) = rx.recv_timeout(timeout).map_err(|_| lost())? else { return Ok(None) };
         workers[pu] = None;
-        Inline::new(pu, handed, timeout).map(Some)
+        Inline::new(pu, cores.to_vec(), handed, timeout).map(Some)
     }
 
-    /// Whether inferences run on the calling thread ([`Inline`]).
+    /// Whether the calling thread runs a PU's queue of every inference ([`Inline`]).
     pub fn on_caller(&self) -> bool {
         self.inline.is_some()
     }
@@ -534,8 +549,14 @@ impl Session {
         // context switch there (LLaMA INT8 whole on `core0.ort`: 115.5 µs a run with the caller
         // on core 0, 103.0 with it on core 1; unpinned, the scheduler kept it on core 0 in 95-100%
         // of runs, whichever core the worker had)
-        if self.free_core {
-            bident_backend::step_off(&self.busy);
+        match &self.inline {
+            Some(inline) if !inline.cores.is_empty() => {
+                bident_backend::move_to(&inline.cores);
+            }
+            _ if self.free_core => {
+                bident_backend::step_off(&self.busy);
+            }
+            _ => {}
         }
         let mut values = vec![None; p.slots];
         for (s, given) in p.streams.iter().zip(inputs) {
@@ -564,21 +585,12 @@ impl Session {
             finished: (0..self.pus.len()).map(|_| AtomicBool::new(false)).collect(),
             caller_cpu: AtomicUsize::new(usize::MAX),
         });
-        if let Some(inline) = &self.inline {
-            *lock(&inline.watch.flight) = Some(flight.clone());
-            let answer = run_queue(&mut lock(&inline.exes), p, inline.pu, &flight, &self.hardware, Duration::ZERO);
-            *lock(&inline.watch.flight) = None;
-            if let Some(hung) = lock(&inline.watch.fired).take() {
-                return Err(self.hang(&hung));
-            }
-            lock(&flight.answers).push(answer);
-        }
         let (tx, rx) = mpsc::channel();
         for &(pu, w) in &workers {
             let (program, flight, tx, hw, spin, pu_of_core) =
                 (p.clone(), flight.clone(), tx.clone(), self.hardware.clone(), self.spin, self.pu_of_core.clone());
             w.post(Box::new(move |exes| {
-                let answer = run_queue(exes, &program, pu, &flight, &hw, spin);
+                let answer = run_queue(exes, &program, pu, &[], &flight, &hw, spin);
                 lock(&flight.answers).push(answer);
                 flight.finished[pu].store(true, Ordering::SeqCst);
                 if flight.left.fetch_sub(1, Ordering::AcqRel) == 1 {
@@ -591,6 +603,18 @@ impl Session {
             }))?;
         }
         drop(tx);
+        // the caller's own queue, once every worker has its job
+        if let Some(inline) = &self.inline {
+            *lock(&inline.watch.flight) = Some(flight.clone());
+            let answer =
+                run_queue(&mut lock(&inline.exes), p, inline.pu, &inline.cores, &flight, &self.hardware, self.spin);
+            *lock(&inline.watch.flight) = None;
+            if let Some(hung) = lock(&inline.watch.fired).take() {
+                return Err(self.hang(&hung));
+            }
+            lock(&flight.answers).push(answer);
+            flight.finished[inline.pu].store(true, Ordering::SeqCst);
+        }
         // watchdog: some task must finish within the timeout
         let mut seen_done = 0;
         let spin_until = Instant::now() + self.spin;
@@ -708,22 +732,30 @@ impl Session {
     }
 }
 
-/// The PU a program runs on the calling thread ([`Inline`]): its only PU, where that PU is not
-/// pinned (a pinned PU's worker keeps to its cores; the caller may run anywhere).
-fn inline_pu(program: &Program, soc: &SocSpec) -> Option<usize> {
+/// The PU whose queue the calling thread runs ([`Inline`]): a program's only PU where that PU
+/// is not pinned; where every PU the program uses is pinned to cores of its own (`apart`), the
+/// PU of the task that starts first, the caller moving onto its cores. A worker's queue costs
+/// the caller a hand-off at each end of an inference, and where every core is some PU's, the
+/// caller slept and was woken (`cores-mixed`, one 64-byte tensor from OpenVINO to ONNX Runtime:
+/// 1.2 µs from the call to op 1's start, 2.6 µs from op 2's end to the caller's).
+fn inline_pu(program: &Program, soc: &SocSpec, apart: bool) -> Option<usize> {
     let mut used = program.queues.iter().enumerate().filter(|(_, q)| !q.is_empty()).map(|(pu, _)| pu);
     match (used.next(), used.next()) {
-        (Some(pu), None) if soc.pus[pu].cores.is_empty() => Some(pu),
-        _ => None,
+        (Some(pu), None) if soc.pus[pu].cores.is_empty() => return Some(pu),
+        _ if !apart => return None,
+        _ => {}
     }
+    program.tasks.iter().min_by(|a, b| a.predicted.0.total_cmp(&b.predicted.0)).map(|t| t.pu)
 }
 
-/// Runs on PU `pu`'s worker: its queue in order, each task once its inputs are there and the
-/// PU's hardware is free.
+/// Runs on PU `pu`'s worker, or on the caller: its queue in order, each task once its inputs are
+/// there and the PU's hardware is free. `home`: the cores of the PU whose queue the unpinned
+/// caller runs, which it moves back onto should the scheduler have moved it (empty on a worker).
 fn run_queue(
     exes: &mut HashMap<usize, Compiled>,
     p: &Program,
     pu: usize,
+    home: &[usize],
     flight: &Flight,
     hw: &Hardware,
     spin: Duration,
@@ -763,6 +795,7 @@ fn run_queue(
         };
         let c = exes.get_mut(&t).ok_or(Failure::Output(t, "not compiled".into()))?;
         let refs: Vec<&HostTensor> = c.feed.iter().map(|&i| inputs[i].as_ref()).collect();
+        bident_backend::move_to(home);
         let held = hw.take(pu);
         let start = Instant::now();
         let result = c.exe.run(&refs);
