@@ -310,6 +310,10 @@ struct Slots {
     done: usize,
     /// Per PU: the task running now.
     running: Vec<Option<usize>>,
+    /// Workers asleep on the flight's condition variable, waiting for inputs: a task's outputs
+    /// wake them only where there are any (`notify_all` is a system call even with no one to
+    /// wake, on every task's critical path).
+    sleepers: usize,
     stop: bool,
 }
 
@@ -575,7 +579,7 @@ impl Session {
         let workers: Vec<(usize, &Worker)> =
             self.workers.iter().enumerate().filter_map(|(pu, w)| Some((pu, w.as_ref()?))).collect();
         let flight = Arc::new(Flight {
-            slots: Mutex::new(Slots { values, done: 0, running: vec![None; self.pus.len()], stop: false }),
+            slots: Mutex::new(Slots { values, done: 0, running: vec![None; self.pus.len()], sleepers: 0, stop: false }),
             cv: Condvar::new(),
             progress: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
@@ -631,6 +635,10 @@ impl Session {
         };
         // (an empty program has no worker to wait for)
         while !workers.is_empty() {
+            // the last worker's answer is in once `left` is 0 (its word follows)
+            if flight.left.load(Ordering::Acquire) == 0 {
+                break;
+            }
             let word = match rx.try_recv() {
                 Ok(w) => Ok(w),
                 Err(mpsc::TryRecvError::Empty) if may_poll(&flight) => {
@@ -789,7 +797,9 @@ fn run_queue(
                     }
                     st = lock(&flight.slots);
                 } else {
+                    st.sleepers += 1;
                     st = flight.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+                    st.sleepers -= 1;
                 }
             }
         };
@@ -826,7 +836,7 @@ fn run_queue(
             }
             outs.push(Arc::new(o));
         }
-        {
+        let sleepers = {
             let mut st = lock(&flight.slots);
             for (&slot, o) in task.outputs.iter().zip(outs) {
                 st.values[slot] = Some((o, finish));
@@ -834,8 +844,11 @@ fn run_queue(
             st.done += 1;
             st.running[pu] = None;
             flight.progress.fetch_add(1, Ordering::Release);
+            st.sleepers
+        };
+        if sleepers > 0 {
+            flight.cv.notify_all();
         }
-        flight.cv.notify_all();
         spans.push(Span { task: t, ready_us: us(ready), start_us: us(start), finish_us: us(finish) });
     }
     Ok(spans)
