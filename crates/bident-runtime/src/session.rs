@@ -314,6 +314,9 @@ struct Slots {
     /// wake them only where there are any (`notify_all` is a system call even with no one to
     /// wake, on every task's critical path).
     sleepers: usize,
+    /// What each finished queue gave back (beside the outputs: the last queue's end then moves
+    /// no other cache line between cores).
+    answers: Vec<Result<Vec<Span>, Failure>>,
     stop: bool,
 }
 
@@ -329,8 +332,6 @@ struct Flight {
     /// every other queue's end (measured on `cores-mixed`: the second op, ONNX Runtime, took
     /// 19.2 µs in the session against 9.6 µs called directly).
     left: AtomicUsize,
-    /// What each finished queue gave back.
-    answers: Mutex<Vec<Result<Vec<Span>, Failure>>>,
     /// Per PU: its queue has finished ([`Word::Poll`]).
     finished: Vec<AtomicBool>,
     /// The core the caller went to sleep on (`usize::MAX`: it is awake).
@@ -367,6 +368,19 @@ fn spin_for(soc: &SocSpec, used: &[bool], exclusive: &[Vec<bool>]) -> Duration {
     if pinned && apart { SPIN } else { Duration::ZERO }
 }
 const IDLE_SPIN: Duration = Duration::from_micros(500);
+
+/// One step of polling: up to 16 looks at `waiting` with a pause between them (~1 µs in all),
+/// then, if it still waits, the CPU yielded, so that a thread sharing the core runs. Yielding at
+/// every look (a system call) made each hand-off ~0.2 µs later to be seen here.
+fn pause(mut waiting: impl FnMut() -> bool) {
+    for _ in 0..16 {
+        if !waiting() {
+            return;
+        }
+        std::hint::spin_loop();
+    }
+    std::thread::yield_now();
+}
 
 /// A task's failure, reported by its worker.
 enum Failure {
@@ -579,13 +593,19 @@ impl Session {
         let workers: Vec<(usize, &Worker)> =
             self.workers.iter().enumerate().filter_map(|(pu, w)| Some((pu, w.as_ref()?))).collect();
         let flight = Arc::new(Flight {
-            slots: Mutex::new(Slots { values, done: 0, running: vec![None; self.pus.len()], sleepers: 0, stop: false }),
+            slots: Mutex::new(Slots {
+                values,
+                done: 0,
+                running: vec![None; self.pus.len()],
+                sleepers: 0,
+                answers: Vec::with_capacity(self.pus.len()),
+                stop: false,
+            }),
             cv: Condvar::new(),
             progress: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
             t0,
             left: AtomicUsize::new(workers.len()),
-            answers: Mutex::new(Vec::with_capacity(workers.len())),
             finished: (0..self.pus.len()).map(|_| AtomicBool::new(false)).collect(),
             caller_cpu: AtomicUsize::new(usize::MAX),
         });
@@ -595,11 +615,17 @@ impl Session {
                 (p.clone(), flight.clone(), tx.clone(), self.hardware.clone(), self.spin, self.pu_of_core.clone());
             w.post(Box::new(move |exes| {
                 let answer = run_queue(exes, &program, pu, &[], &flight, &hw, spin);
-                lock(&flight.answers).push(answer);
-                flight.finished[pu].store(true, Ordering::SeqCst);
-                if flight.left.fetch_sub(1, Ordering::AcqRel) == 1 {
+                let last = {
+                    let mut st = lock(&flight.slots);
+                    st.answers.push(answer);
+                    flight.left.fetch_sub(1, Ordering::AcqRel) == 1
+                };
+                if last {
                     let _ = tx.send(Word::Done);
-                } else if !spin.is_zero()
+                }
+                flight.finished[pu].store(true, Ordering::SeqCst);
+                if !last
+                    && !spin.is_zero()
                     && pu_of_core.get(flight.caller_cpu.load(Ordering::SeqCst)).copied().flatten() == Some(pu)
                 {
                     let _ = tx.send(Word::Poll);
@@ -616,7 +642,7 @@ impl Session {
             if let Some(hung) = lock(&inline.watch.fired).take() {
                 return Err(self.hang(&hung));
             }
-            lock(&flight.answers).push(answer);
+            lock(&flight.slots).answers.push(answer);
             flight.finished[inline.pu].store(true, Ordering::SeqCst);
         }
         // watchdog: some task must finish within the timeout
@@ -642,7 +668,7 @@ impl Session {
             let word = match rx.try_recv() {
                 Ok(w) => Ok(w),
                 Err(mpsc::TryRecvError::Empty) if may_poll(&flight) => {
-                    std::thread::yield_now();
+                    pause(|| flight.left.load(Ordering::Acquire) != 0);
                     continue;
                 }
                 Err(mpsc::TryRecvError::Empty) => {
@@ -677,7 +703,8 @@ impl Session {
         }
         let mut spans = vec![];
         let mut failure = None;
-        for answer in std::mem::take(&mut *lock(&flight.answers)) {
+        let mut st = lock(&flight.slots);
+        for answer in std::mem::take(&mut st.answers) {
             match answer {
                 Ok(s) => spans.extend(s),
                 Err(Failure::Stopped) => {}
@@ -698,7 +725,6 @@ impl Session {
         }
         let total_us = t0.elapsed().as_secs_f64() * 1e6;
         spans.sort_by_key(|s| s.task);
-        let st = lock(&flight.slots);
         let outputs = p
             .streams
             .iter()
@@ -789,11 +815,10 @@ fn run_queue(
                     // spin until another task is published, then look again
                     let seen = flight.progress.load(Ordering::Acquire);
                     drop(st);
-                    while flight.progress.load(Ordering::Acquire) == seen
-                        && !flight.stopping.load(Ordering::Acquire)
-                        && Instant::now() < spin_until
-                    {
-                        std::thread::yield_now();
+                    let waiting =
+                        || flight.progress.load(Ordering::Acquire) == seen && !flight.stopping.load(Ordering::Acquire);
+                    while waiting() && Instant::now() < spin_until {
+                        pause(waiting);
                     }
                     st = lock(&flight.slots);
                 } else {
