@@ -314,9 +314,13 @@ struct Slots {
     /// wake them only where there are any (`notify_all` is a system call even with no one to
     /// wake, on every task's critical path).
     sleepers: usize,
-    /// What each finished queue gave back (beside the outputs: the last queue's end then moves
+    /// What each worker's queue gave back (beside the outputs: the last queue's end then moves
     /// no other cache line between cores).
     answers: Vec<Result<Vec<Span>, Failure>>,
+    /// The core the caller sleeps on (on the flight's condition variable), while it does: the
+    /// worker of the last queue wakes it, and so does the worker pinned there as its queue ends,
+    /// so that it polls there for the end instead (off the critical path: another PU's op runs).
+    caller_asleep: Option<usize>,
     stop: bool,
 }
 
@@ -345,19 +349,8 @@ struct Flight {
     /// every other queue's end (measured on `cores-mixed`: the second op, ONNX Runtime, took
     /// 19.2 µs in the session against 9.6 µs called directly).
     left: Line<AtomicUsize>,
-    /// Per PU: its queue has finished ([`Word::Poll`]).
+    /// Per PU: its queue has finished (the caller may poll on its cores).
     finished: Vec<AtomicBool>,
-    /// The core the caller went to sleep on (`usize::MAX`: it is awake).
-    caller_cpu: AtomicUsize,
-}
-
-/// What a worker tells the caller.
-enum Word {
-    /// The last queue has finished: the inference is over.
-    Done,
-    /// The queue of the PU pinned to the core the caller sleeps on has finished: the caller may
-    /// poll there for [`Word::Done`] instead of being woken by it.
-    Poll,
 }
 
 /// How long a thread polls (yielding the CPU between polls) before it sleeps: a worker for its
@@ -401,6 +394,8 @@ enum Failure {
     Output(usize, String),
     /// Stopped because another worker failed or the watchdog fired.
     Stopped,
+    /// The worker of this PU panicked (a bug): the inference stops.
+    Panicked(usize),
 }
 
 /// A program compiled on its PUs, ready to run inferences. `Send + Sync`: inferences from
@@ -612,6 +607,7 @@ impl Session {
                 running: vec![None; self.pus.len()],
                 sleepers: 0,
                 answers: Vec::with_capacity(self.pus.len()),
+                caller_asleep: None,
                 stop: false,
             })),
             cv: Condvar::new(),
@@ -620,32 +616,33 @@ impl Session {
             t0,
             left: Line(AtomicUsize::new(workers.len())),
             finished: (0..self.pus.len()).map(|_| AtomicBool::new(false)).collect(),
-            caller_cpu: AtomicUsize::new(usize::MAX),
         });
-        let (tx, rx) = mpsc::channel();
         for &(pu, w) in &workers {
-            let (program, flight, tx, hw, spin, pu_of_core) =
-                (p.clone(), flight.clone(), tx.clone(), self.hardware.clone(), self.spin, self.pu_of_core.clone());
+            let (program, flight, hw, spin, pu_of_core) =
+                (p.clone(), flight.clone(), self.hardware.clone(), self.spin, self.pu_of_core.clone());
             w.post(Box::new(move |exes| {
-                let answer = run_queue(exes, &program, pu, &[], &flight, &hw, spin);
-                let last = {
-                    let mut st = lock(&flight.slots);
-                    st.answers.push(answer);
-                    flight.left.fetch_sub(1, Ordering::AcqRel) == 1
-                };
-                if last {
-                    let _ = tx.send(Word::Done);
-                }
+                let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    run_queue(exes, &program, pu, &[], &flight, &hw, spin)
+                }))
+                .unwrap_or(Err(Failure::Panicked(pu)));
                 flight.finished[pu].store(true, Ordering::SeqCst);
-                if !last
-                    && !spin.is_zero()
-                    && pu_of_core.get(flight.caller_cpu.load(Ordering::SeqCst)).copied().flatten() == Some(pu)
-                {
-                    let _ = tx.send(Word::Poll);
+                let mut st = lock(&flight.slots);
+                let panicked = matches!(answer, Err(Failure::Panicked(_)));
+                if panicked {
+                    // its outputs will never come: stop the others
+                    st.stop = true;
+                    flight.stopping.store(true, Ordering::Release);
+                }
+                st.answers.push(answer);
+                let last = flight.left.fetch_sub(1, Ordering::AcqRel) == 1;
+                let wake = panicked
+                    || st.caller_asleep.is_some_and(|c| last || pu_of_core.get(c).copied().flatten() == Some(pu));
+                drop(st);
+                if wake {
+                    flight.cv.notify_all();
                 }
             }))?;
         }
-        drop(tx);
         // the caller's own queue, once every worker has its job; its answer kept here (pushed
         // beside the outputs, it waited for the lock a worker held collecting its inputs)
         let mut mine = None;
@@ -660,13 +657,12 @@ impl Session {
             mine = Some(answer);
             flight.finished[inline.pu].store(true, Ordering::SeqCst);
         }
-        // watchdog: some task must finish within the timeout
         let mut seen_done = 0;
         let spin_until = Instant::now() + self.spin;
-        // the caller polls for the last worker's word (waking it costs several µs) while it is
-        // on a core no PU of the program still needs: a free core, or one whose PU's queue has
-        // finished; elsewhere it sleeps, and the worker of the core it sleeps on wakes it to poll
-        // there once that worker's queue ends
+        // the caller polls for the end (waking it costs several µs) while it is on a core no PU
+        // of the program still needs: a free core, or one whose PU's queue has finished;
+        // elsewhere it sleeps, and the worker of the core it sleeps on wakes it to poll there
+        // once that worker's queue ends
         let may_poll = |flight: &Flight| {
             Instant::now() < spin_until
                 && bident_backend::current_cpu().is_some_and(|c| match self.pu_of_core.get(c).copied().flatten() {
@@ -674,47 +670,36 @@ impl Session {
                     Some(pu) => flight.finished[pu].load(Ordering::SeqCst),
                 })
         };
-        // (an empty program has no worker to wait for)
-        while !workers.is_empty() {
-            // the last worker's answer is in once `left` is 0 (its word follows)
-            if flight.left.load(Ordering::Acquire) == 0 {
-                break;
+        // every worker's answer is in once `left` is 0
+        while flight.left.load(Ordering::Acquire) != 0 {
+            if may_poll(&flight) {
+                pause(|| flight.left.load(Ordering::Acquire) != 0);
+                continue;
             }
-            let word = match rx.try_recv() {
-                Ok(w) => Ok(w),
-                Err(mpsc::TryRecvError::Empty) if may_poll(&flight) => {
-                    pause(|| flight.left.load(Ordering::Acquire) != 0);
-                    continue;
-                }
-                Err(mpsc::TryRecvError::Empty) => {
-                    // where it sleeps, for the worker there (checked again after: no word lost)
-                    flight.caller_cpu.store(bident_backend::current_cpu().unwrap_or(usize::MAX), Ordering::SeqCst);
-                    let w = if may_poll(&flight) { Ok(Word::Poll) } else { rx.recv_timeout(self.timeout) };
-                    flight.caller_cpu.store(usize::MAX, Ordering::SeqCst);
-                    w
-                }
-                Err(mpsc::TryRecvError::Disconnected) => Err(mpsc::RecvTimeoutError::Disconnected),
-            };
-            match word {
-                Ok(Word::Done) => break,
-                Ok(Word::Poll) => continue,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    let mut st = lock(&flight.slots);
-                    if st.done > seen_done {
-                        seen_done = st.done;
-                        continue;
-                    }
-                    st.stop = true;
-                    flight.stopping.store(true, Ordering::Release);
-                    flight.cv.notify_all();
-                    let hung: Vec<usize> = st.running.iter().flatten().copied().collect();
-                    drop(st);
-                    return Err(self.hang(&hung));
-                }
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err(RuntimeError::Worker { pu: "?".into(), why: "a worker stopped mid-inference".into() });
-                }
+            let mut st = lock(&flight.slots);
+            st.caller_asleep = Some(bident_backend::current_cpu().unwrap_or(usize::MAX));
+            // checked under the lock a worker takes to end its queue: no wake-up is lost
+            let mut timed_out = false;
+            while flight.left.load(Ordering::Acquire) != 0 && !may_poll(&flight) && !timed_out {
+                let (g, w) = flight.cv.wait_timeout(st, self.timeout).unwrap_or_else(|e| e.into_inner());
+                st = g;
+                timed_out = w.timed_out();
             }
+            st.caller_asleep = None;
+            if !timed_out {
+                continue;
+            }
+            // watchdog: some task must finish within the timeout
+            if st.done > seen_done {
+                seen_done = st.done;
+                continue;
+            }
+            st.stop = true;
+            flight.stopping.store(true, Ordering::Release);
+            flight.cv.notify_all();
+            let hung: Vec<usize> = st.running.iter().flatten().copied().collect();
+            drop(st);
+            return Err(self.hang(&hung));
         }
         let mut spans = vec![];
         let mut failure = None;
@@ -736,6 +721,9 @@ impl Session {
                     RuntimeError::OpOutput { what: task.label(), name: task.name.clone(), why }
                 }
                 Failure::Stopped => RuntimeError::Program("stopped without a cause".into()),
+                Failure::Panicked(pu) => {
+                    RuntimeError::Worker { pu: self.pus[pu].name.clone(), why: "it panicked mid-inference".into() }
+                }
             });
         }
         let total_us = t0.elapsed().as_secs_f64() * 1e6;
