@@ -598,8 +598,7 @@ impl Session {
                 values[slot] = Some((t.clone(), t0));
             }
         }
-        let workers: Vec<(usize, &Worker)> =
-            self.workers.iter().enumerate().filter_map(|(pu, w)| Some((pu, w.as_ref()?))).collect();
+        let workers = || self.workers.iter().enumerate().filter_map(|(pu, w)| Some((pu, w.as_ref()?)));
         let flight = Arc::new(Flight {
             slots: Line(Mutex::new(Slots {
                 values,
@@ -614,10 +613,10 @@ impl Session {
             progress: Line(AtomicUsize::new(0)),
             stopping: AtomicBool::new(false),
             t0,
-            left: Line(AtomicUsize::new(workers.len())),
+            left: Line(AtomicUsize::new(workers().count())),
             finished: (0..self.pus.len()).map(|_| AtomicBool::new(false)).collect(),
         });
-        for &(pu, w) in &workers {
+        for (pu, w) in workers() {
             let (program, flight, hw, spin, pu_of_core) =
                 (p.clone(), flight.clone(), self.hardware.clone(), self.spin, self.pu_of_core.clone());
             w.post(Box::new(move |exes| {
