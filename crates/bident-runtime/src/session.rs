@@ -773,7 +773,11 @@ impl Session {
 /// PU of the task that starts first, the caller moving onto its cores. A worker's queue costs
 /// the caller a hand-off at each end of an inference, and where every core is some PU's, the
 /// caller slept and was woken (`cores-mixed`, one 64-byte tensor from OpenVINO to ONNX Runtime:
-/// 1.2 µs from the call to op 1's start, 2.6 µs from op 2's end to the caller's).
+/// 1.2 µs from the call to op 1's start, 2.6 µs from op 2's end to the caller's). The caller is
+/// moved there, not pinned: pinning it for each inference and giving its affinity back cost
+/// ~1 µs, and OpenVINO's call took ~0.9 µs longer on a pinned thread; kept pinned between
+/// inferences, the caller's later threads and compiles (an engine's defaults read the thread's
+/// affinity for the cores they may use) would inherit one core.
 fn inline_pu(program: &Program, soc: &SocSpec, apart: bool) -> Option<usize> {
     let mut used = program.queues.iter().enumerate().filter(|(_, q)| !q.is_empty()).map(|(pu, _)| pu);
     match (used.next(), used.next()) {
