@@ -113,8 +113,6 @@ impl Drop for Worker {
 /// progress for the timeout.
 struct Inline {
     pu: usize,
-    /// The PU's cores (empty where it is not pinned): the caller moves onto them to run its queue.
-    cores: Vec<usize>,
     exes: Mutex<HashMap<usize, Compiled>>,
     watch: Arc<Watch>,
     watchdog: Option<std::thread::JoinHandle<()>>,
@@ -136,7 +134,6 @@ impl Inline {
     /// `cancel`: a canceller of each of `exes`.
     fn new(
         pu: usize,
-        cores: Vec<usize>,
         (exes, cancel): (HashMap<usize, Compiled>, Vec<Canceller>),
         timeout: Duration,
     ) -> Result<Self, RuntimeError> {
@@ -152,7 +149,7 @@ impl Inline {
             .name("bident-watchdog".into())
             .spawn(move || w.watch(timeout))
             .map_err(|e| RuntimeError::Worker { pu: "?".into(), why: format!("cannot start a watchdog: {e}") })?;
-        Ok(Inline { pu, cores, exes: Mutex::new(exes), watch, watchdog: Some(watchdog) })
+        Ok(Inline { pu, exes: Mutex::new(exes), watch, watchdog: Some(watchdog) })
     }
 }
 
@@ -494,10 +491,8 @@ impl Session {
             left -= 1;
         }
         let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
-        let inline = inline_pu(&program, soc, !spin.is_zero())
-            .map(|pu| Self::hand_over(&mut workers, pu, &soc.pus[pu].cores, timeout))
-            .transpose()?
-            .flatten();
+        let inline =
+            inline_pu(&program, soc).map(|pu| Self::hand_over(&mut workers, pu, timeout)).transpose()?.flatten();
         let mut busy: Vec<usize> =
             (0..soc.pus.len()).filter(|&i| used[i]).flat_map(|i| soc.pus[i].cores.clone()).collect();
         busy.sort_unstable();
@@ -528,12 +523,7 @@ impl Session {
 
     /// The executables of PU `pu`'s worker, handed to an [`Inline`] program and the worker
     /// stopped, where every one of them can be cancelled; None (the worker kept) where not.
-    fn hand_over(
-        workers: &mut [Option<Worker>],
-        pu: usize,
-        cores: &[usize],
-        timeout: Duration,
-    ) -> Result<Option<Inline>, RuntimeError> {
+    fn hand_over(workers: &mut [Option<Worker>], pu: usize, timeout: Duration) -> Result<Option<Inline>, RuntimeError> {
         let Some(w) = &workers[pu] else { return Ok(None) };
         let (tx, rx) = mpsc::channel();
         w.post(Box::new(move |exes| {
@@ -543,7 +533,7 @@ impl Session {
         let lost = || RuntimeError::Worker { pu: w.pu.clone(), why: "its thread has stopped".into() };
         let Some(handed) = rx.recv_timeout(timeout).map_err(|_| lost())? else { return Ok(None) };
         workers[pu] = None;
-        Inline::new(pu, cores.to_vec(), handed, timeout).map(Some)
+        Inline::new(pu, handed, timeout).map(Some)
     }
 
     /// Whether the calling thread runs a PU's queue of every inference ([`Inline`]).
@@ -575,14 +565,8 @@ impl Session {
         // context switch there (LLaMA INT8 whole on `core0.ort`: 115.5 µs a run with the caller
         // on core 0, 103.0 with it on core 1; unpinned, the scheduler kept it on core 0 in 95-100%
         // of runs, whichever core the worker had)
-        match &self.inline {
-            Some(inline) if !inline.cores.is_empty() => {
-                bident_backend::move_to(&inline.cores);
-            }
-            _ if self.free_core => {
-                bident_backend::step_off(&self.busy);
-            }
-            _ => {}
+        if self.free_core {
+            bident_backend::step_off(&self.busy);
         }
         let mut values = vec![None; p.slots];
         for (s, given) in p.streams.iter().zip(inputs) {
@@ -621,7 +605,7 @@ impl Session {
                 (p.clone(), flight.clone(), self.hardware.clone(), self.spin, self.pu_of_core.clone());
             w.post(Box::new(move |exes| {
                 let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    run_queue(exes, &program, pu, &[], &flight, &hw, spin)
+                    run_queue(exes, &program, pu, &flight, &hw, spin)
                 }))
                 .unwrap_or(Err(Failure::Panicked(pu)));
                 flight.finished[pu].store(true, Ordering::SeqCst);
@@ -647,8 +631,7 @@ impl Session {
         let mut mine = None;
         if let Some(inline) = &self.inline {
             *lock(&inline.watch.flight) = Some(flight.clone());
-            let answer =
-                run_queue(&mut lock(&inline.exes), p, inline.pu, &inline.cores, &flight, &self.hardware, self.spin);
+            let answer = run_queue(&mut lock(&inline.exes), p, inline.pu, &flight, &self.hardware, self.spin);
             *lock(&inline.watch.flight) = None;
             if let Some(hung) = lock(&inline.watch.fired).take() {
                 return Err(self.hang(&hung));
@@ -768,34 +751,27 @@ impl Session {
     }
 }
 
-/// The PU whose queue the calling thread runs ([`Inline`]): a program's only PU where that PU
-/// is not pinned; where every PU the program uses is pinned to cores of its own (`apart`), the
-/// PU of the task that starts first, the caller moving onto its cores. A worker's queue costs
-/// the caller a hand-off at each end of an inference, and where every core is some PU's, the
-/// caller slept and was woken (`cores-mixed`, one 64-byte tensor from OpenVINO to ONNX Runtime:
-/// 1.2 µs from the call to op 1's start, 2.6 µs from op 2's end to the caller's). The caller is
-/// moved there, not pinned: pinning it for each inference and giving its affinity back cost
-/// ~1 µs, and OpenVINO's call took ~0.9 µs longer on a pinned thread; kept pinned between
-/// inferences, the caller's later threads and compiles (an engine's defaults read the thread's
-/// affinity for the cores they may use) would inherit one core.
-fn inline_pu(program: &Program, soc: &SocSpec, apart: bool) -> Option<usize> {
+/// The PU whose queue the calling thread runs ([`Inline`]): a program's only PU, where that PU
+/// is not pinned. Running the first queue of any program whose PUs are pinned apart on the
+/// caller, moved onto that PU's core, halved the single-tensor hand-off between engines (6 to
+/// 3-4 µs more than direct calls), but the `cores` eval's whole-model runs on one core then
+/// spread twice as wide (p90 / p10 of a plan's runs 1.3-2.7, against 1.1-1.5 on a pinned
+/// worker), in two runs; pinning the caller instead cost ~1 µs an inference, and OpenVINO's
+/// calls took ~0.9 µs longer on a pinned thread.
+fn inline_pu(program: &Program, soc: &SocSpec) -> Option<usize> {
     let mut used = program.queues.iter().enumerate().filter(|(_, q)| !q.is_empty()).map(|(pu, _)| pu);
     match (used.next(), used.next()) {
-        (Some(pu), None) if soc.pus[pu].cores.is_empty() => return Some(pu),
-        _ if !apart => return None,
-        _ => {}
+        (Some(pu), None) if soc.pus[pu].cores.is_empty() => Some(pu),
+        _ => None,
     }
-    program.tasks.iter().min_by(|a, b| a.predicted.0.total_cmp(&b.predicted.0)).map(|t| t.pu)
 }
 
 /// Runs on PU `pu`'s worker, or on the caller: its queue in order, each task once its inputs are
-/// there and the PU's hardware is free. `home`: the cores of the PU whose queue the unpinned
-/// caller runs, which it moves back onto should the scheduler have moved it (empty on a worker).
+/// there and the PU's hardware is free.
 fn run_queue(
     exes: &mut HashMap<usize, Compiled>,
     p: &Program,
     pu: usize,
-    home: &[usize],
     flight: &Flight,
     hw: &Hardware,
     spin: Duration,
@@ -836,7 +812,6 @@ fn run_queue(
         };
         let c = exes.get_mut(&t).ok_or(Failure::Output(t, "not compiled".into()))?;
         let refs: Vec<&HostTensor> = c.feed.iter().map(|&i| inputs[i].as_ref()).collect();
-        bident_backend::move_to(home);
         let held = hw.take(pu);
         let start = Instant::now();
         let result = c.exe.run(&refs);
