@@ -247,41 +247,27 @@ pub fn current_cpu() -> Option<usize> {
 }
 
 /// Move the calling thread off the `busy` cores where it is on one of them now and may run on
-/// another ([`move_to`] its other allowed cores). True if it moved (never where not Linux).
+/// another: its affinity is narrowed to its other allowed cores, which moves it at once, then
+/// given back, which leaves it where it now is. True if it moved (never where not Linux).
 pub fn step_off(busy: &[usize]) -> bool {
-    if !current_cpu().is_some_and(|c| busy.contains(&c)) {
-        return false;
-    }
-    let free: Vec<usize> = allowed_cpus().into_iter().filter(|c| !busy.contains(c)).collect();
-    move_to(&free)
-}
-
-/// Move the calling thread onto one of `cores` where it is on none of them now: its affinity is
-/// narrowed to them, which moves it at once, then given back, which leaves it where it now is
-/// (the scheduler keeps a running thread on its core). Costs ~1 µs on this VM where it moves,
-/// one `sched_getcpu` where it does not. True if it moved (never where not Linux, nor to a core
-/// it may not run on).
-pub fn move_to(cores: &[usize]) -> bool {
     #[cfg(target_os = "linux")]
     {
-        if cores.is_empty() || current_cpu().is_some_and(|c| cores.contains(&c)) {
+        if !current_cpu().is_some_and(|c| busy.contains(&c)) {
             return false;
         }
         let size = std::mem::size_of::<libc::cpu_set_t>();
-        // SAFETY: cpu_set_t is plain data filled in by the kernel; CPU_SET bounds are checked
+        // SAFETY: cpu_set_t is plain data filled in by the kernel; CPU_CLR bounds are checked
         // against CPU_SETSIZE.
         unsafe {
             let mut mine: libc::cpu_set_t = std::mem::zeroed();
             if libc::sched_getaffinity(0, size, &mut mine) != 0 {
                 return false;
             }
-            let mut there: libc::cpu_set_t = std::mem::zeroed();
-            for &c in cores.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
-                if libc::CPU_ISSET(c, &mine) {
-                    libc::CPU_SET(c, &mut there);
-                }
+            let mut free = mine;
+            for &c in busy.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+                libc::CPU_CLR(c, &mut free);
             }
-            if libc::CPU_COUNT(&there) == 0 || libc::sched_setaffinity(0, size, &there) != 0 {
+            if libc::CPU_COUNT(&free) == 0 || libc::sched_setaffinity(0, size, &free) != 0 {
                 return false;
             }
             // the mask it had is one it was allowed: giving it back cannot fail but by a race
@@ -292,7 +278,7 @@ pub fn move_to(cores: &[usize]) -> bool {
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = cores;
+        let _ = busy;
         false
     }
 }

@@ -108,7 +108,7 @@ impl Drop for Worker {
     }
 }
 
-/// The queue of one PU of a program, run on the calling thread ([`inline_pu`]): its executables
+/// A program on one unpinned PU, run on the calling thread ([`inline_pu`]): its executables
 /// (compiled on a worker, then handed over) and a watchdog thread that cancels a run making no
 /// progress for the timeout.
 struct Inline {
@@ -155,7 +155,7 @@ impl Inline {
 
 impl Watch {
     /// Look every quarter of the timeout (at most every 250 ms): an inference whose tasks made no
-    /// progress for the timeout has its runs cancelled and its workers stopped, once.
+    /// progress for the timeout has its runs cancelled, once.
     fn watch(&self, timeout: Duration) {
         let tick = (timeout / 4).clamp(Duration::from_millis(1), Duration::from_millis(250));
         // (the inference, its tasks finished, since when)
@@ -176,13 +176,8 @@ impl Watch {
             match &seen {
                 Some((f, d, since)) if Arc::ptr_eq(f, flight) && *d == done => {
                     if since.elapsed() >= timeout && lock(&self.fired).is_none() {
-                        let mut st = lock(&flight.slots);
-                        *lock(&self.fired) = Some(st.running.iter().flatten().copied().collect());
-                        // the caller may be waiting for a worker's output rather than running
-                        st.stop = true;
-                        flight.stopping.store(true, Ordering::Release);
-                        drop(st);
-                        flight.cv.notify_all();
+                        let running = lock(&flight.slots).running.iter().flatten().copied().collect();
+                        *lock(&self.fired) = Some(running);
                         self.cancel.iter().for_each(|c| c());
                     }
                 }
@@ -321,31 +316,18 @@ struct Slots {
     stop: bool,
 }
 
-/// A value on cache lines of its own (two: Intel fetches lines in pairs). A thread polling an
-/// atomic beside a lock took that line from whoever held the lock, at every look: publishing one
-/// task's outputs took 0.3 µs.
-#[repr(align(128))]
-struct Line<T>(T);
-
-impl<T> std::ops::Deref for Line<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
 struct Flight {
-    slots: Line<Mutex<Slots>>,
+    slots: Mutex<Slots>,
     cv: Condvar,
     /// Tasks published so far and whether to stop, readable without the lock (for spinning).
-    progress: Line<AtomicUsize>,
+    progress: AtomicUsize,
     stopping: AtomicBool,
     t0: Instant,
     /// Queues still running; the worker that finishes the last one wakes the caller, so that
     /// the caller, asleep where no core is free for it, is not woken beside a running op by
     /// every other queue's end (measured on `cores-mixed`: the second op, ONNX Runtime, took
     /// 19.2 µs in the session against 9.6 µs called directly).
-    left: Line<AtomicUsize>,
+    left: AtomicUsize,
     /// Per PU: its queue has finished (the caller may poll on its cores).
     finished: Vec<AtomicBool>,
 }
@@ -536,7 +518,7 @@ impl Session {
         Inline::new(pu, handed, timeout).map(Some)
     }
 
-    /// Whether the calling thread runs a PU's queue of every inference ([`Inline`]).
+    /// Whether inferences run on the calling thread ([`Inline`]).
     pub fn on_caller(&self) -> bool {
         self.inline.is_some()
     }
@@ -584,7 +566,7 @@ impl Session {
         }
         let workers = || self.workers.iter().enumerate().filter_map(|(pu, w)| Some((pu, w.as_ref()?)));
         let flight = Arc::new(Flight {
-            slots: Line(Mutex::new(Slots {
+            slots: Mutex::new(Slots {
                 values,
                 done: 0,
                 running: vec![None; self.pus.len()],
@@ -592,12 +574,12 @@ impl Session {
                 answers: Vec::with_capacity(self.pus.len()),
                 caller_asleep: None,
                 stop: false,
-            })),
+            }),
             cv: Condvar::new(),
-            progress: Line(AtomicUsize::new(0)),
+            progress: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
             t0,
-            left: Line(AtomicUsize::new(workers().count())),
+            left: AtomicUsize::new(workers().count()),
             finished: (0..self.pus.len()).map(|_| AtomicBool::new(false)).collect(),
         });
         for (pu, w) in workers() {
@@ -626,8 +608,7 @@ impl Session {
                 }
             }))?;
         }
-        // the caller's own queue, once every worker has its job; its answer kept here (pushed
-        // beside the outputs, it waited for the lock a worker held collecting its inputs)
+        // a program on the calling thread (it has no workers)
         let mut mine = None;
         if let Some(inline) = &self.inline {
             *lock(&inline.watch.flight) = Some(flight.clone());
@@ -637,7 +618,6 @@ impl Session {
                 return Err(self.hang(&hung));
             }
             mine = Some(answer);
-            flight.finished[inline.pu].store(true, Ordering::SeqCst);
         }
         let mut seen_done = 0;
         let spin_until = Instant::now() + self.spin;
