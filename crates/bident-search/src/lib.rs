@@ -36,6 +36,7 @@ use serde::{Deserialize, Serialize};
 pub use chain::Chain;
 pub use diff::{Move, PlanDiff, diff};
 pub use pass::{MappingSearch, Placement, plan_from_placement, search_by};
+use problem::PhaseMemo;
 pub use problem::{OrderLinks, Problem, Schedule, Timeline};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -535,10 +536,12 @@ pub fn heuristic_mapping(p: &Problem, cfg: &SearchConfig) -> Option<Mapping> {
         Mode::Sequential => sequential,
         Mode::Parallel => {
             let value = |m: &Mapping| p.evaluate(&m.assign, m.schedule).map_or(f64::INFINITY, |t| t.objective(obj));
-            let mut candidates = vec![parallel_mapping(p, obj)?];
+            // both climbs price phases from one memo: the second covers much of the first's ground
+            let memo = PhaseMemo::new(p);
+            let mut candidates = vec![parallel_mapping_with(p, obj, &memo)?];
             // the sequential plan's mapping, allowed to overlap and improved from there
             let mut overlapped = sequential.assign.clone();
-            p.improve_parallel_from_dp(&mut overlapped, obj);
+            p.improve_parallel_with(&mut overlapped, obj, &memo);
             candidates.push(Mapping {
                 assign: overlapped,
                 schedule: Schedule::Parallel,
@@ -601,12 +604,17 @@ pub fn sequential_mapping(p: &Problem, obj: Objective) -> Option<Mapping> {
 /// The paper's parallel search: the DP on every branch on its own, priced by the parallel
 /// evaluator; then hill climbing under it.
 pub fn parallel_mapping(p: &Problem, obj: Objective) -> Option<Mapping> {
+    parallel_mapping_with(p, obj, &PhaseMemo::new(p))
+}
+
+/// [`parallel_mapping`] with phases' prices kept in `memo`.
+fn parallel_mapping_with(p: &Problem, obj: Objective, memo: &PhaseMemo) -> Option<Mapping> {
     let mut assign = branch_dp(p, obj)?;
     // the estimate: the per-branch optimum run as the evaluator runs it (branches sharing a
     // PU one after the other, contention), not the slowest branch alone, which a phase of many
     // branches on few PUs exceeds by its width
     let estimate = p.evaluate(&assign, Schedule::Parallel)?.objective(obj);
-    p.improve_parallel_from_dp(&mut assign, obj);
+    p.improve_parallel_with(&mut assign, obj, memo);
     Some(Mapping { assign, schedule: Schedule::Parallel, estimate })
 }
 

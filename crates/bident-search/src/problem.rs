@@ -22,7 +22,7 @@
 
 use std::cell::Cell;
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 
 use bident_partition::PhasedGraph;
 use bident_profile::CostTable;
@@ -847,12 +847,18 @@ impl Problem {
     /// The longest a set of PUs with these loads must take: a PU's load, with the largest load
     /// of a PU sharing its hardware (the two never run at once).
     fn busiest(&self, loads: &[f64]) -> f64 {
-        let k = self.pus();
-        (0..k)
-            .map(|j| {
-                loads[j] + (0..k).filter(|&o| o != j && self.exclusive[j][o]).map(|o| loads[o]).fold(0.0, f64::max)
-            })
-            .fold(0.0, f64::max)
+        // plain loops: the parallel climb's bounds call this a million times
+        let mut busiest = 0.0f64;
+        for (j, (&load, shares)) in loads.iter().zip(&self.exclusive).enumerate() {
+            let mut beside = 0.0f64;
+            for (o, (&other, &shared)) in loads.iter().zip(shares).enumerate() {
+                if shared && o != j {
+                    beside = beside.max(other);
+                }
+            }
+            busiest = busiest.max(load + beside);
+        }
+        busiest
     }
 
     /// An op's neighbours: its producers, its consumers and its neighbours in the order.
@@ -1010,15 +1016,24 @@ impl Problem {
         (schedule, obj): (Schedule, Objective),
         cache: Option<&Spans>,
     ) -> bool {
-        let current: Vec<usize> = ops.iter().map(|&c| assign[c]).collect();
+        // where the ops are now (on the stack for the moves of a few ops, as most are)
+        let mut few = [0usize; 16];
+        let many: Vec<usize>;
+        let current: &[usize] = if ops.len() <= few.len() {
+            ops.iter().zip(&mut few).for_each(|(&c, j)| *j = assign[c]);
+            &few[..ops.len()]
+        } else {
+            many = ops.iter().map(|&c| assign[c]).collect();
+            &many
+        };
         let before = match cache {
             Some(s) => s.prepare(self, assign, ops, obj),
             None => self.local_objective(assign, ops, schedule, obj),
         };
         let tolerance = 1e-9 * before.abs().max(1.0);
-        let mut best: Option<(f64, &Vec<usize>)> = None;
+        let mut best: Option<(f64, &[usize])> = None;
         for choice in choices {
-            if *choice == current || ops.iter().zip(choice).any(|(&c, &j)| self.w[c][j].is_none()) {
+            if choice[..] == *current || ops.iter().zip(choice).any(|(&c, &j)| self.w[c][j].is_none()) {
                 continue;
             }
             ops.iter().zip(choice).for_each(|(&c, &j)| assign[c] = j);
@@ -1033,7 +1048,7 @@ impl Problem {
                 best = Some((delta, choice));
             }
         }
-        let chosen = best.map_or(&current, |b| b.1);
+        let chosen = best.map_or(current, |b| b.1);
         ops.iter().zip(chosen).for_each(|(&c, &j)| assign[c] = j);
         best.is_some()
     }
@@ -1316,7 +1331,7 @@ impl Problem {
     /// (single moves cannot swap two branches' PUs). Until nothing moves. Every move strictly
     /// lowers the objective, so the plan never gets worse. Returns the moves made.
     pub fn improve(&self, assign: &mut [usize], schedule: Schedule, obj: Objective) -> usize {
-        self.improve_with(assign, schedule, obj, true, false)
+        self.improve_with(assign, schedule, obj, true, false, &PhaseMemo::new(self))
     }
 
     /// [`Problem::improve`] under a parallel schedule from the DP's optimum on each branch, or
@@ -1326,7 +1341,13 @@ impl Problem {
     /// [`Problem::priced_otherwise`], so the first pass tries only the ops within two links of
     /// those, and of the moves made during it.
     pub fn improve_parallel_from_dp(&self, assign: &mut [usize], obj: Objective) -> usize {
-        self.improve_with(assign, Schedule::Parallel, obj, true, true)
+        self.improve_parallel_with(assign, obj, &PhaseMemo::new(self))
+    }
+
+    /// [`Problem::improve_parallel_from_dp`] with phases' prices kept in `memo` (which climbs
+    /// of one problem may share).
+    pub(crate) fn improve_parallel_with(&self, assign: &mut [usize], obj: Objective, memo: &PhaseMemo) -> usize {
+        self.improve_with(assign, Schedule::Parallel, obj, true, true, memo)
     }
 
     /// Per op, whether a parallel climb from a DP's optimum ([`Problem::improve_parallel_from_dp`])
@@ -1369,6 +1390,7 @@ impl Problem {
         obj: Objective,
         keep: bool,
         from_dp: bool,
+        memo: &PhaseMemo,
     ) -> usize {
         /// Graphs from this many ops report the climb's passes.
         const PROGRESS_FROM: usize = 1000;
@@ -1427,7 +1449,7 @@ impl Problem {
         // the spans and bounds of the phases at the current assignment, for the prices before
         // moves and to rule out moves without simulating them (where measured runs make prices
         // whole evaluations, none are kept)
-        let spans = Spans::new(self);
+        let spans = Spans::new(self, memo);
         let cache = (keep && self.segment_cost.is_empty()).then_some(&spans);
         // a trial (a single, branch or block move tried) made since the last move that can
         // change its price found nothing then and would find nothing now, so it is skipped:
@@ -1765,11 +1787,16 @@ impl Slack {
 /// before it reads them instead of simulating the phases again, and a move that cannot win is
 /// ruled out without simulating them at all. Whoever moves an op forgets the phases around it
 /// ([`Spans::forget`]).
-pub(crate) struct Spans {
+pub(crate) struct Spans<'m> {
     /// Per phase its objective ([`Problem::phase_objective`]) where known, NaN where not.
     spans: Vec<Cell<f64>>,
+    /// The phases' objectives by what they read, kept for the whole search.
+    memo: &'m PhaseMemo,
     /// Per phase whether `floors` holds it at the current assignment.
     known: Vec<Cell<bool>>,
+    /// Per op of a phase of one branch its share of the objective
+    /// ([`Problem::contribution`]) at the current assignment where known, NaN where not.
+    shares: Vec<Cell<f64>>,
     floors: std::cell::RefCell<Floors>,
 }
 
@@ -1802,8 +1829,8 @@ struct Floors {
     loads: Vec<f64>,
 }
 
-impl Spans {
-    fn new(p: &Problem) -> Self {
+impl<'m> Spans<'m> {
+    fn new(p: &Problem, memo: &'m PhaseMemo) -> Self {
         let np = p.phases.len();
         let mut first_branch = Vec::with_capacity(np);
         let mut branches = 0;
@@ -1814,7 +1841,9 @@ impl Spans {
         let worst_factor = p.worst_factor();
         Spans {
             spans: (0..np).map(|_| Cell::new(f64::NAN)).collect(),
+            memo,
             known: (0..np).map(|_| Cell::new(false)).collect(),
+            shares: (0..p.ops()).map(|_| Cell::new(f64::NAN)).collect(),
             floors: std::cell::RefCell::new(Floors {
                 duration: vec![0.0; p.ops()],
                 on: vec![0; p.ops()],
@@ -1839,19 +1868,33 @@ impl Spans {
         if !known.is_nan() {
             return known;
         }
-        let v = p.phase_objective(assign, pi, Schedule::Parallel, obj);
+        let v = self.memo.phase_objective(p, assign, pi, obj);
         self.spans[pi].set(v);
         v
     }
 
     /// Op `c` moved: forget the phases that read its PU (its phase, and those of its producers,
-    /// consumers and next op).
+    /// consumers and next op), and the shares that read it (its own and those of its
+    /// neighbours).
     fn forget(&self, p: &Problem, c: usize) {
         for x in std::iter::once(c).chain(p.neighbours(c)) {
             let pi = p.place[x].0;
             self.spans[pi].set(f64::NAN);
             self.known[pi].set(false);
+            self.shares[x].set(f64::NAN);
         }
+    }
+
+    /// Op `x`'s share of the objective ([`Problem::contribution`]) at `assign`, the current
+    /// assignment: kept where known.
+    fn share(&self, p: &Problem, assign: &[usize], x: usize, obj: Objective) -> f64 {
+        let known = self.shares[x].get();
+        if !known.is_nan() {
+            return known;
+        }
+        let v = p.contribution(assign, x, Schedule::Parallel, obj);
+        self.shares[x].set(v);
+        v
     }
 
     /// Gather what a move of `ops` can change, and sum the parallel phases among it at `assign`,
@@ -1870,7 +1913,7 @@ impl Spans {
             let x = f.parts[i];
             let pi = p.place[x].0;
             if p.phases[pi].len() < 2 {
-                shares += p.contribution(assign, x, Schedule::Parallel, obj);
+                shares += self.share(p, assign, x, obj);
                 continue;
             }
             if !f.phases.contains(&pi) {
@@ -1908,13 +1951,17 @@ impl Spans {
     fn price(&self, p: &Problem, assign: &[usize], obj: Objective, threshold: f64) -> Option<f64> {
         let mut f = self.floors.borrow_mut();
         let f = &mut *f;
-        let mut shares = 0.0;
+        // rounding in the bounds' sums must not rule out what the exact price would take
+        let beyond = |bound: f64| bound - 1e-11 * threshold.abs().max(1.0) >= threshold;
+        // first the shares' floors (an op's share is at least its cost less the most it can
+        // save), which rule out most moves to a slower PU without their transfers
+        let mut floors = 0.0;
         f.changed.clear();
         f.phases.clear();
         for &x in &f.parts {
             let pi = p.place[x].0;
             if p.phases[pi].len() < 2 {
-                shares += p.contribution(assign, x, Schedule::Parallel, obj);
+                floors += p.floor(x, assign[x], obj);
             } else {
                 f.changed.push((x, p.bare(assign, x, f.worst_factor)));
                 if !f.phases.contains(&pi) {
@@ -1922,14 +1969,11 @@ impl Spans {
                 }
             }
         }
-        if f.phases.is_empty() {
-            return Some(shares);
-        }
         let k = p.pus();
-        let mut bound = shares;
+        let mut least = 0.0;
         for &pi in &f.phases {
             let here = f.changed.iter().filter(|&&(x, _)| p.place[x].0 == pi);
-            bound += match obj {
+            least += match obj {
                 Objective::Energy => here.fold(f.energy[pi], |e, &(x, d)| {
                     e + d * p.power[x][assign[x]] - f.duration[x] * p.power[x][f.on[x]]
                 }),
@@ -1947,15 +1991,108 @@ impl Spans {
                 }
             };
         }
-        // rounding in the bound's sums must not rule out what the exact price would take
-        if bound - 1e-11 * threshold.abs().max(1.0) >= threshold {
+        if beyond(floors + least) {
+            return None;
+        }
+        let mut shares = 0.0;
+        for &x in &f.parts {
+            if p.phases[p.place[x].0].len() < 2 {
+                shares += p.contribution(assign, x, Schedule::Parallel, obj);
+            }
+        }
+        if f.phases.is_empty() {
+            return Some(shares);
+        }
+        if beyond(shares + least) {
             return None;
         }
         let mut spans = 0.0;
         for &pi in &f.phases {
-            spans += p.phase_objective(assign, pi, Schedule::Parallel, obj);
+            spans += self.memo.phase_objective(p, assign, pi, obj);
         }
         Some(shares + spans)
+    }
+}
+
+/// The objectives of parallel phases by the PUs they read, kept for a whole search: a climb
+/// prices the same phase under the same local assignment again and again (a move tried in one
+/// pass and again in the next, a block move that starts where a single move ended, the second
+/// climb of a parallel search over the first's ground). Where measured runs make prices whole
+/// evaluations nothing is kept (no [`Spans`] are).
+pub(crate) struct PhaseMemo {
+    /// Per phase the ops whose PUs its simulation reads ([`Problem::run_phase`]): its ops (their
+    /// costs, contention and schedule), their producers and consumers (transfers) and the ops
+    /// before them (savings). Empty where their PUs do not fit the key.
+    reads: Vec<Vec<usize>>,
+    /// Bits per PU in a key.
+    bits: u32,
+    known: std::cell::RefCell<PhaseValues>,
+}
+
+/// (phase, its reads' PUs packed) -> (span, energy).
+type PhaseValues = HashMap<(usize, u128), (f64, f64), foldhash::fast::FixedState>;
+
+impl PhaseMemo {
+    /// Entries kept at most; past it the memo starts again (48 bytes an entry).
+    const LIMIT: usize = 1 << 18;
+
+    pub(crate) fn new(p: &Problem) -> Self {
+        let bits = usize::BITS - p.pus().saturating_sub(1).leading_zeros();
+        let bits = bits.max(1);
+        let reads = p
+            .phases
+            .iter()
+            .map(|phase| {
+                let mut reads: Vec<usize> = vec![];
+                if phase.len() < 2 {
+                    return reads;
+                }
+                let fits = (u128::BITS / bits) as usize;
+                for &c in phase.iter().flatten() {
+                    for x in std::iter::once(c)
+                        .chain(p.preds[c].iter().copied())
+                        .chain(p.succs[c].iter().copied())
+                        .chain(p.prev[c])
+                    {
+                        if !reads.contains(&x) {
+                            if reads.len() == fits {
+                                // too many to key (and a wide phase's would take long to gather)
+                                return vec![];
+                            }
+                            reads.push(x);
+                        }
+                    }
+                }
+                reads
+            })
+            .collect();
+        PhaseMemo { reads, bits, known: Default::default() }
+    }
+
+    /// [`Problem::phase_objective`] of parallel phase `pi` at `assign` (no measured runs),
+    /// simulated once per assignment of what it reads.
+    fn phase_objective(&self, p: &Problem, assign: &[usize], pi: usize, obj: Objective) -> f64 {
+        let pick = |(span, energy): (f64, f64)| match obj {
+            Objective::Latency => span,
+            Objective::Energy => energy,
+        };
+        let simulate =
+            || p.run_phase(assign, pi, 0.0, Schedule::Parallel, None, None).unwrap_or((f64::INFINITY, f64::INFINITY));
+        let reads = &self.reads[pi];
+        if reads.is_empty() {
+            return pick(simulate());
+        }
+        let key = reads.iter().fold(0u128, |key, &x| key << self.bits | assign[x] as u128);
+        let mut known = self.known.borrow_mut();
+        if let Some(&v) = known.get(&(pi, key)) {
+            return pick(v);
+        }
+        let v = simulate();
+        if known.len() >= Self::LIMIT {
+            known.clear();
+        }
+        known.insert((pi, key), v);
+        pick(v)
     }
 }
 
@@ -2341,9 +2478,10 @@ mod tests {
         }
     }
 
-    /// A parallel climb that keeps its phases' spans and bounds between moves ([`Spans`]) and
-    /// skips trials no move since can have changed makes the same moves as one that tries and
-    /// simulates every move afresh: the bound rules out only moves that could not win, and a
+    /// A parallel climb that keeps its phases' spans and bounds between moves ([`Spans`]),
+    /// prices phases from a memo its problem's climbs share ([`PhaseMemo`]), and skips trials no
+    /// move since can have changed makes the same moves as one that tries and simulates every
+    /// move afresh: the bound rules out only moves that could not win, and a
     /// skipped trial would find nothing again. Random multi-phase problems ([`multi_phase`]),
     /// half with branches of up to 8 ops (whose ops are farther apart than two links);
     /// latency and energy.
@@ -2358,10 +2496,12 @@ mod tests {
             let start: Vec<usize> = (0..n)
                 .map(|c| (0..k).filter(|&j| p.w[c][j].is_some()).nth((r() * 3.0) as usize).unwrap_or(0))
                 .collect();
+            // one memo for every kept climb of the problem, as a search's climbs share one
+            let memo = PhaseMemo::new(&p);
             for obj in [Objective::Latency, Objective::Energy] {
                 let (mut kept, mut afresh) = (start.clone(), start.clone());
-                let a = p.improve_with(&mut kept, Schedule::Parallel, obj, true, false);
-                let b = p.improve_with(&mut afresh, Schedule::Parallel, obj, false, false);
+                let a = p.improve_with(&mut kept, Schedule::Parallel, obj, true, false, &memo);
+                let b = p.improve_with(&mut afresh, Schedule::Parallel, obj, false, false, &PhaseMemo::new(&p));
                 assert_eq!((a, &kept), (b, &afresh), "case {case}, {obj:?}: the kept bounds changed the climb");
                 moved += a;
             }
@@ -2385,10 +2525,11 @@ mod tests {
             for obj in [Objective::Latency, Objective::Energy] {
                 let by_branch = crate::branch_dp(&p, obj).expect("every op runs somewhere");
                 let sequential = crate::sequential_mapping(&p, obj).expect("every op runs somewhere").assign;
+                let memo = PhaseMemo::new(&p);
                 for start in [by_branch, sequential] {
                     let (mut narrowed, mut every) = (start.clone(), start);
-                    let a = p.improve_with(&mut narrowed, Schedule::Parallel, obj, true, true);
-                    let b = p.improve_with(&mut every, Schedule::Parallel, obj, true, false);
+                    let a = p.improve_with(&mut narrowed, Schedule::Parallel, obj, true, true, &memo);
+                    let b = p.improve_with(&mut every, Schedule::Parallel, obj, true, false, &memo);
                     assert_eq!(
                         (a, &narrowed),
                         (b, &every),
