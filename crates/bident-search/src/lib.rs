@@ -21,6 +21,7 @@
 pub mod chain;
 pub mod concurrent;
 pub mod diff;
+mod forkjoin;
 pub mod pass;
 pub mod problem;
 mod wide;
@@ -576,23 +577,32 @@ fn exact_if_small(p: &Problem, cfg: &SearchConfig, found: Mapping) -> Mapping {
 }
 
 /// The DP on the phased order, then hill climbing under the sequential evaluator; a single-PU
-/// mapping that beats the result is improved the same way and taken instead (on a DAG the DP's
-/// chain view can miss that keeping a fork's branches on one PU saves transfers).
+/// mapping that beats the result is improved the same way and taken instead. Without measured
+/// runs the DP is exact across forks and joins ([`Problem::sequential_dp`]) and the climb
+/// starts only where it was not (none: the DP's optimum is the search's); with them it is
+/// eq. (1) on the order and the climb starts everywhere.
 pub fn sequential_mapping(p: &Problem, obj: Objective) -> Option<Mapping> {
-    let order: Vec<usize> = p.order().collect();
-    let (in_order, estimate) = p.chain(&order).dp(obj)?;
-    let mut dp = vec![0; p.ops()];
-    for (&op, &j) in order.iter().zip(&in_order) {
-        dp[op] = j;
+    let (mut best, estimate, inexact) = if p.segment_cost.is_empty() {
+        let dp = p.sequential_dp(obj)?;
+        (dp.assign, dp.value, Some(dp.inexact))
+    } else {
+        let order: Vec<usize> = p.order().collect();
+        let (in_order, estimate) = p.chain(&order).dp(obj)?;
+        let mut dp = vec![0; p.ops()];
+        for (&op, &j) in order.iter().zip(&in_order) {
+            dp[op] = j;
+        }
+        (dp, estimate, None)
+    };
+    if inexact.as_ref().is_some_and(|x| !x.contains(&true)) {
+        return Some(Mapping { assign: best, schedule: Schedule::Sequential, estimate });
     }
+    p.climb_sequential(&mut best, obj, inexact.as_deref());
     let value = |a: &[usize]| p.sequential_objective(a, obj);
-    let mut best = dp;
-    p.improve_from_dp(&mut best, obj);
     let mut best_value = value(&best);
     for j in (0..p.pus()).filter(|&j| (0..p.ops()).all(|c| p.w[c][j].is_some())) {
-        let single = vec![j; p.ops()];
-        if value(&single) < best_value {
-            let mut improved = single;
+        if p.single_objective(j, obj) < best_value {
+            let mut improved = vec![j; p.ops()];
             p.improve(&mut improved, Schedule::Sequential, obj);
             best_value = value(&improved);
             best = improved;

@@ -784,6 +784,29 @@ impl Problem {
         (0..self.ops()).map(|c| self.contribution(assign, c, Schedule::Sequential, obj)).sum()
     }
 
+    /// [`Problem::sequential_objective`] of every op on PU `j`, read straight from the costs: no
+    /// op pays a transfer but from or to the host, and every op but the first saves with the op
+    /// before it. The same sums in the same order, so the same figure.
+    pub(crate) fn single_objective(&self, j: usize, obj: Objective) -> f64 {
+        if !self.segment_cost.is_empty() {
+            return self.sequential_objective(&vec![j; self.ops()], obj);
+        }
+        (0..self.ops())
+            .map(|c| {
+                let Some(w) = self.w[c][j] else { return f64::INFINITY };
+                let accel = self.accelerator[j];
+                let i = if accel && self.from_host[c] { self.h2d[c][j] } else { 0.0 };
+                let o = if accel && self.to_host[c] { self.d2h[c][j] } else { 0.0 };
+                let s = if self.prev[c].is_some() { self.saving[c][j] } else { 0.0 };
+                let d = i + w - s + o;
+                match obj {
+                    Objective::Latency => d,
+                    Objective::Energy => d * self.power[c][j],
+                }
+            })
+            .sum()
+    }
+
     /// The objective from a full evaluation (infinite if infeasible): what the local objectives
     /// fall back to where measured runs make an op's cost depend on its whole run.
     fn full_objective(&self, assign: &[usize], schedule: Schedule, obj: Objective) -> f64 {
@@ -1175,34 +1198,15 @@ impl Problem {
         run.windows(2).all(|w| self.joins_in_parallel[w[1]] || self.succs[w[0]].contains(&w[1]))
     }
 
-    /// [`Problem::improve`] for a sequential schedule starting from the DP's optimum on the
-    /// phased order. There the evaluator and the DP's eq. (1) differ only around ops whose
-    /// dataflow is not the order's (an input or output skipping its neighbour, a fork, a join,
-    /// a graph input or output mid-way), so only those ops and their neighbours are tried first.
-    pub fn improve_from_dp(&self, assign: &mut [usize], obj: Objective) -> usize {
-        self.climb_sequential(assign, obj, true)
-    }
-
     /// Sequential hill climbing on a worklist: small phases of several branches solved exactly,
     /// then single-op moves, then block moves; every move queues the ops within two links of it
-    /// again. The worklist starts with every op, or, `from_dp`, with the ops where the DP's view
-    /// differs and their neighbours (see [`Problem::improve_from_dp`]).
-    fn climb_sequential(&self, assign: &mut [usize], obj: Objective, from_dp: bool) -> usize {
+    /// again. The worklist starts with every op, or, from the optimum of the DP on the phased
+    /// order ([`Problem::sequential_dp`]), with the ops it marks `inexact` and their neighbours:
+    /// elsewhere the DP priced each op as the evaluator does, so a move of ops whose shares it
+    /// priced so cannot beat its optimum.
+    pub(crate) fn climb_sequential(&self, assign: &mut [usize], obj: Objective, inexact: Option<&[bool]>) -> usize {
         let order: Vec<usize> = self.order().collect();
         let n = order.len();
-        let mut pos = vec![0; n];
-        for (k, &c) in order.iter().enumerate() {
-            pos[c] = k;
-        }
-        let regular = |c: usize| {
-            let k = pos[c];
-            let prev = (k > 0).then(|| order[k - 1]);
-            let next = (k + 1 < n).then(|| order[k + 1]);
-            self.preds[c].iter().copied().eq(prev)
-                && self.succs[c].iter().copied().eq(next)
-                && self.from_host[c] == (k == 0)
-                && self.to_host[c] == (k + 1 == n)
-        };
         let mut queued = vec![false; n];
         // ops queued since the last pass of block moves: only runs holding one are tried (from
         // the DP's optimum, a run whose ops and neighbours all follow the order cannot improve
@@ -1228,14 +1232,11 @@ impl Problem {
                     nbrs(x).for_each(&mut touch);
                 }
             };
-        let exact_dp = from_dp && self.segment_cost.is_empty();
         // where every op's share is its own (no measured runs), most moves are ruled out
         // without pricing them
-        let mut slack = self.segment_cost.is_empty().then(|| Slack::new(self, assign, obj));
-        // from the DP's optimum, a move's price differs from eq. (1)'s only where the op or a
-        // neighbour is irregular: those ops start the worklist (otherwise every op does)
-        let mut start = vec![!exact_dp; n];
-        for c in order.iter().copied().filter(|&c| exact_dp && !regular(c)) {
+        let mut slack = self.segment_cost.is_empty().then(|| Slack::new(self, obj));
+        let mut start = vec![inexact.is_none(); n];
+        for c in order.iter().copied().filter(|&c| inexact.is_some_and(|x| x[c])) {
             start[c] = true;
             nbrs(c).for_each(|x| start[x] = true);
         }
@@ -1249,7 +1250,7 @@ impl Problem {
             if self.exact_phase(assign, pi, Schedule::Sequential, obj) {
                 moves += 1;
                 if let Some(s) = slack.as_mut() {
-                    s.refresh(self, assign, &self.phases[pi].concat());
+                    s.refresh(self, &self.phases[pi].concat());
                 }
                 for &c in self.phases[pi].iter().flatten() {
                     around(c, &mut queue, &mut queued, &mut hot);
@@ -1395,7 +1396,7 @@ impl Problem {
         /// Graphs from this many ops report the climb's passes.
         const PROGRESS_FROM: usize = 1000;
         if schedule == Schedule::Sequential {
-            return self.climb_sequential(assign, obj, false);
+            return self.climb_sequential(assign, obj, None);
         }
         const MAX_PASSES: usize = 20;
         let k = self.pus();
@@ -1610,57 +1611,84 @@ pub(crate) struct Slack {
     /// assignment: a move's price before it.
     share: Vec<f64>,
     excess: Vec<f64>,
-    /// Per op, the excess of its neighbours (an op counted once per link), and `near_on[c * pus
-    /// + j]` the part of it on PU `j`.
-    near: Vec<f64>,
-    near_on: Vec<f64>,
     /// Per op, the most its floor falls on another PU.
     gain: Vec<f64>,
-    /// `floor[c * pus + j]`: [`Problem::floor`], kept flat.
+    /// Per op, whether its share, excess and gain hold at the current assignment (each is
+    /// worked out when first read: a climb from the DP reads few).
+    known: Vec<bool>,
+    /// Per op, the excess of its neighbours (an op counted once per link), and `near_on[c * pus
+    /// + j]` the part of it on PU `j`; and whether they hold.
+    near: Vec<f64>,
+    near_on: Vec<f64>,
+    near_known: Vec<bool>,
+    /// `floor[c * pus + j]`: [`Problem::floor`], kept flat; per op whether its row is there.
     floor: Vec<f64>,
+    floor_known: Vec<bool>,
     obj: Objective,
     /// Scratch: the ops whose shares a move can change ([`Slack::best_move`]).
     parts: Vec<usize>,
 }
 
 impl Slack {
-    fn new(p: &Problem, assign: &[usize], obj: Objective) -> Self {
-        let k = p.pus();
-        let floor = (0..p.ops() * k).map(|i| p.floor(i / k, i % k, obj)).collect();
-        let n = p.ops();
-        let mut s = Slack {
+    fn new(p: &Problem, obj: Objective) -> Self {
+        let (n, k) = (p.ops(), p.pus());
+        Slack {
             share: vec![0.0; n],
             excess: vec![0.0; n],
+            gain: vec![0.0; n],
+            known: vec![false; n],
             near: vec![0.0; n],
             near_on: vec![0.0; n * k],
-            gain: vec![0.0; n],
-            floor,
+            near_known: vec![false; n],
+            floor: vec![0.0; n * k],
+            floor_known: vec![false; n],
             obj,
             parts: Vec::with_capacity(16),
-        };
-        for c in 0..n {
-            s.set_share(p, assign, c);
-            s.gain[c] = s.own_gain(p, assign, c);
         }
-        for c in 0..n {
-            s.sum_near(p, assign, c);
-        }
-        s
     }
 
-    /// `near` and `near_on` of op `c` from its neighbours' excess.
-    fn sum_near(&mut self, p: &Problem, assign: &[usize], c: usize) {
+    /// Op `c`'s floor on PU `j`.
+    fn floor(&mut self, p: &Problem, c: usize, j: usize) -> f64 {
         let k = p.pus();
-        let on = &mut self.near_on[c * k..(c + 1) * k];
-        on.fill(0.0);
-        for x in p.neighbours(c) {
-            on[assign[x]] += self.excess[x];
+        if !self.floor_known[c] {
+            for (j, f) in self.floor[c * k..(c + 1) * k].iter_mut().enumerate() {
+                *f = p.floor(c, j, self.obj);
+            }
+            self.floor_known[c] = true;
         }
-        self.near[c] = on.iter().sum();
+        self.floor[c * k + j]
     }
 
-    fn floor(&self, p: &Problem, c: usize, j: usize) -> f64 {
-        self.floor[c * p.pus() + j]
+    /// Op `c`'s share, excess over its floor and gain, from `assign`, where not known.
+    fn op(&mut self, p: &Problem, assign: &[usize], c: usize) {
+        if self.known[c] {
+            return;
+        }
+        self.share[c] = p.contribution(assign, c, Schedule::Sequential, self.obj);
+        let at = self.floor(p, c, assign[c]);
+        self.excess[c] = (self.share[c] - at).max(0.0);
+        self.gain[c] = (0..p.pus()).map(|j| at - self.floor(p, c, j)).fold(0.0, f64::max);
+        self.known[c] = true;
+    }
+
+    fn excess(&mut self, p: &Problem, assign: &[usize], c: usize) -> f64 {
+        self.op(p, assign, c);
+        self.excess[c]
+    }
+
+    /// `near` and `near_on` of op `c` from its neighbours' excess, where not known.
+    fn near(&mut self, p: &Problem, assign: &[usize], c: usize) {
+        if self.near_known[c] {
+            return;
+        }
+        let k = p.pus();
+        self.near_on[c * k..(c + 1) * k].fill(0.0);
+        for x in p.neighbours(c) {
+            let e = self.excess(p, assign, x);
+            self.near_on[c * k + assign[x]] += e;
+        }
+        self.near[c] = self.near_on[c * k..(c + 1) * k].iter().sum();
+        self.near_known[c] = true;
     }
 
     /// The transfers op `c` of `run` pays on PU `j` whatever the rest of `run` does: from and to
@@ -1678,17 +1706,6 @@ impl Slack {
         }
     }
 
-    fn own_gain(&self, p: &Problem, assign: &[usize], c: usize) -> f64 {
-        let at = self.floor(p, c, assign[c]);
-        (0..p.pus()).map(|j| at - self.floor(p, c, j)).fold(0.0, f64::max)
-    }
-
-    /// Op `c`'s share and its excess over its floor, from `assign`.
-    fn set_share(&mut self, p: &Problem, assign: &[usize], c: usize) {
-        self.share[c] = p.contribution(assign, c, Schedule::Sequential, self.obj);
-        self.excess[c] = (self.share[c] - self.floor(p, c, assign[c])).max(0.0);
-    }
-
     /// Move every op of `run` to the PU that most lowers the sequential objective, as
     /// [`Problem::best_move`] does with one PU for the whole run (the same prices, summed in the
     /// same order, so the same choice), but with the price before taken from the cached shares;
@@ -1697,7 +1714,9 @@ impl Slack {
         // the shares a move of `run` can change, as `Problem::local_parts` sums them
         p.parts_into(run, &mut self.parts);
         let mut before = 0.0;
-        for &x in &self.parts {
+        for i in 0..self.parts.len() {
+            let x = self.parts[i];
+            self.op(p, assign, x);
             before += self.share[x];
         }
         let mut current = [0; Problem::MAX_BLOCK];
@@ -1721,7 +1740,7 @@ impl Slack {
         }
         let Some((_, j)) = best else { return false };
         run.iter().for_each(|&c| assign[c] = j);
-        self.refresh(p, assign, run);
+        self.refresh(p, run);
         true
     }
 
@@ -1729,55 +1748,59 @@ impl Slack {
     /// On PU `j`, an op of `run` costs at least its floor there and the transfers it cannot
     /// avoid; a neighbour's share falls only where it is on `j` too (it no longer pays a
     /// transfer to `run`, or it joins it).
-    fn may_improve(&self, p: &Problem, assign: &[usize], run: &[usize]) -> bool {
-        let own: f64 = run.iter().map(|&c| self.excess[c]).sum();
+    fn may_improve(&mut self, p: &Problem, assign: &[usize], run: &[usize]) -> bool {
+        let k = p.pus();
+        let (mut own, mut gains) = (0.0, false);
+        for &c in run {
+            own += self.excess(p, assign, c);
+            gains |= self.gain[c] > 0.0;
+            self.near(p, assign, c);
+        }
         // all the excess the move could remove (a neighbour counted twice only weakens it)
         let budget = own + run.iter().map(|&c| self.near[c]).sum::<f64>();
         // no PU lowers a floor and nothing around pays a transfer or misses a saving
-        if budget <= 0.0 && run.iter().all(|&c| self.gain[c] <= 0.0) {
+        if budget <= 0.0 && !gains {
             return false;
         }
-        (0..p.pus()).filter(|&j| run.iter().any(|&c| assign[c] != j)).any(|j| {
-            let rise: f64 = run.iter().map(|&c| self.floor(p, c, j) - self.floor(p, c, assign[c])).sum();
+        for j in (0..k).filter(|&j| run.iter().any(|&c| assign[c] != j)) {
+            let mut rise = 0.0;
+            for &c in run {
+                rise += self.floor(p, c, j) - self.floor(p, c, assign[c]);
+            }
             if rise >= budget {
-                return false;
+                continue;
             }
             // neighbours on `j`, an op of `run` among them counted too: a cheap test first
-            let near: f64 = run.iter().map(|&c| self.near_on[c * p.pus() + j]).sum();
+            let near: f64 = run.iter().map(|&c| self.near_on[c * k + j]).sum();
             if rise >= own + near {
-                return false;
+                continue;
             }
             let forced: f64 = run.iter().map(|&c| self.forced(p, assign, run, c, j)).sum();
             if rise + forced >= own + near {
-                return false;
+                continue;
             }
             // then without the ops of `run`
-            let near: f64 = run
-                .iter()
-                .flat_map(|&c| p.neighbours(c))
-                .filter(|&x| assign[x] == j && !run.contains(&x))
-                .map(|x| self.excess[x])
-                .sum();
-            rise + forced < own + near
-        })
-    }
-
-    /// After `moved` moved: the excess of every op whose share it can change, and the sums of
-    /// their neighbours.
-    fn refresh(&mut self, p: &Problem, assign: &[usize], moved: &[usize]) {
-        for &c in moved {
-            self.set_share(p, assign, c);
-            self.gain[c] = self.own_gain(p, assign, c);
-            for x in p.neighbours(c) {
-                self.set_share(p, assign, x);
+            let mut near = 0.0;
+            for x in run.iter().flat_map(|&c| p.neighbours(c)) {
+                if assign[x] == j && !run.contains(&x) {
+                    near += self.excess(p, assign, x);
+                }
+            }
+            if rise + forced < own + near {
+                return true;
             }
         }
+        false
+    }
+
+    /// After `moved` moved: forget the excess of every op whose share it can change, and the
+    /// sums of their neighbours.
+    fn refresh(&mut self, p: &Problem, moved: &[usize]) {
         for &c in moved {
             for x in std::iter::once(c).chain(p.neighbours(c)) {
-                self.sum_near(p, assign, x);
-                for y in p.neighbours(x) {
-                    self.sum_near(p, assign, y);
-                }
+                self.known[x] = false;
+                self.near_known[x] = false;
+                p.neighbours(x).for_each(|y| self.near_known[y] = false);
             }
         }
     }
@@ -2303,7 +2326,7 @@ impl<'a> Bounded<'a> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// The scan and the heaps schedule every phase alike: the same start and finish for every
@@ -2388,7 +2411,7 @@ mod tests {
     /// it, some chain ops reading the op two before too and some reading or writing the graph's
     /// inputs or outputs, with transfers, pair savings, contention, PUs that cannot run some ops
     /// and, in a third of the cases, two PUs sharing hardware.
-    fn multi_phase(r: &mut dyn FnMut() -> f64, case: usize, chain: f64, branch: f64) -> Problem {
+    pub(crate) fn multi_phase(r: &mut dyn FnMut() -> f64, case: usize, chain: f64, branch: f64) -> Problem {
         let k = 2 + (r() * 3.0) as usize;
         let mut phases: Vec<Vec<Vec<usize>>> = vec![];
         let mut n = 0;
@@ -2468,7 +2491,7 @@ mod tests {
         }
     }
 
-    fn xorshift() -> impl FnMut() -> f64 {
+    pub(crate) fn xorshift() -> impl FnMut() -> f64 {
         let mut s = 0x2545_F491_4F6C_DD1Du64;
         move || {
             s ^= s << 13;

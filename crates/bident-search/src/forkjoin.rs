@@ -1,0 +1,626 @@
+//! The sequential search's DP: the paper's eq. (1) over the phased order, made exact for the
+//! evaluator's sequential objective across forks and joins.
+//!
+//! Eq. (1) prices a transfer between neighbours in the order. The evaluator charges an op's H2D
+//! once when any producer sits elsewhere (or it reads a graph input), and its D2H once when any
+//! consumer does (or it writes a graph output). The two agree on an op whose one producer is the
+//! op before it and whose one consumer is the op after it. They also agree, here, on a *block*:
+//! a phase of several branches, each a chain, whose heads all read the op before the phase
+//! (the fork) and whose ends all feed the op after it (the join), both in phases of one branch.
+//! For every PU of the fork and of the join, the block is solved as a chain through its branches
+//! in order (a head saves with the end before it), in up to four cases: the heads all on the
+//! fork's PU or not (whether the fork pays its D2H), the ends all on the join's or not (whether
+//! the join pays its H2D). Paying where it may not be due and taking the least case is exact.
+//!
+//! Every other op is priced as eq. (1) prices it and marked inexact: the climb that follows
+//! starts there and around it. Where no op is inexact the DP's optimum is the search's.
+
+use crate::Objective;
+use crate::problem::Problem;
+
+/// How the DP prices an op's H2D (from its producers) or D2H (to its consumers).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Link {
+    /// No producer (consumer): only a graph input (output) makes it pay.
+    Alone,
+    /// Its one producer (consumer) is the op before (after) it in the order.
+    Order,
+    /// A block's head (end): its one producer (consumer) is the fork (join), priced in the block.
+    Block,
+    /// A block's fork (join): its consumers (producers) are the heads (ends), priced in the block.
+    Fan,
+    /// Anything else: priced as eq. (1) would, as if `Order`; not exact.
+    Approx,
+}
+
+/// A phase the DP solves as a block (module docs).
+struct Block {
+    phase: usize,
+    fork: usize,
+    join: usize,
+}
+
+/// A block's costs per op of its phase (in order) and PU, whatever the PUs of its fork and
+/// join ([`Dp::table`]), and the scratch of its columns; kept between blocks.
+#[derive(Default)]
+struct Table {
+    ops: Vec<usize>,
+    head: Vec<bool>,
+    end: Vec<bool>,
+    /// `step[(at * k + j) * k + q]`: [`Dp::steps`] from the op before on `q` to this one on `j`.
+    step: Vec<f64>,
+    /// [`Dp::own`].
+    own: Vec<f64>,
+    /// A head's H2D and an end's D2H: (on the fork's or join's PU, elsewhere).
+    h2d: Vec<(f64, f64)>,
+    d2h: Vec<(f64, f64)>,
+    col: Vec<f64>,
+    next: Vec<f64>,
+    scratch: Vec<f64>,
+    /// [`Dp::block_lanes`]: its lanes, their costs, and its scratch (columns lane by lane
+    /// per PU, the least per lane).
+    lanes: Vec<Lane>,
+    costs: Vec<f64>,
+    cur: Vec<f64>,
+    new: Vec<f64>,
+    best: Vec<f64>,
+}
+
+/// A block's PUs of its fork and join and its case (an index into [`CASES`]).
+#[derive(Clone, Copy)]
+struct Lane {
+    f: usize,
+    g: usize,
+    case: usize,
+}
+
+/// What the DP found.
+pub(crate) struct SequentialDp {
+    pub(crate) assign: Vec<usize>,
+    /// Its objective as the DP priced it.
+    pub(crate) value: f64,
+    /// Per op, whether the DP priced its transfers otherwise than the evaluator does.
+    pub(crate) inexact: Vec<bool>,
+}
+
+/// The DP's view of one problem: the links of every op and the blocks.
+struct Dp<'a> {
+    p: &'a Problem,
+    obj: Objective,
+    k: usize,
+    into: Vec<Link>,
+    out: Vec<Link>,
+    blocks: Vec<Block>,
+    /// Per phase, its block's index.
+    block_of: Vec<Option<usize>>,
+}
+
+/// Cases of a block: the heads all on the fork's PU (true) or anywhere; the same for the ends.
+const CASES: [(bool, bool); 4] = [(false, false), (true, false), (false, true), (true, true)];
+
+impl<'a> Dp<'a> {
+    fn new(p: &'a Problem, obj: Objective) -> Self {
+        let n = p.ops();
+        let link = |others: &[usize], neighbour: Option<usize>| match others {
+            [] => Link::Alone,
+            [x] if Some(*x) == neighbour => Link::Order,
+            _ => Link::Approx,
+        };
+        let mut into: Vec<Link> = (0..n).map(|c| link(&p.preds[c], p.prev[c])).collect();
+        let mut out: Vec<Link> = (0..n).map(|c| link(&p.succs[c], p.next[c])).collect();
+        let mut blocks = vec![];
+        let mut block_of = vec![None; p.phases.len()];
+        let inner = p.phases.len().saturating_sub(2);
+        for (pi, slot) in block_of.iter_mut().enumerate().skip(1).take(inner) {
+            let Some((fork, join)) = Self::block(p, pi) else { continue };
+            // (a fork and a join sit in phases of one branch, which are no blocks: no op takes
+            // two roles of one side)
+            out[fork] = Link::Fan;
+            into[join] = Link::Fan;
+            for b in &p.phases[pi] {
+                into[b[0]] = Link::Block;
+                out[b[b.len() - 1]] = Link::Block;
+            }
+            *slot = Some(blocks.len());
+            blocks.push(Block { phase: pi, fork, join });
+        }
+        Dp { p, obj, k: p.pus(), into, out, blocks, block_of }
+    }
+
+    /// Phase `pi` as a block: (fork, join) where its branches are chains from the last op of
+    /// the phase before to the first of the phase after, both phases of one branch.
+    fn block(p: &Problem, pi: usize) -> Option<(usize, usize)> {
+        let phase = &p.phases[pi];
+        let (before, after) = (&p.phases[pi - 1], &p.phases[pi + 1]);
+        if phase.len() < 2 || before.len() != 1 || after.len() != 1 {
+            return None;
+        }
+        let (fork, join) = (*before[0].last()?, *after[0].first()?);
+        let heads = phase.iter().map(|b| b.first().copied()).collect::<Option<Vec<usize>>>()?;
+        let ends = phase.iter().map(|b| b.last().copied()).collect::<Option<Vec<usize>>>()?;
+        let same = |a: &[usize], b: &[usize]| a.len() == b.len() && a.iter().all(|x| b.contains(x));
+        if !same(&p.succs[fork], &heads) || !same(&p.preds[join], &ends) {
+            return None;
+        }
+        let chain = phase.iter().all(|b| {
+            p.preds[b[0]] == [fork]
+                && p.succs[b[b.len() - 1]] == [join]
+                && b.windows(2).all(|w| p.succs[w[0]] == [w[1]] && p.preds[w[1]] == [w[0]])
+        });
+        chain.then_some((fork, join))
+    }
+
+    /// A term of op `c` on PU `j` (µs) as the objective counts it.
+    #[inline]
+    fn at(&self, c: usize, j: usize, us: f64) -> f64 {
+        match self.obj {
+            Objective::Latency => us,
+            Objective::Energy => us * self.p.power[c][j],
+        }
+    }
+
+    #[inline]
+    fn h2d(&self, c: usize, j: usize, due: bool) -> f64 {
+        if due && self.p.accelerator[j] { self.at(c, j, self.p.h2d[c][j]) } else { 0.0 }
+    }
+
+    #[inline]
+    fn d2h(&self, c: usize, j: usize, due: bool) -> f64 {
+        if due && self.p.accelerator[j] { self.at(c, j, self.p.d2h[c][j]) } else { 0.0 }
+    }
+
+    /// What op `c` costs on PU `j` beyond what links it to its neighbours: its weight, and the
+    /// transfers only a graph input or output makes it pay. Infinite where `j` cannot run it.
+    #[inline]
+    fn own(&self, c: usize, j: usize) -> f64 {
+        let p = self.p;
+        let Some(w) = p.w[c][j] else { return f64::INFINITY };
+        let mut cost = self.at(c, j, w);
+        if self.into[c] == Link::Alone {
+            cost += self.h2d(c, j, p.from_host[c]);
+        }
+        match self.out[c] {
+            Link::Alone => cost += self.d2h(c, j, p.to_host[c]),
+            // an op after which nothing runs pays for its consumers here (none in a valid order)
+            Link::Order | Link::Approx if p.next[c].is_none() => cost += self.d2h(c, j, true),
+            _ => {}
+        }
+        cost
+    }
+
+    /// What op `c` on each PU `j` adds after op `x`, the op before it in the order, on each PU
+    /// `q`, into `steps[q * k + j]`: its saving, its H2D and `x`'s D2H where they go by the
+    /// order.
+    fn steps(&self, x: usize, c: usize, steps: &mut [f64]) {
+        let (p, k) = (self.p, self.k);
+        let into = matches!(self.into[c], Link::Order | Link::Approx);
+        let out = matches!(self.out[x], Link::Order | Link::Approx);
+        // x's D2H by x's PU, then c's H2D and saving by c's PU (each read once)
+        for q in 0..k {
+            let (out_home, out_away) =
+                if out { (self.d2h(x, q, p.to_host[x]), self.d2h(x, q, true)) } else { (0.0, 0.0) };
+            let row = &mut steps[q * k..(q + 1) * k];
+            for (j, v) in row.iter_mut().enumerate() {
+                *v = out_away;
+                if j == q {
+                    *v = out_home;
+                }
+            }
+        }
+        for j in 0..k {
+            let (home, away) = if into { (self.h2d(c, j, p.from_host[c]), self.h2d(c, j, true)) } else { (0.0, 0.0) };
+            let saving = self.at(c, j, p.saving[c][j]);
+            for q in 0..k {
+                steps[q * k + j] += if q == j { home - saving } else { away };
+            }
+        }
+    }
+
+    /// Op `c`'s column after the column `from` of op `x` before it: the least cost per PU, and
+    /// per PU the PU before (into `back`). `steps` is scratch.
+    fn column(&self, x: usize, from: &[f64], c: usize, to: &mut [f64], back: &mut [u32], steps: &mut [f64]) {
+        let k = self.k;
+        self.steps(x, c, steps);
+        for j in 0..k {
+            to[j] = f64::INFINITY;
+            let own = self.own(c, j);
+            if own == f64::INFINITY {
+                continue;
+            }
+            let (mut best, mut arg) = (f64::INFINITY, 0);
+            for (q, &f) in from.iter().enumerate() {
+                let v = f + steps[q * k + j];
+                if v < best {
+                    (best, arg) = (v, q);
+                }
+            }
+            to[j] = best + own;
+            back[j] = arg as u32;
+        }
+    }
+
+    /// Block `bi`'s costs that hold for every PU of its fork and join, flat per op of its
+    /// phase in order, into `t` (cleared first).
+    fn table(&self, bi: usize, t: &mut Table) {
+        let (p, k) = (self.p, self.k);
+        let Block { phase, fork, .. } = self.blocks[bi];
+        let Table { ops, head, end, step, own, h2d, d2h, col, next, scratch, .. } = t;
+        scratch.resize(k * k, 0.0);
+        ops.clear();
+        head.clear();
+        end.clear();
+        own.clear();
+        h2d.clear();
+        d2h.clear();
+        let size: usize = p.phases[phase].iter().map(Vec::len).sum();
+        step.resize(size * k * k, 0.0);
+        let mut x = fork;
+        for b in &p.phases[phase] {
+            for (i, &c) in b.iter().enumerate() {
+                // by the PU it runs on, then the one before: a column's minimum reads one run
+                self.steps(x, c, scratch);
+                let at = ops.len();
+                for (q, row) in scratch.chunks_exact(k).enumerate() {
+                    for (j, &v) in row.iter().enumerate() {
+                        step[(at * k + j) * k + q] = v;
+                    }
+                }
+                ops.push(c);
+                head.push(i == 0);
+                end.push(i + 1 == b.len());
+                for j in 0..k {
+                    own.push(self.own(c, j));
+                    h2d.push((self.h2d(c, j, p.from_host[c]), self.h2d(c, j, true)));
+                    d2h.push((self.d2h(c, j, p.to_host[c]), self.d2h(c, j, true)));
+                }
+                x = c;
+            }
+        }
+        col.resize(k, f64::INFINITY);
+        next.resize(k, f64::INFINITY);
+    }
+
+    /// Block `bi` (its [`Dp::table`] `t`) with its fork on PU `f` and its join on `g`, in case
+    /// `(heads_home, ends_home)`: its ops, the fork's D2H and the join's H2D and saving (module
+    /// docs). Fills `back` (per op of the phase, in order, per PU: the PU before);
+    /// returns the cost and the PU of the phase's last op.
+    fn block_cost(
+        &self,
+        bi: usize,
+        t: &mut Table,
+        (f, g): (usize, usize),
+        (heads_home, ends_home): (bool, bool),
+        back: &mut [u32],
+    ) -> (f64, usize) {
+        let k = self.k;
+        let Table { ops, head, end, step, own, h2d, d2h, col, next, .. } = t;
+        col.fill(f64::INFINITY);
+        col[f] = 0.0;
+        for at in 0..ops.len() {
+            let (head, end) = (head[at], end[at]);
+            let own = &own[at * k..(at + 1) * k];
+            for (j, (to, steps)) in next.iter_mut().zip(step[at * k * k..(at + 1) * k * k].chunks_exact(k)).enumerate()
+            {
+                let mut extra = own[j];
+                if head {
+                    let (home, away) = h2d[at * k + j];
+                    extra += if j == f {
+                        home
+                    } else if heads_home {
+                        f64::INFINITY
+                    } else {
+                        away
+                    };
+                }
+                if end {
+                    let (home, away) = d2h[at * k + j];
+                    extra += if j == g {
+                        home
+                    } else if ends_home {
+                        f64::INFINITY
+                    } else {
+                        away
+                    };
+                }
+                let (mut best, mut arg) = (f64::INFINITY, 0);
+                for (q, (&c, &s)) in col.iter().zip(steps).enumerate() {
+                    let v = c + s;
+                    if v < best {
+                        (best, arg) = (v, q);
+                    }
+                }
+                *to = best + extra;
+                back[at * k + j] = arg as u32;
+            }
+            std::mem::swap(col, next);
+        }
+        self.close(bi, col, (f, g), (heads_home, ends_home))
+    }
+
+    /// A block's cost from the column of its phase's last op: the join's saving after it, the
+    /// join's H2D and the fork's D2H (module docs); and the last op's PU.
+    fn close(
+        &self,
+        bi: usize,
+        col: &[f64],
+        (f, g): (usize, usize),
+        (heads_home, ends_home): (bool, bool),
+    ) -> (f64, usize) {
+        let p = self.p;
+        let Block { fork, join, .. } = self.blocks[bi];
+        let (mut best, mut last) = (f64::INFINITY, 0);
+        for (q, &v) in col.iter().enumerate() {
+            let v = if q == g { v - self.at(join, g, p.saving[join][g]) } else { v };
+            if v < best {
+                (best, last) = (v, q);
+            }
+        }
+        best += self.h2d(join, g, p.from_host[join] || !ends_home);
+        best += self.d2h(fork, f, p.to_host[fork] || !heads_home);
+        (best, last)
+    }
+
+    /// Block `bi` (its [`Dp::table`] `t`) in every case for every PU of its join and every PU
+    /// of its fork where `fork_col` is finite, all at once: [`Dp::block_cost`] per lane (into
+    /// `t.lanes` and `t.costs`, by join PU, then fork PU, then case), the lanes side by side so
+    /// that the columns' minima vectorise.
+    fn block_lanes(&self, bi: usize, t: &mut Table, fork_col: &[f64]) {
+        let (p, k) = (self.p, self.k);
+        let Table { ops, head, end, step, own, h2d, d2h, lanes, costs, cur, new, best, .. } = t;
+        lanes.clear();
+        for g in 0..k {
+            for f in (0..k).filter(|&f| fork_col[f] < f64::INFINITY) {
+                for (ci, &case) in CASES.iter().enumerate() {
+                    // a case that pays nothing less than another allows no better plan
+                    if (!case.0 || p.accelerator[f]) && (!case.1 || p.accelerator[g]) {
+                        lanes.push(Lane { f, g, case: ci });
+                    }
+                }
+            }
+        }
+        let m = lanes.len();
+        cur.clear();
+        cur.resize(k * m, f64::INFINITY);
+        for (l, lane) in lanes.iter().enumerate() {
+            cur[lane.f * m + l] = 0.0;
+        }
+        new.resize(k * m, f64::INFINITY);
+        best.resize(m, 0.0);
+        for at in 0..ops.len() {
+            for j in 0..k {
+                best.fill(f64::INFINITY);
+                for q in 0..k {
+                    let s = step[(at * k + j) * k + q];
+                    for (b, &c) in best.iter_mut().zip(&cur[q * m..(q + 1) * m]) {
+                        let v = c + s;
+                        *b = if v < *b { v } else { *b };
+                    }
+                }
+                let own = own[at * k + j];
+                let to = &mut new[j * m..(j + 1) * m];
+                if !head[at] && !end[at] {
+                    to.iter_mut().zip(best.iter()).for_each(|(to, &b)| *to = b + own);
+                    continue;
+                }
+                // a head's H2D and an end's D2H depend on the lane's fork and join
+                for ((to, &b), lane) in to.iter_mut().zip(best.iter()).zip(lanes.iter()) {
+                    let (heads_home, ends_home) = CASES[lane.case];
+                    let mut v = own;
+                    if head[at] {
+                        let (home, away) = h2d[at * k + j];
+                        v += if j == lane.f {
+                            home
+                        } else if heads_home {
+                            f64::INFINITY
+                        } else {
+                            away
+                        };
+                    }
+                    if end[at] {
+                        let (home, away) = d2h[at * k + j];
+                        v += if j == lane.g {
+                            home
+                        } else if ends_home {
+                            f64::INFINITY
+                        } else {
+                            away
+                        };
+                    }
+                    *to = b + v;
+                }
+            }
+            std::mem::swap(cur, new);
+        }
+        costs.clear();
+        let mut col = vec![0.0; k];
+        for (l, lane) in lanes.iter().enumerate() {
+            col.iter_mut().enumerate().for_each(|(q, v)| *v = cur[q * m + l]);
+            costs.push(self.close(bi, &col, (lane.f, lane.g), CASES[lane.case]).0);
+        }
+    }
+
+    fn solve(&self) -> Option<SequentialDp> {
+        let (p, k) = (self.p, self.k);
+        let n = p.ops();
+        // per op and PU: the PU of the op before it in the order (of the fork for a join)
+        let mut back = vec![0u32; n * k];
+        // per block, per (fork PU, join PU): the case taken
+        let mut cases = vec![0u8; self.blocks.len() * k * k];
+        let mut col = vec![f64::INFINITY; k];
+        let mut next = vec![f64::INFINITY; k];
+        let mut t = Table::default();
+        let mut steps = vec![0.0; k * k];
+        let mut last: Option<usize> = None;
+        let mut pi = 0;
+        while pi < p.phases.len() {
+            if let Some(bi) = self.block_of[pi] {
+                let join = self.blocks[bi].join;
+                self.table(bi, &mut t);
+                self.block_lanes(bi, &mut t, &col);
+                // the join's column from the fork's, through the block
+                next.fill(f64::INFINITY);
+                for (lane, &cost) in t.lanes.iter().zip(&t.costs) {
+                    let v = col[lane.f] + cost;
+                    if v < next[lane.g] {
+                        next[lane.g] = v;
+                        back[join * k + lane.g] = lane.f as u32;
+                        cases[(bi * k + lane.f) * k + lane.g] = lane.case as u8;
+                    }
+                }
+                for (g, v) in next.iter_mut().enumerate() {
+                    *v += self.own(join, g);
+                }
+                std::mem::swap(&mut col, &mut next);
+                last = Some(join);
+                // the join's phase goes on after its first op
+                for &c in &p.phases[pi + 1][0][1..] {
+                    self.advance(last, c, &col, &mut next, &mut back, &mut steps);
+                    std::mem::swap(&mut col, &mut next);
+                    last = Some(c);
+                }
+                pi += 2;
+                continue;
+            }
+            for &c in p.phases[pi].iter().flatten() {
+                self.advance(last, c, &col, &mut next, &mut back, &mut steps);
+                std::mem::swap(&mut col, &mut next);
+                last = Some(c);
+            }
+            pi += 1;
+        }
+        let last = last?;
+        let (mut j, value) = col.iter().copied().enumerate().min_by(|a, b| a.1.total_cmp(&b.1))?;
+        if value == f64::INFINITY {
+            return None;
+        }
+        // the walk back
+        let mut assign = vec![0; n];
+        let mut c = Some(last);
+        while let Some(op) = c {
+            assign[op] = j;
+            let from = back[op * k + j] as usize;
+            let block = self.into[op] == Link::Fan;
+            if !block {
+                j = from;
+                c = p.prev[op];
+                continue;
+            }
+            // the join's phase follows its block's
+            let bi = self.block_of[p.place[op].0 - 1]?;
+            let (f, g) = (from, j);
+            let case = CASES[cases[(bi * k + f) * k + g] as usize];
+            self.table(bi, &mut t);
+            let mut inner = vec![0u32; t.ops.len() * k];
+            let (_, mut q) = self.block_cost(bi, &mut t, (f, g), case, &mut inner);
+            for (at, &x) in t.ops.iter().enumerate().rev() {
+                assign[x] = q;
+                q = inner[at * k + q] as usize;
+            }
+            j = f;
+            c = Some(self.blocks[bi].fork);
+        }
+        let inexact = (0..n).map(|c| self.into[c] == Link::Approx || self.out[c] == Link::Approx).collect();
+        Some(SequentialDp { assign, value, inexact })
+    }
+
+    /// Op `c`'s column after op `last`'s (none: `c` is the first op).
+    fn advance(
+        &self,
+        last: Option<usize>,
+        c: usize,
+        col: &[f64],
+        next: &mut [f64],
+        back: &mut [u32],
+        steps: &mut [f64],
+    ) {
+        let k = self.k;
+        match last {
+            Some(x) => self.column(x, col, c, next, &mut back[c * k..(c + 1) * k], steps),
+            None => {
+                for (j, v) in next.iter_mut().enumerate() {
+                    // nothing before it: a producer, were there one, would be elsewhere
+                    let entry = if self.into[c] == Link::Alone { 0.0 } else { self.h2d(c, j, true) };
+                    *v = self.own(c, j) + entry;
+                }
+            }
+        }
+    }
+}
+
+impl Problem {
+    /// The DP on the phased order, exact across forks and joins (module docs); None if some op
+    /// runs nowhere. Without measured runs only (they make an op's cost depend on its whole run).
+    pub(crate) fn sequential_dp(&self, obj: Objective) -> Option<SequentialDp> {
+        debug_assert!(self.segment_cost.is_empty());
+        Dp::new(self, obj).solve()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::problem::tests::{multi_phase, xorshift};
+
+    /// Where the DP marks no op inexact, its figure is the evaluator's for the assignment it
+    /// returns, and no assignment beats it (exhaustive search on instances of at most 3^11
+    /// assignments); where it marks some, they are exactly the ops whose dataflow neither the
+    /// order nor a block explains. A whole model on one PU is priced as the evaluator prices it
+    /// ([`Problem::single_objective`]). Random multi-phase problems ([`multi_phase`]); latency
+    /// and energy.
+    #[test]
+    fn the_dp_is_exact_where_it_says_so() {
+        let mut r = xorshift();
+        let (mut exact, mut blocks, mut searched) = (0, 0, 0);
+        for case in 0..400 {
+            let p = multi_phase(&mut r, case, if case % 2 == 0 { 2.0 } else { 6.0 }, 2.0);
+            let (n, k) = (p.ops(), p.pus());
+            let dp = Dp::new(&p, Objective::Latency);
+            // an op is inexact unless its producers and consumers are its neighbours in the
+            // order or it has a role in a block
+            for c in 0..n {
+                let in_block = |x: usize| dp.block_of[p.place[x].0].is_some();
+                let fork = dp.blocks.iter().any(|b| b.fork == c);
+                let join = dp.blocks.iter().any(|b| b.join == c);
+                let explained_in = p.preds[c].is_empty() || p.preds[c] == p.prev[c].as_slice() || in_block(c) || join;
+                let explained_out = p.succs[c].is_empty() || p.succs[c] == p.next[c].as_slice() || in_block(c) || fork;
+                let inexact = dp.into[c] == Link::Approx || dp.out[c] == Link::Approx;
+                assert_eq!(inexact, !(explained_in && explained_out), "case {case}: op {c}");
+            }
+            for obj in [Objective::Latency, Objective::Energy] {
+                for j in 0..k {
+                    let (fast, full) = (p.single_objective(j, obj), p.sequential_objective(&vec![j; n], obj));
+                    assert!(
+                        fast == full || (fast.is_infinite() && full.is_infinite()),
+                        "case {case}: PU {j}: {fast} vs {full}"
+                    );
+                }
+                let found = p.sequential_dp(obj).expect("every op runs somewhere");
+                if found.inexact.contains(&true) {
+                    continue;
+                }
+                exact += 1;
+                blocks += Dp::new(&p, obj).blocks.len();
+                let v = p.sequential_objective(&found.assign, obj);
+                assert!(
+                    (v - found.value).abs() <= 1e-9 * v.max(1.0),
+                    "case {case}, {obj:?}: DP {} vs evaluator {v}",
+                    found.value
+                );
+                if (k as f64).powi(n as i32) > 177_147.0 {
+                    continue;
+                }
+                searched += 1;
+                let mut best = f64::INFINITY;
+                for code in 0..k.pow(n as u32) {
+                    let assign: Vec<usize> = (0..n).map(|i| code / k.pow(i as u32) % k).collect();
+                    best = best.min(p.sequential_objective(&assign, obj));
+                }
+                assert!(v <= best * (1.0 + 1e-9), "case {case}, {obj:?}: DP {v} above the optimum {best}");
+            }
+        }
+        assert!(
+            exact > 100 && blocks > 100 && searched > 50,
+            "exact {exact}, blocks {blocks}, searched {searched}: too few"
+        );
+    }
+}
