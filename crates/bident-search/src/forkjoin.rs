@@ -93,6 +93,14 @@ struct Dp<'a> {
     blocks: Vec<Block>,
     /// Per phase, its block's index.
     block_of: Vec<Option<usize>>,
+    /// Per op and PU (`c * k + j`), as the objective counts them: [`Dp::own`]; the op's H2D
+    /// when it is due only for a graph input (its producers on its PU) and when due anyway;
+    /// the same for its D2H; its saving. Read once from the problem's rows, so that the DP's
+    /// passes read flat arrays.
+    own: Vec<f64>,
+    h2d: Vec<(f64, f64)>,
+    d2h: Vec<(f64, f64)>,
+    save: Vec<f64>,
 }
 
 /// Cases of a block: the heads all on the fork's PU (true) or anywhere; the same for the ends.
@@ -124,7 +132,43 @@ impl<'a> Dp<'a> {
             *slot = Some(blocks.len());
             blocks.push(Block { phase: pi, fork, join });
         }
-        Dp { p, obj, k: p.pus(), into, out, blocks, block_of }
+        let k = p.pus();
+        let mut dp = Dp { p, obj, k, into, out, blocks, block_of, own: vec![], h2d: vec![], d2h: vec![], save: vec![] };
+        dp.own.reserve(n * k);
+        dp.h2d.reserve(n * k);
+        dp.d2h.reserve(n * k);
+        dp.save.reserve(n * k);
+        for c in 0..n {
+            for j in 0..k {
+                let (accel, at) = (p.accelerator[j], |us: f64| dp.at(c, j, us));
+                let (h2d, d2h) = if accel { (at(p.h2d[c][j]), at(p.d2h[c][j])) } else { (0.0, 0.0) };
+                let h2d = (if p.from_host[c] { h2d } else { 0.0 }, h2d);
+                let d2h = (if p.to_host[c] { d2h } else { 0.0 }, d2h);
+                let own = match p.w[c][j] {
+                    None => f64::INFINITY,
+                    Some(w) => {
+                        let mut cost = at(w);
+                        if dp.into[c] == Link::Alone {
+                            cost += h2d.0;
+                        }
+                        match dp.out[c] {
+                            Link::Alone => cost += d2h.0,
+                            // an op after which nothing runs pays for its consumers here (none
+                            // in a valid order)
+                            Link::Order | Link::Approx if p.next[c].is_none() => cost += d2h.1,
+                            _ => {}
+                        }
+                        cost
+                    }
+                };
+                let save = at(p.saving[c][j]);
+                dp.own.push(own);
+                dp.h2d.push(h2d);
+                dp.d2h.push(d2h);
+                dp.save.push(save);
+            }
+        }
+        dp
     }
 
     /// Phase `pi` as a block: (fork, join) where its branches are chains from the last op of
@@ -159,57 +203,41 @@ impl<'a> Dp<'a> {
         }
     }
 
-    #[inline]
+    /// Op `c`'s H2D on PU `j`: due only for a graph input (`false`), or due anyway.
     fn h2d(&self, c: usize, j: usize, due: bool) -> f64 {
-        if due && self.p.accelerator[j] { self.at(c, j, self.p.h2d[c][j]) } else { 0.0 }
+        let (home, away) = self.h2d[c * self.k + j];
+        if due { away } else { home }
     }
 
-    #[inline]
+    /// Op `c`'s D2H on PU `j`: due only for a graph output (`false`), or due anyway.
     fn d2h(&self, c: usize, j: usize, due: bool) -> f64 {
-        if due && self.p.accelerator[j] { self.at(c, j, self.p.d2h[c][j]) } else { 0.0 }
+        let (home, away) = self.d2h[c * self.k + j];
+        if due { away } else { home }
     }
 
     /// What op `c` costs on PU `j` beyond what links it to its neighbours: its weight, and the
     /// transfers only a graph input or output makes it pay. Infinite where `j` cannot run it.
-    #[inline]
     fn own(&self, c: usize, j: usize) -> f64 {
-        let p = self.p;
-        let Some(w) = p.w[c][j] else { return f64::INFINITY };
-        let mut cost = self.at(c, j, w);
-        if self.into[c] == Link::Alone {
-            cost += self.h2d(c, j, p.from_host[c]);
-        }
-        match self.out[c] {
-            Link::Alone => cost += self.d2h(c, j, p.to_host[c]),
-            // an op after which nothing runs pays for its consumers here (none in a valid order)
-            Link::Order | Link::Approx if p.next[c].is_none() => cost += self.d2h(c, j, true),
-            _ => {}
-        }
-        cost
+        self.own[c * self.k + j]
     }
 
     /// What op `c` on each PU `j` adds after op `x`, the op before it in the order, on each PU
     /// `q`, into `steps[q * k + j]`: its saving, its H2D and `x`'s D2H where they go by the
     /// order.
     fn steps(&self, x: usize, c: usize, steps: &mut [f64]) {
-        let (p, k) = (self.p, self.k);
+        let k = self.k;
         let into = matches!(self.into[c], Link::Order | Link::Approx);
         let out = matches!(self.out[x], Link::Order | Link::Approx);
-        // x's D2H by x's PU, then c's H2D and saving by c's PU (each read once)
+        // x's D2H by x's PU, then c's H2D and saving by c's PU
         for q in 0..k {
-            let (out_home, out_away) =
-                if out { (self.d2h(x, q, p.to_host[x]), self.d2h(x, q, true)) } else { (0.0, 0.0) };
+            let (home, away) = if out { self.d2h[x * k + q] } else { (0.0, 0.0) };
             let row = &mut steps[q * k..(q + 1) * k];
-            for (j, v) in row.iter_mut().enumerate() {
-                *v = out_away;
-                if j == q {
-                    *v = out_home;
-                }
-            }
+            row.fill(away);
+            row[q] = home;
         }
         for j in 0..k {
-            let (home, away) = if into { (self.h2d(c, j, p.from_host[c]), self.h2d(c, j, true)) } else { (0.0, 0.0) };
-            let saving = self.at(c, j, p.saving[c][j]);
+            let (home, away) = if into { self.h2d[c * k + j] } else { (0.0, 0.0) };
+            let saving = self.save[c * k + j];
             for q in 0..k {
                 steps[q * k + j] += if q == j { home - saving } else { away };
             }
@@ -268,11 +296,9 @@ impl<'a> Dp<'a> {
                 ops.push(c);
                 head.push(i == 0);
                 end.push(i + 1 == b.len());
-                for j in 0..k {
-                    own.push(self.own(c, j));
-                    h2d.push((self.h2d(c, j, p.from_host[c]), self.h2d(c, j, true)));
-                    d2h.push((self.d2h(c, j, p.to_host[c]), self.d2h(c, j, true)));
-                }
+                own.extend_from_slice(&self.own[c * k..(c + 1) * k]);
+                h2d.extend_from_slice(&self.h2d[c * k..(c + 1) * k]);
+                d2h.extend_from_slice(&self.d2h[c * k..(c + 1) * k]);
                 x = c;
             }
         }
@@ -350,7 +376,7 @@ impl<'a> Dp<'a> {
         let Block { fork, join, .. } = self.blocks[bi];
         let (mut best, mut last) = (f64::INFINITY, 0);
         for (q, &v) in col.iter().enumerate() {
-            let v = if q == g { v - self.at(join, g, p.saving[join][g]) } else { v };
+            let v = if q == g { v - self.save[join * self.k + g] } else { v };
             if v < best {
                 (best, last) = (v, q);
             }
@@ -360,24 +386,12 @@ impl<'a> Dp<'a> {
         (best, last)
     }
 
-    /// Block `bi` (its [`Dp::table`] `t`) in every case for every PU of its join and every PU
-    /// of its fork where `fork_col` is finite, all at once: [`Dp::block_cost`] per lane (into
-    /// `t.lanes` and `t.costs`, by join PU, then fork PU, then case), the lanes side by side so
-    /// that the columns' minima vectorise.
-    fn block_lanes(&self, bi: usize, t: &mut Table, fork_col: &[f64]) {
-        let (p, k) = (self.p, self.k);
+    /// Block `bi` (its [`Dp::table`] `t`) in each lane of `t.lanes` (a PU of its fork and of
+    /// its join, and a case), all at once: [`Dp::block_cost`] per lane into `t.costs`, the
+    /// lanes side by side so that the columns' minima vectorise.
+    fn block_lanes(&self, bi: usize, t: &mut Table) {
+        let k = self.k;
         let Table { ops, head, end, step, own, h2d, d2h, lanes, costs, cur, new, best, .. } = t;
-        lanes.clear();
-        for g in 0..k {
-            for f in (0..k).filter(|&f| fork_col[f] < f64::INFINITY) {
-                for (ci, &case) in CASES.iter().enumerate() {
-                    // a case that pays nothing less than another allows no better plan
-                    if (!case.0 || p.accelerator[f]) && (!case.1 || p.accelerator[g]) {
-                        lanes.push(Lane { f, g, case: ci });
-                    }
-                }
-            }
-        }
         let m = lanes.len();
         cur.clear();
         cur.resize(k * m, f64::INFINITY);
@@ -450,15 +464,58 @@ impl<'a> Dp<'a> {
         let mut next = vec![f64::INFINITY; k];
         let mut t = Table::default();
         let mut steps = vec![0.0; k * k];
+        // per (fork PU, join PU): a block's cost with heads and ends anywhere
+        let mut free = vec![];
         let mut last: Option<usize> = None;
         let mut pi = 0;
         while pi < p.phases.len() {
             if let Some(bi) = self.block_of[pi] {
                 let join = self.blocks[bi].join;
+                let fork = self.blocks[bi].fork;
                 self.table(bi, &mut t);
-                self.block_lanes(bi, &mut t, &col);
-                // the join's column from the fork's, through the block
+                // the join's column from the fork's, through the block: first where the heads
+                // and ends go anywhere (every fork and join pay their transfers), per join PU
+                t.lanes.clear();
+                for g in 0..k {
+                    t.lanes.extend((0..k).filter(|&f| col[f] < f64::INFINITY).map(|f| Lane { f, g, case: 0 }));
+                }
+                self.block_lanes(bi, &mut t);
                 next.fill(f64::INFINITY);
+                free.clear();
+                free.resize(k * k, f64::INFINITY);
+                for (lane, &cost) in t.lanes.iter().zip(&t.costs) {
+                    free[lane.f * k + lane.g] = cost;
+                    let v = col[lane.f] + cost;
+                    if v < next[lane.g] {
+                        next[lane.g] = v;
+                        back[join * k + lane.g] = lane.f as u32;
+                        cases[(bi * k + lane.f) * k + lane.g] = 0;
+                    }
+                }
+                // then the cases that keep the heads on the fork's PU or the ends on the join's,
+                // where what they save (the fork's D2H, the join's H2D) might beat the best
+                t.lanes.clear();
+                for g in 0..k {
+                    for f in (0..k).filter(|&f| free[f * k + g] < f64::INFINITY) {
+                        for (ci, &(heads_home, ends_home)) in CASES.iter().enumerate().skip(1) {
+                            // a case on a host PU pays what the free case pays
+                            if (heads_home && !p.accelerator[f]) || (ends_home && !p.accelerator[g]) {
+                                continue;
+                            }
+                            let mut saved = 0.0;
+                            if heads_home {
+                                saved += self.d2h(fork, f, true) - self.d2h(fork, f, false);
+                            }
+                            if ends_home {
+                                saved += self.h2d(join, g, true) - self.h2d(join, g, false);
+                            }
+                            if col[f] + free[f * k + g] - saved < next[g] {
+                                t.lanes.push(Lane { f, g, case: ci });
+                            }
+                        }
+                    }
+                }
+                self.block_lanes(bi, &mut t);
                 for (lane, &cost) in t.lanes.iter().zip(&t.costs) {
                     let v = col[lane.f] + cost;
                     if v < next[lane.g] {
