@@ -40,30 +40,23 @@ struct Block {
     join: usize,
 }
 
-/// A block's costs per op of its phase (in order) and PU, whatever the PUs of its fork and
-/// join ([`Dp::table`]), and the scratch of its columns; kept between blocks.
+/// A block's ops in order and whether each heads or ends its branch, and the scratch of its
+/// columns; kept between blocks. Its steps ([`Dp::steps`] per op, by the PU it runs on, then
+/// the one before: `(at * k + j) * k + q`) sit in the solve's arena, one run per block.
 #[derive(Default)]
 struct Table {
     ops: Vec<usize>,
     head: Vec<bool>,
     end: Vec<bool>,
-    /// `step[(at * k + j) * k + q]`: [`Dp::steps`] from the op before on `q` to this one on `j`.
-    step: Vec<f64>,
-    /// [`Dp::own`].
-    own: Vec<f64>,
-    /// A head's H2D and an end's D2H: (on the fork's or join's PU, elsewhere).
-    h2d: Vec<(f64, f64)>,
-    d2h: Vec<(f64, f64)>,
     col: Vec<f64>,
     next: Vec<f64>,
     scratch: Vec<f64>,
     /// [`Dp::block_lanes`]: its lanes, their costs, and its scratch (columns lane by lane
-    /// per PU, the least per lane).
+    /// per PU).
     lanes: Vec<Lane>,
     costs: Vec<f64>,
     cur: Vec<f64>,
     new: Vec<f64>,
-    best: Vec<f64>,
 }
 
 /// A block's PUs of its fork and join and its case (an index into [`CASES`]).
@@ -86,7 +79,6 @@ pub(crate) struct SequentialDp {
 /// The DP's view of one problem: the links of every op and the blocks.
 struct Dp<'a> {
     p: &'a Problem,
-    obj: Objective,
     k: usize,
     into: Vec<Link>,
     out: Vec<Link>,
@@ -133,39 +125,41 @@ impl<'a> Dp<'a> {
             blocks.push(Block { phase: pi, fork, join });
         }
         let k = p.pus();
-        let mut dp = Dp { p, obj, k, into, out, blocks, block_of, own: vec![], h2d: vec![], d2h: vec![], save: vec![] };
+        let mut dp = Dp { p, k, into, out, blocks, block_of, own: vec![], h2d: vec![], d2h: vec![], save: vec![] };
         dp.own.reserve(n * k);
         dp.h2d.reserve(n * k);
         dp.d2h.reserve(n * k);
         dp.save.reserve(n * k);
         for c in 0..n {
+            let (w, h2d, d2h, saving, power) = (&p.w[c], &p.h2d[c], &p.d2h[c], &p.saving[c], &p.power[c]);
+            let (from_host, to_host) = (p.from_host[c], p.to_host[c]);
+            // an op after which nothing runs pays for its consumers itself (none in a valid order)
+            let (alone_in, alone_out) = (dp.into[c] == Link::Alone, dp.out[c] == Link::Alone);
+            let last = matches!(dp.out[c], Link::Order | Link::Approx) && p.next[c].is_none();
             for j in 0..k {
-                let (accel, at) = (p.accelerator[j], |us: f64| dp.at(c, j, us));
-                let (h2d, d2h) = if accel { (at(p.h2d[c][j]), at(p.d2h[c][j])) } else { (0.0, 0.0) };
-                let h2d = (if p.from_host[c] { h2d } else { 0.0 }, h2d);
-                let d2h = (if p.to_host[c] { d2h } else { 0.0 }, d2h);
-                let own = match p.w[c][j] {
-                    None => f64::INFINITY,
-                    Some(w) => {
-                        let mut cost = at(w);
-                        if dp.into[c] == Link::Alone {
-                            cost += h2d.0;
-                        }
-                        match dp.out[c] {
-                            Link::Alone => cost += d2h.0,
-                            // an op after which nothing runs pays for its consumers here (none
-                            // in a valid order)
-                            Link::Order | Link::Approx if p.next[c].is_none() => cost += d2h.1,
-                            _ => {}
-                        }
-                        cost
-                    }
+                let at = |us: f64| match obj {
+                    Objective::Latency => us,
+                    Objective::Energy => us * power[j],
                 };
-                let save = at(p.saving[c][j]);
+                let (h, d) = if p.accelerator[j] { (at(h2d[j]), at(d2h[j])) } else { (0.0, 0.0) };
+                let h = (if from_host { h } else { 0.0 }, h);
+                let d = (if to_host { d } else { 0.0 }, d);
+                let own = w[j].map_or(f64::INFINITY, |w| {
+                    let mut cost = at(w);
+                    if alone_in {
+                        cost += h.0;
+                    }
+                    if alone_out {
+                        cost += d.0;
+                    } else if last {
+                        cost += d.1;
+                    }
+                    cost
+                });
                 dp.own.push(own);
-                dp.h2d.push(h2d);
-                dp.d2h.push(d2h);
-                dp.save.push(save);
+                dp.h2d.push(h);
+                dp.d2h.push(d);
+                dp.save.push(at(saving[j]));
             }
         }
         dp
@@ -192,15 +186,6 @@ impl<'a> Dp<'a> {
                 && b.windows(2).all(|w| p.succs[w[0]] == [w[1]] && p.preds[w[1]] == [w[0]])
         });
         chain.then_some((fork, join))
-    }
-
-    /// A term of op `c` on PU `j` (µs) as the objective counts it.
-    #[inline]
-    fn at(&self, c: usize, j: usize, us: f64) -> f64 {
-        match self.obj {
-            Objective::Latency => us,
-            Objective::Energy => us * self.p.power[c][j],
-        }
     }
 
     /// Op `c`'s H2D on PU `j`: due only for a graph input (`false`), or due anyway.
@@ -267,38 +252,32 @@ impl<'a> Dp<'a> {
         }
     }
 
-    /// Block `bi`'s costs that hold for every PU of its fork and join, flat per op of its
-    /// phase in order, into `t` (cleared first).
-    fn table(&self, bi: usize, t: &mut Table) {
+    /// Block `bi`'s ops into `t` (cleared first), and, where `arena` is given, their steps
+    /// appended to it.
+    fn table(&self, bi: usize, t: &mut Table, mut arena: Option<&mut Vec<f64>>) {
         let (p, k) = (self.p, self.k);
         let Block { phase, fork, .. } = self.blocks[bi];
-        let Table { ops, head, end, step, own, h2d, d2h, col, next, scratch, .. } = t;
+        let Table { ops, head, end, col, next, scratch, .. } = t;
         scratch.resize(k * k, 0.0);
         ops.clear();
         head.clear();
         end.clear();
-        own.clear();
-        h2d.clear();
-        d2h.clear();
-        let size: usize = p.phases[phase].iter().map(Vec::len).sum();
-        step.resize(size * k * k, 0.0);
         let mut x = fork;
         for b in &p.phases[phase] {
             for (i, &c) in b.iter().enumerate() {
-                // by the PU it runs on, then the one before: a column's minimum reads one run
-                self.steps(x, c, scratch);
-                let at = ops.len();
-                for (q, row) in scratch.chunks_exact(k).enumerate() {
-                    for (j, &v) in row.iter().enumerate() {
-                        step[(at * k + j) * k + q] = v;
+                if let Some(arena) = arena.as_deref_mut() {
+                    self.steps(x, c, scratch);
+                    let at = arena.len();
+                    arena.resize(at + k * k, 0.0);
+                    for (q, row) in scratch.chunks_exact(k).enumerate() {
+                        for (j, &v) in row.iter().enumerate() {
+                            arena[at + j * k + q] = v;
+                        }
                     }
                 }
                 ops.push(c);
                 head.push(i == 0);
                 end.push(i + 1 == b.len());
-                own.extend_from_slice(&self.own[c * k..(c + 1) * k]);
-                h2d.extend_from_slice(&self.h2d[c * k..(c + 1) * k]);
-                d2h.extend_from_slice(&self.d2h[c * k..(c + 1) * k]);
                 x = c;
             }
         }
@@ -306,30 +285,32 @@ impl<'a> Dp<'a> {
         next.resize(k, f64::INFINITY);
     }
 
-    /// Block `bi` (its [`Dp::table`] `t`) with its fork on PU `f` and its join on `g`, in case
+    /// Block `bi` (its [`Dp::table`] `t` and steps `step`) with its fork on PU `f` and its join
+    /// on `g`, in case
     /// `(heads_home, ends_home)`: its ops, the fork's D2H and the join's H2D and saving (module
     /// docs). Fills `back` (per op of the phase, in order, per PU: the PU before);
     /// returns the cost and the PU of the phase's last op.
     fn block_cost(
         &self,
         bi: usize,
-        t: &mut Table,
+        (t, step): (&mut Table, &[f64]),
         (f, g): (usize, usize),
         (heads_home, ends_home): (bool, bool),
         back: &mut [u32],
     ) -> (f64, usize) {
         let k = self.k;
-        let Table { ops, head, end, step, own, h2d, d2h, col, next, .. } = t;
+        let Table { ops, head, end, col, next, .. } = t;
         col.fill(f64::INFINITY);
         col[f] = 0.0;
         for at in 0..ops.len() {
-            let (head, end) = (head[at], end[at]);
-            let own = &own[at * k..(at + 1) * k];
+            let (head, end, c) = (head[at], end[at], ops[at]);
+            let own = &self.own[c * k..(c + 1) * k];
+            let (h2d, d2h) = (&self.h2d[c * k..(c + 1) * k], &self.d2h[c * k..(c + 1) * k]);
             for (j, (to, steps)) in next.iter_mut().zip(step[at * k * k..(at + 1) * k * k].chunks_exact(k)).enumerate()
             {
                 let mut extra = own[j];
                 if head {
-                    let (home, away) = h2d[at * k + j];
+                    let (home, away) = h2d[j];
                     extra += if j == f {
                         home
                     } else if heads_home {
@@ -339,7 +320,7 @@ impl<'a> Dp<'a> {
                     };
                 }
                 if end {
-                    let (home, away) = d2h[at * k + j];
+                    let (home, away) = d2h[j];
                     extra += if j == g {
                         home
                     } else if ends_home {
@@ -386,42 +367,51 @@ impl<'a> Dp<'a> {
         (best, last)
     }
 
-    /// Block `bi` (its [`Dp::table`] `t`) in each lane of `t.lanes` (a PU of its fork and of
+    /// Block `bi` (its [`Dp::table`] `t` and steps `step`) in each lane of `t.lanes` (a PU of its fork and of
     /// its join, and a case), all at once: [`Dp::block_cost`] per lane into `t.costs`, the
     /// lanes side by side so that the columns' minima vectorise.
-    fn block_lanes(&self, bi: usize, t: &mut Table) {
+    fn block_lanes(&self, bi: usize, t: &mut Table, step: &[f64]) {
         let k = self.k;
-        let Table { ops, head, end, step, own, h2d, d2h, lanes, costs, cur, new, best, .. } = t;
-        let m = lanes.len();
+        let Table { ops, head, end, lanes, costs, cur, new, .. } = t;
+        // lanes in groups of `W`, the last padded with lanes that stay infinite
+        const W: usize = 4;
+        let m = lanes.len().div_ceil(W) * W;
         cur.clear();
         cur.resize(k * m, f64::INFINITY);
         for (l, lane) in lanes.iter().enumerate() {
             cur[lane.f * m + l] = 0.0;
         }
+        new.clear();
         new.resize(k * m, f64::INFINITY);
-        best.resize(m, 0.0);
         for at in 0..ops.len() {
             for j in 0..k {
-                best.fill(f64::INFINITY);
-                for q in 0..k {
-                    let s = step[(at * k + j) * k + q];
-                    for (b, &c) in best.iter_mut().zip(&cur[q * m..(q + 1) * m]) {
-                        let v = c + s;
-                        *b = if v < *b { v } else { *b };
-                    }
-                }
-                let own = own[at * k + j];
+                let steps = &step[(at * k + j) * k..(at * k + j + 1) * k];
+                let c = ops[at];
+                let own = self.own[c * k + j];
+                let plain = !head[at] && !end[at];
+                let add = if plain { own } else { 0.0 };
+                // the least over the PU before, a group of lanes at a time in registers
                 let to = &mut new[j * m..(j + 1) * m];
-                if !head[at] && !end[at] {
-                    to.iter_mut().zip(best.iter()).for_each(|(to, &b)| *to = b + own);
+                for (g, to) in to.chunks_exact_mut(W).enumerate() {
+                    let mut b = [f64::INFINITY; W];
+                    for (q, &s) in steps.iter().enumerate() {
+                        let from = &cur[q * m + g * W..q * m + (g + 1) * W];
+                        for (b, &c) in b.iter_mut().zip(from) {
+                            let v = c + s;
+                            *b = if v < *b { v } else { *b };
+                        }
+                    }
+                    to.iter_mut().zip(b).for_each(|(to, b)| *to = b + add);
+                }
+                if plain {
                     continue;
                 }
                 // a head's H2D and an end's D2H depend on the lane's fork and join
-                for ((to, &b), lane) in to.iter_mut().zip(best.iter()).zip(lanes.iter()) {
+                for (to, lane) in to.iter_mut().zip(lanes.iter()) {
                     let (heads_home, ends_home) = CASES[lane.case];
                     let mut v = own;
                     if head[at] {
-                        let (home, away) = h2d[at * k + j];
+                        let (home, away) = self.h2d[c * k + j];
                         v += if j == lane.f {
                             home
                         } else if heads_home {
@@ -431,7 +421,7 @@ impl<'a> Dp<'a> {
                         };
                     }
                     if end[at] {
-                        let (home, away) = d2h[at * k + j];
+                        let (home, away) = self.d2h[c * k + j];
                         v += if j == lane.g {
                             home
                         } else if ends_home {
@@ -440,7 +430,7 @@ impl<'a> Dp<'a> {
                             away
                         };
                     }
-                    *to = b + v;
+                    *to += v;
                 }
             }
             std::mem::swap(cur, new);
@@ -463,6 +453,8 @@ impl<'a> Dp<'a> {
         let mut col = vec![f64::INFINITY; k];
         let mut next = vec![f64::INFINITY; k];
         let mut t = Table::default();
+        // the blocks' steps, one run each, from where `starts` says
+        let (mut arena, mut starts) = (vec![], vec![0; self.blocks.len()]);
         let mut steps = vec![0.0; k * k];
         // per (fork PU, join PU): a block's cost with heads and ends anywhere
         let mut free = vec![];
@@ -472,14 +464,16 @@ impl<'a> Dp<'a> {
             if let Some(bi) = self.block_of[pi] {
                 let join = self.blocks[bi].join;
                 let fork = self.blocks[bi].fork;
-                self.table(bi, &mut t);
+                starts[bi] = arena.len();
+                self.table(bi, &mut t, Some(&mut arena));
+                let step = &arena[starts[bi]..];
                 // the join's column from the fork's, through the block: first where the heads
                 // and ends go anywhere (every fork and join pay their transfers), per join PU
                 t.lanes.clear();
                 for g in 0..k {
                     t.lanes.extend((0..k).filter(|&f| col[f] < f64::INFINITY).map(|f| Lane { f, g, case: 0 }));
                 }
-                self.block_lanes(bi, &mut t);
+                self.block_lanes(bi, &mut t, step);
                 next.fill(f64::INFINITY);
                 free.clear();
                 free.resize(k * k, f64::INFINITY);
@@ -515,7 +509,7 @@ impl<'a> Dp<'a> {
                         }
                     }
                 }
-                self.block_lanes(bi, &mut t);
+                self.block_lanes(bi, &mut t, step);
                 for (lane, &cost) in t.lanes.iter().zip(&t.costs) {
                     let v = col[lane.f] + cost;
                     if v < next[lane.g] {
@@ -566,9 +560,9 @@ impl<'a> Dp<'a> {
             let bi = self.block_of[p.place[op].0 - 1]?;
             let (f, g) = (from, j);
             let case = CASES[cases[(bi * k + f) * k + g] as usize];
-            self.table(bi, &mut t);
+            self.table(bi, &mut t, None);
             let mut inner = vec![0u32; t.ops.len() * k];
-            let (_, mut q) = self.block_cost(bi, &mut t, (f, g), case, &mut inner);
+            let (_, mut q) = self.block_cost(bi, (&mut t, &arena[starts[bi]..]), (f, g), case, &mut inner);
             for (at, &x) in t.ops.iter().enumerate().rev() {
                 assign[x] = q;
                 q = inner[at * k + q] as usize;
