@@ -597,14 +597,30 @@ pub fn sequential_mapping(p: &Problem, obj: Objective) -> Option<Mapping> {
     if inexact.as_ref().is_some_and(|x| !x.contains(&true)) {
         return Some(Mapping { assign: best, schedule: Schedule::Sequential, estimate });
     }
+    // the climb only lowers the evaluator's figure of the DP's mapping, which is at most the
+    // DP's figure and every transfer of the ops it priced otherwise: a single PU above that
+    // cannot win
+    let ceiling = inexact.as_ref().map(|inexact| {
+        let transfers = |c: usize| {
+            let j = best[c];
+            let t = if p.accelerator[j] { p.h2d[c][j] + p.d2h[c][j] } else { 0.0 };
+            if obj == Objective::Energy { t * p.power[c][j] } else { t }
+        };
+        let ceiling = estimate + (0..p.ops()).filter(|&c| inexact[c]).map(transfers).sum::<f64>();
+        ceiling + 1e-9 * ceiling.abs().max(1.0)
+    });
     p.climb_sequential(&mut best, obj, inexact.as_deref());
     let value = |a: &[usize]| p.sequential_objective(a, obj);
-    let mut best_value = value(&best);
+    let mut best_value = None;
     for j in (0..p.pus()).filter(|&j| (0..p.ops()).all(|c| p.w[c][j].is_some())) {
-        if p.single_objective(j, obj) < best_value {
+        let single = p.single_objective(j, obj);
+        if ceiling.is_some_and(|ceiling| single > ceiling) {
+            continue;
+        }
+        if single < *best_value.get_or_insert_with(|| value(&best)) {
             let mut improved = vec![j; p.ops()];
             p.improve(&mut improved, Schedule::Sequential, obj);
-            best_value = value(&improved);
+            best_value = Some(value(&improved));
             best = improved;
         }
     }

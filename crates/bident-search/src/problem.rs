@@ -1151,7 +1151,8 @@ impl Problem {
     pub const MAX_BLOCK: usize = 4;
 
     /// One pass of block moves: every run of 2..=[`Problem::MAX_BLOCK`] neighbours in the
-    /// execution order that `wanted` (given its position in the order) asks for goes, as a
+    /// execution order, starting at a position of `starts` (ascending; every position where
+    /// None), that `wanted` (given its position in the order) asks for goes, as a
     /// whole, to the PU that most lowers the objective. A single move cannot leave a run
     /// compiled together, or a group that shares its transfers, without losing the saving on
     /// both sides first; the run together can. Calls `moved` with every run that moved (which
@@ -1161,6 +1162,7 @@ impl Problem {
         &self,
         assign: &mut [usize],
         order: &[usize],
+        starts: Option<&[usize]>,
         wanted: &mut dyn FnMut(usize, &[usize]) -> bool,
         schedule: Schedule,
         obj: Objective,
@@ -1171,7 +1173,11 @@ impl Problem {
         let choices: Vec<Vec<Vec<usize>>> =
             (0..=Self::MAX_BLOCK).map(|len| (0..self.pus()).map(|j| vec![j; len]).collect()).collect();
         let mut count = 0;
-        for k in 0..order.len() {
+        let every: Box<dyn Iterator<Item = usize>> = match starts {
+            Some(starts) => Box::new(starts.iter().copied()),
+            None => Box::new(0..order.len()),
+        };
+        for k in every {
             for len in 2..=Self::MAX_BLOCK.min(order.len() - k) {
                 let run = &order[k..k + len];
                 if (schedule == Schedule::Parallel && !self.held_together(run)) || !wanted(k, run) {
@@ -1246,7 +1252,11 @@ impl Problem {
             queue.push_back(c);
         }
         let mut moves = 0;
-        for pi in 0..self.phases.len() {
+        // from the DP, a phase none of whose ops starts the worklist is already the best for
+        // the rest as it is (there the DP priced as the evaluator does)
+        let phases = (0..self.phases.len())
+            .filter(|&pi| inexact.is_none() || self.phases[pi].iter().flatten().any(|&c| start[c]));
+        for pi in phases {
             if self.exact_phase(assign, pi, Schedule::Sequential, obj) {
                 moves += 1;
                 if let Some(s) = slack.as_mut() {
@@ -1277,9 +1287,16 @@ impl Problem {
             // no single move helps: try runs of neighbours, and single moves again around any
             // that moved
             let was_hot = std::mem::replace(&mut hot, vec![false; n]);
+            // the runs that hold a hot op start at most `MAX_BLOCK - 1` before it
+            let mut near_hot = vec![false; n];
+            for (at, _) in order.iter().enumerate().filter(|&(_, &c)| was_hot[c]) {
+                near_hot[at.saturating_sub(Self::MAX_BLOCK - 1)..=at].fill(true);
+            }
+            let starts: Vec<usize> = (0..n).filter(|&at| near_hot[at]).collect();
             let blocks = self.block_moves(
                 assign,
                 &order,
+                Some(&starts),
                 &mut |_, run| run.iter().any(|&c| was_hot[c]),
                 Schedule::Sequential,
                 obj,
@@ -1309,6 +1326,7 @@ impl Problem {
                     let blocks = self.block_moves(
                         assign,
                         &order,
+                        None,
                         &mut |_, _| true,
                         Schedule::Sequential,
                         obj,
@@ -1586,7 +1604,7 @@ impl Problem {
                 }
                 go
             };
-            moved += self.block_moves(assign, &order, &mut wanted, schedule, obj, None, cache, &mut |run| {
+            moved += self.block_moves(assign, &order, None, &mut wanted, schedule, obj, None, cache, &mut |run| {
                 run.iter().for_each(|&c| {
                     mark(c, &mut dirty, &mut hot, &mut touched);
                     widen(c);
