@@ -1215,8 +1215,8 @@ impl Problem {
         let n = order.len();
         let mut queued = vec![false; n];
         // ops queued since the last pass of block moves: only runs holding one are tried (from
-        // the DP's optimum, a run whose ops and neighbours all follow the order cannot improve
-        // on it: there the evaluator is eq. 1, which the DP minimised)
+        // the DP's optimum, a run whose ops and neighbours it priced exactly cannot improve
+        // on it: there its figure is the evaluator's, which it minimised)
         let mut hot = vec![false; n];
         let mut queue = std::collections::VecDeque::new();
         let nbrs = |x: usize| self.neighbours(x);
