@@ -11,6 +11,8 @@
 //! in order (a head saves with the end before it), in up to four cases: the heads all on the
 //! fork's PU or not (whether the fork pays its D2H), the ends all on the join's or not (whether
 //! the join pays its H2D). Paying where it may not be due and taking the least case is exact.
+//! The free case runs first for every pair of PUs, side by side in lanes; a case that keeps
+//! heads or ends home runs only where what it saves could beat the best so far.
 //!
 //! Every other op is priced as eq. (1) prices it and marked inexact: the climb that follows
 //! starts there and around it. Where no op is inexact the DP's optimum is the search's.
