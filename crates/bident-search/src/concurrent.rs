@@ -358,11 +358,16 @@ impl<'a> Joint<'a> {
         let gaps_b: Option<Vec<Vec<f64>>> = prune.map(|_| (0..=nb).map(|j| self.gaps(1, j)).collect());
         let m = 2 * kk;
         // costs of two rows of states at a time (moves reach the row or the next); where each
-        // state came from, 1 + its index, for all (zeroed memory: pages no state reaches are
-        // never touched)
-        let row_len = (nb + 1) * kk * kk * 4;
+        // state came from, for all: 1 + which cell before it (the one before in its row, above
+        // it, above and before) * states per cell + its state there, so two bytes a state
+        // (zeroed memory: pages no state reaches are never touched)
+        let cells = kk * kk * 4;
+        if 3 * cells >= usize::from(u16::MAX) {
+            return Err(SearchError::Check(format!("{k} PUs are too many for the joint search")));
+        }
+        let row_len = (nb + 1) * cells;
         let (mut cur, mut next) = (vec![f64::INFINITY; row_len], vec![f64::INFINITY; row_len]);
-        let mut from: Vec<u32> = vec![0; (na + 1) * row_len];
+        let mut from: Vec<u16> = vec![0; (na + 1) * row_len];
         // per row i, the range of j holding a reached state
         let mut rows: Vec<(usize, usize)> = vec![(usize::MAX, 0); na + 1];
         let start = (0, 0, k, k, true, true);
@@ -432,7 +437,7 @@ impl<'a> Joint<'a> {
                         kept.push((c0, sa, sb));
                     }
                     let s = (i, j, la, lb, fa, fb);
-                    let g = i * row_len + cell + t;
+                    let src = t;
                     self.moves(s, &pa[sa], &pb[sb], |t, c| {
                         let c = c0 + c;
                         // the target's cell: (i, j + 1), (i + 1, j) or (i + 1, j + 1)
@@ -441,7 +446,7 @@ impl<'a> Joint<'a> {
                         let slot = if t.0 == i { &mut cur[ti] } else { &mut next[ti] };
                         if c < *slot && c + bounds[d] <= limit {
                             *slot = c;
-                            from[t.0 * row_len + ti] = g as u32 + 1;
+                            from[t.0 * row_len + ti] = (1 + (d - 1) * cells + src) as u16;
                             let r = &mut rows[t.0];
                             *r = (r.0.min(t.1), r.1.max(t.1));
                         }
@@ -477,7 +482,10 @@ impl<'a> Joint<'a> {
         // walk back
         let (start, mut s, mut steps) = (self.idx(start), end, vec![]);
         while s != start {
-            let p = from[s] as usize - 1;
+            let (i, j, ..) = self.decode(s);
+            let code = usize::from(from[s]) - 1;
+            let (d, t) = (code / cells + 1, code % cells);
+            let p = (i - d / 2) * row_len + (j - d % 2) * cells + t;
             let ((i, j, la, lb, ..), (pi, pj, ..)) = (self.decode(s), self.decode(p));
             steps.push(((i > pi).then_some((pi, la)), (j > pj).then_some((pj, lb))));
             s = p;
