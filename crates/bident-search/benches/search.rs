@@ -38,6 +38,12 @@ fn chain(n: usize, k: usize) -> Chain {
 /// A multi-stage pipeline of `n` ops on `k` PUs: chains of 20 ops alternating with phases of
 /// `width` parallel branches of 3 ops (attention heads), each branch fed by the previous phase.
 fn pipeline(n: usize, k: usize, width: usize) -> Problem {
+    pipeline_with_skips(n, k, width, 0)
+}
+
+/// [`pipeline`] where every `skip`-th op of a chain (0: none) also reads the op two before it,
+/// as a residual connection does: dataflow the order does not follow.
+fn pipeline_with_skips(n: usize, k: usize, width: usize, skip: usize) -> Problem {
     let mut phases: Vec<Vec<Vec<usize>>> = vec![];
     let mut next = 0;
     while next < n {
@@ -60,6 +66,12 @@ fn pipeline(n: usize, k: usize, width: usize) -> Problem {
             for w in b.windows(2) {
                 preds[w[1]].push(w[0]);
                 succs[w[0]].push(w[1]);
+            }
+            if skip > 0 && phase.len() == 1 {
+                for w in b.windows(3).step_by(skip) {
+                    preds[w[2]].push(w[0]);
+                    succs[w[0]].push(w[2]);
+                }
             }
             if pi > 0 {
                 for prev in &phases[pi - 1] {
@@ -196,6 +208,10 @@ fn searches(c: &mut Criterion) {
             });
         }
     }
+    // residual connections in the chains: ops the sequential DP cannot price exactly
+    let p = pipeline_with_skips(4600, 3, 4, 5);
+    let cfg = SearchConfig { objective: Objective::Latency, mode: Mode::Sequential, ..Default::default() };
+    g.bench_with_input(BenchmarkId::new("sequential_k3_residual", 4600), &p, |b, p| b.iter(|| best_mapping(p, &cfg)));
     // phases of three branches of 3 ops: 3^9 assignments each, solved exactly (as ViT's Q/K/V)
     let p = pipeline(500, 3, 3);
     for mode in [Mode::Sequential, Mode::Parallel] {
