@@ -307,30 +307,9 @@ impl<'a> Dp<'a> {
         for at in 0..ops.len() {
             let (head, end, c) = (head[at], end[at], ops[at]);
             let own = &self.own[c * k..(c + 1) * k];
-            let (h2d, d2h) = (&self.h2d[c * k..(c + 1) * k], &self.d2h[c * k..(c + 1) * k]);
             for (j, (to, steps)) in next.iter_mut().zip(step[at * k * k..(at + 1) * k * k].chunks_exact(k)).enumerate()
             {
-                let mut extra = own[j];
-                if head {
-                    let (home, away) = h2d[j];
-                    extra += if j == f {
-                        home
-                    } else if heads_home {
-                        f64::INFINITY
-                    } else {
-                        away
-                    };
-                }
-                if end {
-                    let (home, away) = d2h[j];
-                    extra += if j == g {
-                        home
-                    } else if ends_home {
-                        f64::INFINITY
-                    } else {
-                        away
-                    };
-                }
+                let extra = self.with_ends(own[j], c, j, (head, end), (f, g), (heads_home, ends_home));
                 let (mut best, mut arg) = (f64::INFINITY, 0);
                 for (q, (&c, &s)) in col.iter().zip(steps).enumerate() {
                     let v = c + s;
@@ -346,6 +325,36 @@ impl<'a> Dp<'a> {
         self.close(bi, col, (f, g), (heads_home, ends_home))
     }
 
+    /// `v` plus what op `c` of a block pays on PU `j` as a branch's head (its H2D from the
+    /// fork on `f`) and end (its D2H to the join on `g`), in case `(heads_home, ends_home)`:
+    /// infinite off the fork's (join's) PU where the case keeps them there.
+    fn with_ends(
+        &self,
+        mut v: f64,
+        c: usize,
+        j: usize,
+        (head, end): (bool, bool),
+        (f, g): (usize, usize),
+        (heads_home, ends_home): (bool, bool),
+    ) -> f64 {
+        let edge = |(home, away): (f64, f64), on: bool, kept: bool| {
+            if on {
+                home
+            } else if kept {
+                f64::INFINITY
+            } else {
+                away
+            }
+        };
+        if head {
+            v += edge(self.h2d[c * self.k + j], j == f, heads_home);
+        }
+        if end {
+            v += edge(self.d2h[c * self.k + j], j == g, ends_home);
+        }
+        v
+    }
+
     /// A block's cost from the column of its phase's last op: the join's saving after it, the
     /// join's H2D and the fork's D2H (module docs); and the last op's PU.
     fn close(
@@ -355,7 +364,6 @@ impl<'a> Dp<'a> {
         (f, g): (usize, usize),
         (heads_home, ends_home): (bool, bool),
     ) -> (f64, usize) {
-        let p = self.p;
         let Block { fork, join, .. } = self.blocks[bi];
         let (mut best, mut last) = (f64::INFINITY, 0);
         for (q, &v) in col.iter().enumerate() {
@@ -364,8 +372,8 @@ impl<'a> Dp<'a> {
                 (best, last) = (v, q);
             }
         }
-        best += self.h2d(join, g, p.from_host[join] || !ends_home);
-        best += self.d2h(fork, f, p.to_host[fork] || !heads_home);
+        best += self.h2d(join, g, !ends_home);
+        best += self.d2h(fork, f, !heads_home);
         (best, last)
     }
 
@@ -410,29 +418,7 @@ impl<'a> Dp<'a> {
                 }
                 // a head's H2D and an end's D2H depend on the lane's fork and join
                 for (to, lane) in to.iter_mut().zip(lanes.iter()) {
-                    let (heads_home, ends_home) = CASES[lane.case];
-                    let mut v = own;
-                    if head[at] {
-                        let (home, away) = self.h2d[c * k + j];
-                        v += if j == lane.f {
-                            home
-                        } else if heads_home {
-                            f64::INFINITY
-                        } else {
-                            away
-                        };
-                    }
-                    if end[at] {
-                        let (home, away) = self.d2h[c * k + j];
-                        v += if j == lane.g {
-                            home
-                        } else if ends_home {
-                            f64::INFINITY
-                        } else {
-                            away
-                        };
-                    }
-                    *to += v;
+                    *to += self.with_ends(own, c, j, (head[at], end[at]), (lane.f, lane.g), CASES[lane.case]);
                 }
             }
             std::mem::swap(cur, new);

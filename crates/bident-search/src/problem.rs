@@ -1350,6 +1350,10 @@ impl Problem {
     /// (single moves cannot swap two branches' PUs). Until nothing moves. Every move strictly
     /// lowers the objective, so the plan never gets worse. Returns the moves made.
     pub fn improve(&self, assign: &mut [usize], schedule: Schedule, obj: Objective) -> usize {
+        if schedule == Schedule::Sequential {
+            // no parallel phase to price: no memo to build
+            return self.climb_sequential(assign, obj, None);
+        }
         self.improve_with(assign, schedule, obj, true, false, &PhaseMemo::new(self))
     }
 
@@ -1398,7 +1402,7 @@ impl Problem {
         out
     }
 
-    /// [`Problem::improve`]; `keep`: whether a parallel climb keeps its phases' spans and
+    /// [`Problem::improve`] under a parallel schedule; `keep`: whether the climb keeps its phases' spans and
     /// bounds ([`Spans`]) between moves, and skips the trials no move since can have changed,
     /// which must change nothing but the time it takes;
     /// `from_dp`: [`Problem::improve_parallel_from_dp`]'s first pass (with the same moves).
@@ -1413,9 +1417,7 @@ impl Problem {
     ) -> usize {
         /// Graphs from this many ops report the climb's passes.
         const PROGRESS_FROM: usize = 1000;
-        if schedule == Schedule::Sequential {
-            return self.climb_sequential(assign, obj, None);
-        }
+        debug_assert_eq!(schedule, Schedule::Parallel, "a sequential climb is `climb_sequential`'s");
         const MAX_PASSES: usize = 20;
         let k = self.pus();
         let order: Vec<usize> = self.order().collect();
