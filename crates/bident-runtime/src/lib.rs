@@ -457,6 +457,24 @@ pub fn default_spec(of: &PuSpec, b: &str, cfg: &RunConfig) -> PuSpec {
 /// Inferences of the plan, then of each baseline, in one turn of the measurement.
 const BLOCK: u32 = 5;
 
+/// The shortest warm-up before a block's measured inferences ([`warm_up`]).
+const WARM: Duration = Duration::from_millis(2);
+
+/// Run `run` at least `runs` times and for at least [`WARM`]: a block's first inferences after
+/// its session's threads went idle run slower than in a steady stream, and for a model of a few
+/// µs three runs warm nothing (KAN INT8 whole on one pinned core, in blocks after 20 ms idle:
+/// 21.6-22.1 µs a run after three runs of warm-up, 19.2-20.2 after 2 ms, 19.7-20.0 back to back;
+/// the profile times ops back to back).
+fn warm_up(runs: u32, mut run: impl FnMut() -> Result<(), RuntimeError>) -> Result<(), RuntimeError> {
+    let t0 = Instant::now();
+    let mut done = 0;
+    while done < runs || t0.elapsed() < WARM {
+        run()?;
+        done += 1;
+    }
+    Ok(())
+}
+
 /// The pause before each session's block in a measurement turn, at least ([`let_threads_settle`]).
 const SETTLE: Duration = Duration::from_millis(20);
 
@@ -532,11 +550,14 @@ pub fn model_inputs(g: &FusedGraph, seed: u64) -> Vec<Arc<HostTensor>> {
 
 /// What an inference through a [`Session`] costs beyond its backend calls where the program
 /// uses PU `pu` alone (µs): handing the worker its job and the inputs, waking it, collecting its
-/// outputs. Measured on `g` (a one-op probe) in `blocks` pairs of blocks of [`BLOCK`] runs: the
-/// session's, then direct calls of the same model compiled for the same PU on a thread pinned
-/// as its worker is, each block after the other's threads went idle; the difference of the
-/// medians, not below 0. A plan's prediction adds it once per inference (the search reads it
-/// from the cost table).
+/// outputs. Measured on `g` (a one-op probe) in `blocks` blocks of [`BLOCK`] runs, each after
+/// the session's threads went idle and a [`warm_up`]: the median of each run's time less its
+/// one task's (the backend call). A plan's prediction adds it once per inference (the search
+/// reads it from the cost table).
+///
+/// The task's own time is not compared with calls of the model compiled apart: on a thread of
+/// its own, started for the purpose, those ran slower than the worker's, and OpenVINO's pinned
+/// PUs were priced at 0-2 µs where a session added 4-5 µs around the KAN INT8's one task.
 pub fn launch_us(
     g: &FusedGraph,
     soc: &SocSpec,
@@ -545,53 +566,22 @@ pub fn launch_us(
     blocks: usize,
 ) -> Result<f64, RuntimeError> {
     let spec = soc.pus.get(pu).ok_or_else(|| RuntimeError::Program(format!("no PU {pu} in `{}`", soc.name)))?;
-    let bytes = g.reference_model()?;
     let session = whole(g, spec, &soc.name, &backend, &RunConfig::default())?;
-    let op = |e| RuntimeError::Op {
-        what: "a probe".into(),
-        name: g.name.clone(),
-        pu: spec.name.clone(),
-        source: Box::new(e),
-    };
-    let mut exe = backend.compile(&bytes, spec).map_err(op)?;
     let inputs = model_inputs(g, 0);
-    let named: Vec<(&str, &HostTensor)> =
-        g.inputs.iter().zip(&inputs).map(|(&t, x)| (g.tensor(t).name.as_str(), x.as_ref())).collect();
-    let feed = bident_backend::feed_order(exe.inputs(), &named)
-        .ok_or_else(|| RuntimeError::Program(format!("the probe `{}` does not take its inputs by name", g.name)))?;
-    let (mut through, mut direct) = (vec![], vec![]);
+    let mut beyond = vec![];
     // longer than a worker polls for its next job
     let idle = || std::thread::sleep(Duration::from_millis(1));
+    let run = || session.run(std::slice::from_ref(&inputs));
     for _ in 0..blocks {
         idle();
-        for r in 0..=BLOCK {
-            let inf = session.run(std::slice::from_ref(&inputs))?;
-            if r > 0 {
-                through.push(inf.total_us);
-            }
+        warm_up(RunConfig::default().warmup, || run().map(drop))?;
+        for _ in 0..BLOCK {
+            let inf = run()?;
+            let ops: f64 = inf.spans.iter().map(|s| s.finish_us - s.start_us).sum();
+            beyond.push((inf.total_us - ops).max(0.0));
         }
-        idle();
-        let exe = &mut exe;
-        let feed = &feed;
-        let times = std::thread::scope(|s| {
-            s.spawn(|| -> Result<Vec<f64>, BackendError> {
-                bident_backend::pin_current_thread(&spec.name, &spec.cores)?;
-                let mut times = vec![];
-                for r in 0..=BLOCK {
-                    let t = std::time::Instant::now();
-                    exe.run(feed)?;
-                    if r > 0 {
-                        times.push(t.elapsed().as_secs_f64() * 1e6);
-                    }
-                }
-                Ok(times)
-            })
-            .join()
-        });
-        direct.extend(times.map_err(|_| RuntimeError::Program("the probe's thread panicked".into()))?.map_err(op)?);
     }
-    let q = bident_profile::quantile;
-    Ok((q(&mut through, 0.5) - q(&mut direct, 0.5)).max(0.0))
+    Ok(bident_profile::quantile(&mut beyond, 0.5))
 }
 
 /// A session running model `g` whole on `pu` (alone in a one-PU SoC).
@@ -861,28 +851,26 @@ fn measure(
         let mut plan_block = || -> Result<(), RuntimeError> {
             settle();
             let mut this_block = vec![];
-            for r in 0..cfg.warmup + block {
+            warm_up(cfg.warmup, || session.run(&inputs).map(drop))?;
+            for _ in 0..block {
                 let inf = session.run(&inputs)?;
-                if r >= cfg.warmup {
-                    totals.push(inf.total_us);
-                    this_block.push(inf.total_us);
-                    overheads.push(inf.overhead_us_per_task(program));
-                    for s in &inf.spans {
-                        task_us[s.task].push(s.finish_us - s.start_us);
-                    }
-                    // checked now and let go, as a baseline's are: while every run's outputs
-                    // and timeline were kept to the end, LLaMA INT8 whole on `core1.ort`
-                    // measured 2-11% slower as the plan than the same session beside it as a
-                    // baseline, in every block; now the two are within 2-4% either way (memory
-                    // held makes each run allocate afresh: the likely cause, not proven)
-                    for (m, g) in graphs.iter().enumerate() {
-                        let (err, loose) =
-                            check_outputs(g, &inf.outputs[m], &wants[m], reduced, allowance[m].as_deref())?;
-                        max_abs_err = max_abs_err.max(err);
-                        needed_allowance |= loose;
-                    }
-                    kept.push((inf.total_us, inf.spans.clone()));
+                totals.push(inf.total_us);
+                this_block.push(inf.total_us);
+                overheads.push(inf.overhead_us_per_task(program));
+                for s in &inf.spans {
+                    task_us[s.task].push(s.finish_us - s.start_us);
                 }
+                // checked now and let go, as a baseline's are: while every run's outputs
+                // and timeline were kept to the end, LLaMA INT8 whole on `core1.ort`
+                // measured 2-11% slower as the plan than the same session beside it as a
+                // baseline, in every block; now the two are within 2-4% either way (memory
+                // held makes each run allocate afresh: the likely cause, not proven)
+                for (m, g) in graphs.iter().enumerate() {
+                    let (err, loose) = check_outputs(g, &inf.outputs[m], &wants[m], reduced, allowance[m].as_deref())?;
+                    max_abs_err = max_abs_err.max(err);
+                    needed_allowance |= loose;
+                }
+                kept.push((inf.total_us, inf.spans.clone()));
             }
             block_medians.push(bident_profile::quantile(&mut this_block, 0.5));
             Ok(())
@@ -901,11 +889,10 @@ fn measure(
             let mut sums = vec![0.0; block as usize];
             for (m, s) in baseline.iter().enumerate() {
                 settle();
-                for r in 0..cfg.warmup + block {
-                    let inf = s.run(std::slice::from_ref(&inputs[m]))?;
-                    if r >= cfg.warmup {
-                        sums[(r - cfg.warmup) as usize] += inf.total_us;
-                    }
+                let run = || s.run(std::slice::from_ref(&inputs[m]));
+                warm_up(cfg.warmup, || run().map(drop))?;
+                for sum in sums.iter_mut() {
+                    *sum += run()?.total_us;
                 }
             }
             times.extend_from_slice(&sums);
