@@ -31,6 +31,7 @@ pub use session::{Inference, Session, Span};
 
 #[derive(Clone, Debug, Serialize)]
 pub struct RunConfig {
+    /// Inferences before each block's measured ones, at least: a block warms for at least 2 ms.
     pub warmup: u32,
     pub runs: u32,
     /// Seed of the random model inputs.
@@ -1171,7 +1172,30 @@ pub fn input_hash(plan_hash: ContentHash, cfg: &RunConfig) -> Result<ContentHash
 mod tests {
     use bident_tensor::{DType, HostTensor};
 
-    use super::{Regret, check_output, consistently_faster};
+    use super::{Regret, WARM, check_output, consistently_faster, warm_up};
+
+    /// A warm-up runs its runs and lasts its time, whichever is longer, and stops at an error.
+    #[test]
+    fn a_warm_up_lasts_its_runs_and_its_time() {
+        for (runs, each) in [(3, std::time::Duration::ZERO), (3, WARM)] {
+            let (t0, mut done) = (std::time::Instant::now(), 0);
+            warm_up(runs, || {
+                std::thread::sleep(each);
+                done += 1;
+                Ok(())
+            })
+            .expect("no error");
+            assert!(done >= runs && t0.elapsed() >= WARM, "{done} runs in {:?}", t0.elapsed());
+            // no more runs than it takes to pass both marks
+            assert!(each.is_zero() || done == runs, "{done} runs of {each:?}");
+        }
+        let mut done = 0;
+        let failed = warm_up(3, || {
+            done += 1;
+            Err(super::RuntimeError::Program("no".into()))
+        });
+        assert!(failed.is_err() && done == 1);
+    }
 
     /// A lead counts where it stands clear of the spread between blocks, never from no blocks.
     #[test]
