@@ -65,6 +65,8 @@ struct Measured {
     clearly_faster: Option<String>,
     /// The PU the run gave way to (the delivered plan is the whole model there), if it did.
     gave_way: Option<String>,
+    /// What ran: the delivered plan's steps and schedule.
+    ran: (Vec<bident_search::Step>, bident_search::Schedule),
 }
 
 impl Measured {
@@ -78,6 +80,7 @@ impl Measured {
             clearly_faster: r.clearly_faster.clone(),
             fastest: r.fastest_candidate.clone(),
             gave_way: delivered.constraints.whole.clone().filter(|_| delivered.steps != searched.steps),
+            ran: (delivered.steps.clone(), delivered.schedule),
         }
     }
 
@@ -514,6 +517,23 @@ fn regret_summary(s: &mut String, rows: &[Row]) {
         q(errors.clone(), 0.5),
         q(errors, 0.9)
     );
+    // the floor under any prediction: one plan measured twice in this process, minutes apart
+    let twice: Vec<f64> = rows
+        .iter()
+        .filter_map(|r| match &r.measured {
+            Some([a, b]) if a.ran == b.ran => Some(a.us.max(b.us) / a.us.min(b.us) - 1.0),
+            _ => None,
+        })
+        .collect();
+    if !twice.is_empty() {
+        let _ = writeln!(
+            s,
+            "The noise any prediction is judged through: in {} configurations the sequential and the parallel run \
+             delivered the same plan, measured minutes apart in this process; the two measurements differ by {}.\n",
+            twice.len(),
+            spread(twice)
+        );
+    }
 }
 
 fn heatmap(rows: &[Row], pairs: &[(usize, usize, f64, f64)], label: &str) -> String {
