@@ -104,6 +104,9 @@ impl Backend for FaultyBackend {
     fn timing_meaning(&self, pu: &PuSpec) -> String {
         self.inner.timing_meaning(pu)
     }
+    fn quiet(&self, pu: &PuSpec) -> PuSpec {
+        self.inner.quiet(pu)
+    }
     fn backends(&self) -> Vec<String> {
         self.inner.backends()
     }

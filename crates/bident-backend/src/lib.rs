@@ -136,6 +136,14 @@ pub trait Backend: Send + Sync {
     /// What the parts of [`RunTiming`] stand for on this PU, in one line (recorded in cost
     /// tables beside the figures).
     fn timing_meaning(&self, pu: &PuSpec) -> String;
+    /// `pu` configured to run beside other executables: none of its threads keeps a core busy
+    /// once a run has returned. The profiler times its units in rounds and a multi-task session
+    /// runs several executables in turn; an engine's pool spinning on after its run would slow
+    /// whichever runs next (ONNX Runtime's does, see its `SPIN_BETWEEN_RUNS`). The default: `pu`
+    /// as it is.
+    fn quiet(&self, pu: &PuSpec) -> PuSpec {
+        pu.clone()
+    }
     /// The names of the backends that compile for PUs here (`PuSpec::backend`): this one's own
     /// name, or a dispatcher's members ([`Backends`]), the first being the default one.
     fn backends(&self) -> Vec<String> {

@@ -105,6 +105,10 @@ impl Backend for Backends {
             Err(_) => device.kind,
         }
     }
+
+    fn quiet(&self, pu: &PuSpec) -> PuSpec {
+        self.member(&pu.backend).map_or_else(|_| pu.clone(), |m| m.quiet(pu))
+    }
 }
 
 #[cfg(test)]

@@ -157,6 +157,7 @@ fn properties_are_checked() {
         &[("INTRA_OP_NUM_THREADS", "0")][..],
         &[("INTRA_OP_NUM_THREADS", "many")],
         &[("GRAPH_OPTIMIZATION_LEVEL", "MAX")],
+        &[("SPIN_BETWEEN_RUNS", "SOMETIMES")],
         &[("INFERENCE_PRECISION_HINT", "bf16")],
         &[("PERFORMANCE_HINT", "LATENCY")],
     ] {
@@ -165,7 +166,7 @@ fn properties_are_checked() {
             "{props:?} accepted"
         );
     }
-    let ok = [("INTRA_OP_NUM_THREADS", "2"), ("GRAPH_OPTIMIZATION_LEVEL", "DISABLE_ALL")];
+    let ok = [("INTRA_OP_NUM_THREADS", "2"), ("GRAPH_OPTIMIZATION_LEVEL", "DISABLE_ALL"), ("SPIN_BETWEEN_RUNS", "NO")];
     assert!(ort().compile(&onnx, &cpu(&ok)).is_ok());
     // provider options: the CPU provider takes none, and an option needs a name and a value
     for props in [&[("EP.use_arena", "1")][..], &[("EP.", "1")], &[("EP.device_id", "")]] {

@@ -66,11 +66,16 @@ pub fn profile(
     let ex = Extractor::new(g)?;
     let mut units: Vec<Unit> = Vec::with_capacity(g.ops.len() + cfg.segments.len());
     for (i, op) in g.ops.iter().enumerate() {
-        units.push(Unit { model: ex.extract(i as OpId)?, inputs: seeded_inputs(g, &op.inputs, cfg.seed, i) });
+        units.push(Unit {
+            model: ex.extract(i as OpId)?,
+            inputs: seeded_inputs(g, &op.inputs, cfg.seed, i),
+            whole: g.ops.len() == 1,
+        });
     }
     for (k, ops) in cfg.segments.iter().enumerate() {
         let (model, ins, _) = ex.extract_group(ops)?;
-        units.push(Unit { model, inputs: seeded_inputs(g, &ins, cfg.seed, g.ops.len() + k) });
+        let whole = ops.len() == g.ops.len();
+        units.push(Unit { model, inputs: seeded_inputs(g, &ins, cfg.seed, g.ops.len() + k), whole });
     }
     let mut columns = measure_units(backend, soc, &units, &|_, _| true, cfg, cache, progress)?;
     let mut take = |i: usize| -> Vec<Result<Cost, String>> {
@@ -138,6 +143,10 @@ pub fn describe(backend: &dyn Backend, soc: &SocSpec) -> Result<String, ProfileE
 struct Unit {
     model: Vec<u8>,
     inputs: Vec<HostTensor>,
+    /// Every op of the graph: timed on its PU as configured, as a session of the whole model
+    /// alone runs it; any other unit on the PU made [`Backend::quiet`], as a multi-task
+    /// session's tasks are (units are timed in rounds, each beside the others).
+    whole: bool,
 }
 
 fn seeded_inputs(g: &FusedGraph, ins: &[TensorId], seed: u64, unit: usize) -> Vec<HostTensor> {
@@ -174,7 +183,11 @@ fn measure_units(
             source: Box::new(source),
         })?;
         let asked: Vec<usize> = (0..units.len()).filter(|&i| on(i, j)).collect();
-        let key = |i: usize| cache::CostCache::key(&units[i].model, &units[i].inputs, pu, &backend_id, &machine, cfg);
+        // how each unit is compiled on this PU ([`Unit::whole`]); the key says which
+        let quiet = backend.quiet(pu);
+        let spec = |i: usize| if units[i].whole { pu } else { &quiet };
+        let key =
+            |i: usize| cache::CostCache::key(&units[i].model, &units[i].inputs, spec(i), &backend_id, &machine, cfg);
         let mut column: Column = vec![None; units.len()];
         let mut cached: Vec<(usize, crate::cache::Conditions)> = vec![];
         if let Some(c) = cache {
@@ -207,20 +220,25 @@ fn measure_units(
                 if todo.is_empty() {
                     return Ok(());
                 }
-                let models: Vec<&[u8]> = todo.iter().map(|&i| units[i].model.as_slice()).collect();
-                let inputs: Vec<&[HostTensor]> = todo.iter().map(|&i| units[i].inputs.as_slice()).collect();
-                match profile_pu(backend, pu, &models, &inputs, cfg, progress)? {
-                    Ok(measured) => {
-                        for (&i, r) in todo.iter().zip(measured) {
-                            if let (Some(c), Some(k)) = (cache, key(i)) {
-                                c.put(k, &r);
+                // the units compiled alike, timed together (one group unless the PU has a quiet variant)
+                let (whole, rest): (Vec<usize>, Vec<usize>) =
+                    todo.iter().copied().partition(|&i| units[i].whole && quiet != *pu);
+                for group in [rest, whole].iter().filter(|g| !g.is_empty()) {
+                    let models: Vec<&[u8]> = group.iter().map(|&i| units[i].model.as_slice()).collect();
+                    let inputs: Vec<&[HostTensor]> = group.iter().map(|&i| units[i].inputs.as_slice()).collect();
+                    match profile_pu(backend, spec(group[0]), &models, &inputs, cfg, progress)? {
+                        Ok(measured) => {
+                            for (&i, r) in group.iter().zip(measured) {
+                                if let (Some(c), Some(k)) = (cache, key(i)) {
+                                    c.put(k, &r);
+                                }
+                                column[i] = Some(r);
                             }
-                            column[i] = Some(r);
                         }
+                        // the PU itself is unusable (e.g. cannot pin): every unit fails there with
+                        // that reason, and nothing is cached
+                        Err(reason) => group.iter().for_each(|&i| column[i] = Some(Err(reason.clone()))),
                     }
-                    // the PU itself is unusable (e.g. cannot pin): every unit fails there with that
-                    // reason, and nothing is cached
-                    Err(reason) => todo.iter().for_each(|&i| column[i] = Some(Err(reason.clone()))),
                 }
                 Ok(())
             };
@@ -267,7 +285,8 @@ pub fn measure_segments(
     let mut units = Vec::with_capacity(wanted.len());
     for (k, (ops, _)) in wanted.iter().enumerate() {
         let (model, ins, _) = ex.extract_group(ops)?;
-        units.push(Unit { model, inputs: seeded_inputs(g, &ins, cfg.seed, g.ops.len() + k) });
+        let whole = ops.len() == g.ops.len();
+        units.push(Unit { model, inputs: seeded_inputs(g, &ins, cfg.seed, g.ops.len() + k), whole });
     }
     let columns = measure_units(backend, soc, &units, &|i, j| wanted[i].1 == j, cfg, cache, progress)?;
     Ok(wanted
@@ -298,6 +317,7 @@ fn profile_pu(
         let worker = s.spawn(move || -> Result<Vec<Result<Cost, String>>, BackendError> {
             bident_backend::pin_current_thread(&pu.name, &pu.cores)?;
             let n = models.len();
+            let quiet = backend.quiet(pu);
             // timed: the plain executable (a backend's per-layer profiling may slow a run down,
             // ONNX Runtime's writes a file per run); the profiled one only splits the time into
             // dispatch and execution, from a few runs of its own
@@ -306,7 +326,8 @@ fn profile_pu(
             for (i, m) in models.iter().enumerate() {
                 let _ = tx.send(("compiling", i, n));
                 exes.push(backend.compile(m, pu).map_err(|e| e.to_string()));
-                profiled.push(exes[i].is_ok().then(|| backend.compile_profiled(m, pu).ok()).flatten());
+                // quiet: its pool must not spin beside the timed runs (it only splits their time)
+                profiled.push(exes[i].is_ok().then(|| backend.compile_profiled(m, &quiet).ok()).flatten());
             }
             let cap = cfg.runs.max(1);
             let rounds = cfg.warmup + cap;

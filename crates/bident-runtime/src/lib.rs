@@ -375,6 +375,8 @@ pub fn run_op_by_op(
 ) -> Result<Vec<HostTensor>, RuntimeError> {
     let ex = Extractor::new(g)?;
     let mut env: HashMap<TensorId, HostTensor> = g.inputs.iter().copied().zip(inputs).collect();
+    // one session per op, each run once: none may keep a core spinning for the next
+    let pu = &backend.quiet(pu);
     for (i, op) in g.ops.iter().enumerate() {
         let fail = |source| RuntimeError::Op {
             what: format!("op {i}"),

@@ -438,7 +438,10 @@ impl Session {
                     (t, bytes[t].take().unwrap_or_default(), [task.input_names.clone(), task.output_names.clone()])
                 })
                 .collect();
-            let (be, spec, tx) = (backend.clone(), soc.pus[pu].clone(), tx.clone());
+            // a task that runs beside others gets the PU's quiet configuration (no pool spinning
+            // on after its run while the next task runs); a program of one task, as configured
+            let spec = if program.tasks.len() > 1 { backend.quiet(&soc.pus[pu]) } else { soc.pus[pu].clone() };
+            let (be, tx) = (backend.clone(), tx.clone());
             w.post(Box::new(move |exes| {
                 for (t, onnx, [ins, outs]) in jobs {
                     let r = be.compile(&onnx, &spec).and_then(|exe| {

@@ -22,6 +22,14 @@
 //! - `INTRA_OP_NUM_THREADS`: threads of the session's intra-op pool, a positive integer. `1`
 //!   runs every kernel on the calling thread (the one the profiler and the runtime pin); absent,
 //!   ONNX Runtime uses one thread per physical core.
+//! - `SPIN_BETWEEN_RUNS`: `YES` (absent: ONNX Runtime's default) or `NO`. By default the pool's
+//!   threads spin on after a run returns, tens of milliseconds of CPU time each (measured here:
+//!   a two-thread session of a LLaMA block still had its thread running 5 ms after every one of
+//!   20 blocks of runs, none with `NO`), which keeps the next run of that session fast (by 0-25%
+//!   on the zoo's tiny models back to back) and takes a core from whatever runs meanwhile. `NO`
+//!   stops them when the run returns (ONNX Runtime's `session.force_spinning_stop`);
+//!   [`Backend::quiet`] sets it on a PU with a pool: the profiler's units and a multi-task
+//!   session's tasks run so, a whole model alone on the PU as configured.
 //! - `GRAPH_OPTIMIZATION_LEVEL`: `DISABLE_ALL`, `BASIC`, `EXTENDED`, `LAYOUT` or `ALL` (absent:
 //!   `ALL`, ONNX Runtime's default).
 //! - `INFERENCE_PRECISION_HINT`: only `f32`. The CPU execution provider computes in the model's
@@ -234,9 +242,25 @@ fn from_ort(t: TensorElementType) -> Option<DType> {
     })
 }
 
+/// The PU property that says whether the session's pool spins on after a run.
+const SPIN_KEY: &str = "SPIN_BETWEEN_RUNS";
+
+/// `pu` with [`SPIN_KEY`] = `NO` where its sessions have a pool (more than one intra-op thread,
+/// or ONNX Runtime's default of one per core) and the PU does not say otherwise.
+fn quiet(pu: &PuSpec) -> PuSpec {
+    let mut quiet = pu.clone();
+    let one_thread = pu.properties.get("INTRA_OP_NUM_THREADS").is_some_and(|n| n.parse::<usize>() == Ok(1));
+    if !one_thread && !pu.properties.contains_key(SPIN_KEY) {
+        quiet.properties.insert(SPIN_KEY.into(), "NO".into());
+    }
+    quiet
+}
+
 /// The session options a PU asks for, checked before any is set.
 struct Options {
     intra_threads: Option<usize>,
+    /// `SPIN_BETWEEN_RUNS`: whether the pool spins on after a run (ONNX Runtime's default).
+    spin_between_runs: bool,
     level: GraphOptimizationLevel,
     /// The execution provider's options (`EP.<option>` properties), in key order.
     provider: Vec<(String, String)>,
@@ -249,7 +273,8 @@ fn options(pu: &PuSpec) -> Result<Options, BackendError> {
         value: value.to_string(),
         actual: why.to_string(),
     };
-    let mut o = Options { intra_threads: None, level: GraphOptimizationLevel::All, provider: vec![] };
+    let mut o =
+        Options { intra_threads: None, spin_between_runs: true, level: GraphOptimizationLevel::All, provider: vec![] };
     for (key, value) in &pu.properties {
         if let Some(option) = key.strip_prefix(ep::OPTION_PREFIX) {
             if option.is_empty() || value.is_empty() {
@@ -262,6 +287,13 @@ fn options(pu: &PuSpec) -> Result<Options, BackendError> {
             "INTRA_OP_NUM_THREADS" => {
                 let n = value.parse::<usize>().ok().filter(|&n| (1..=4096).contains(&n));
                 o.intra_threads = Some(n.ok_or_else(|| refuse(key, value, "<not a thread count from 1 to 4096>"))?);
+            }
+            SPIN_KEY => {
+                o.spin_between_runs = match value.to_ascii_uppercase().as_str() {
+                    "YES" => true,
+                    "NO" => false,
+                    _ => return Err(refuse(key, value, "<YES or NO>")),
+                }
             }
             "GRAPH_OPTIMIZATION_LEVEL" => {
                 o.level = match value.to_ascii_uppercase().as_str() {
@@ -281,7 +313,8 @@ fn options(pu: &PuSpec) -> Result<Options, BackendError> {
                 return Err(refuse(
                     key,
                     value,
-                    "<unknown to ONNX Runtime: INTRA_OP_NUM_THREADS, GRAPH_OPTIMIZATION_LEVEL, INFERENCE_PRECISION_HINT, \
+                    "<unknown to ONNX Runtime: INTRA_OP_NUM_THREADS, SPIN_BETWEEN_RUNS, GRAPH_OPTIMIZATION_LEVEL, \
+                     INFERENCE_PRECISION_HINT, \
                      EP.<execution provider option>>",
                 ));
             }
@@ -334,6 +367,10 @@ impl Backend for OnnxRuntime {
         }
     }
 
+    fn quiet(&self, pu: &PuSpec) -> PuSpec {
+        quiet(pu)
+    }
+
     fn compile(&self, onnx: &[u8], pu: &PuSpec) -> Result<Box<dyn Executable>, BackendError> {
         self.compile_with(onnx, pu, false).map(|e| Box::new(e) as Box<dyn Executable>)
     }
@@ -383,6 +420,11 @@ impl OnnxRuntime {
             .map_err(|e| fail(format!("appending the {} execution provider: {e}", provider.device)))?;
         if let Some(n) = o.intra_threads {
             builder = builder.with_intra_threads(n).map_err(|e| fail(first_lines(&e.to_string())))?;
+        }
+        if !o.spin_between_runs {
+            builder = builder
+                .with_config_entry("session.force_spinning_stop", "1")
+                .map_err(|e| fail(first_lines(&e.to_string())))?;
         }
         let mut builder = builder.with_optimization_level(o.level).map_err(|e| fail(first_lines(&e.to_string())))?;
         let session = builder.commit_from_memory(onnx).map_err(ort_fail)?;
@@ -663,5 +705,46 @@ fn last_profile(dir: &Path) -> Result<PathBuf, String> {
         [one] => Ok(one.clone()),
         [] => Err("no profile: run the model first".into()),
         _ => Err(format!("{} profile files in {}, expected one", files.len(), dir.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pu(properties: &[(&str, &str)]) -> PuSpec {
+        PuSpec {
+            name: "cpu".into(),
+            backend: "onnxruntime".into(),
+            kind: PuKind::Cpu,
+            device: "CPU".into(),
+            properties: properties.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            cores: vec![],
+            declared_power_w: 15.0,
+        }
+    }
+
+    #[test]
+    fn quiet_stops_a_pool_spinning_unless_the_pu_says() {
+        let spin = |p: &PuSpec| p.properties.get(SPIN_KEY).cloned();
+        // (properties, SPIN_BETWEEN_RUNS of the quiet PU)
+        type Props<'a> = &'a [(&'a str, &'a str)];
+        let cases: [(Props, Option<&str>); 5] = [
+            (&[], Some("NO")),
+            (&[("INTRA_OP_NUM_THREADS", "2")], Some("NO")),
+            (&[("INTRA_OP_NUM_THREADS", "1")], None),
+            (&[(SPIN_KEY, "YES")], Some("YES")),
+            (&[(SPIN_KEY, "no"), ("INTRA_OP_NUM_THREADS", "4")], Some("no")),
+        ];
+        for (props, want) in cases {
+            let q = quiet(&pu(props));
+            assert_eq!(spin(&q).as_deref(), want, "{props:?}");
+            assert_eq!(
+                options(&q).expect("valid").spin_between_runs,
+                !want.is_some_and(|w| w.eq_ignore_ascii_case("no"))
+            );
+        }
+        assert!(options(&pu(&[])).expect("valid").spin_between_runs, "ONNX Runtime's default spins");
+        assert!(matches!(options(&pu(&[(SPIN_KEY, "SOMETIMES")])), Err(BackendError::PropertyIgnored { .. })));
     }
 }
