@@ -524,6 +524,7 @@ fn regret_summary(s: &mut String, rows: &[Row]) {
             Some([a, b]) if a.ran == b.ran => Some(a.us.max(b.us) / a.us.min(b.us) - 1.0),
             _ => None,
         })
+        .filter(|d| d.is_finite())
         .collect();
     if !twice.is_empty() {
         let _ = writeln!(

@@ -73,9 +73,7 @@ pub fn profile(
         });
     }
     for (k, ops) in cfg.segments.iter().enumerate() {
-        let (model, ins, _) = ex.extract_group(ops)?;
-        let whole = ops.len() == g.ops.len();
-        units.push(Unit { model, inputs: seeded_inputs(g, &ins, cfg.seed, g.ops.len() + k), whole });
+        units.push(Unit::group(g, &ex, ops, cfg.seed, k)?);
     }
     let mut columns = measure_units(backend, soc, &units, &|_, _| true, cfg, cache, progress)?;
     let mut take = |i: usize| -> Vec<Result<Cost, String>> {
@@ -147,6 +145,14 @@ struct Unit {
     /// alone runs it; any other unit on the PU made [`Backend::quiet`], as a multi-task
     /// session's tasks are (units are timed in rounds, each beside the others).
     whole: bool,
+}
+
+impl Unit {
+    /// Segment `k`: `ops` compiled together, with inputs seeded after every op's.
+    fn group(g: &FusedGraph, ex: &Extractor, ops: &[OpId], seed: u64, k: usize) -> Result<Self, ProfileError> {
+        let (model, ins, _) = ex.extract_group(ops)?;
+        Ok(Unit { model, inputs: seeded_inputs(g, &ins, seed, g.ops.len() + k), whole: ops.len() == g.ops.len() })
+    }
 }
 
 fn seeded_inputs(g: &FusedGraph, ins: &[TensorId], seed: u64, unit: usize) -> Vec<HostTensor> {
@@ -284,9 +290,7 @@ pub fn measure_segments(
     let ex = Extractor::new(g)?;
     let mut units = Vec::with_capacity(wanted.len());
     for (k, (ops, _)) in wanted.iter().enumerate() {
-        let (model, ins, _) = ex.extract_group(ops)?;
-        let whole = ops.len() == g.ops.len();
-        units.push(Unit { model, inputs: seeded_inputs(g, &ins, cfg.seed, g.ops.len() + k), whole });
+        units.push(Unit::group(g, &ex, ops, cfg.seed, k)?);
     }
     let columns = measure_units(backend, soc, &units, &|i, j| wanted[i].1 == j, cfg, cache, progress)?;
     Ok(wanted
