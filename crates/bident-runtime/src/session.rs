@@ -13,9 +13,9 @@
 //! watchdog stops a run by cancelling it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use bident_backend::{Backend, BackendError, Canceller, Executable, HostTensor, PuSpec, SocSpec};
@@ -65,9 +65,9 @@ impl Worker {
                     // spin a little before sleeping: back-to-back inferences then start at once
                     let job = match rx.try_recv() {
                         Ok(job) => job,
-                        Err(mpsc::TryRecvError::Empty) if idle_since.elapsed() < idle_spin => {
+                        Err(mpsc::TryRecvError::Empty) if idle_since.elapsed() < idle_spin && polling_allowed() => {
                             // yield: another thread pinned here (another session's worker) runs
-                            std::thread::yield_now();
+                            yield_core();
                             continue;
                         }
                         Err(mpsc::TryRecvError::Empty) => match rx.recv() {
@@ -356,7 +356,9 @@ const IDLE_SPIN: Duration = Duration::from_micros(500);
 
 /// One step of polling: up to 16 looks at `waiting` with a pause between them (~1 µs in all),
 /// then, if it still waits, the CPU yielded, so that a thread sharing the core runs. Yielding at
-/// every look (a system call) made each hand-off ~0.2 µs later to be seen here.
+/// every look (a system call) made each hand-off ~0.2 µs later to be seen here. A yield that
+/// gave the core away for a time slice stops all polling in the process for a while
+/// ([`yield_core`]).
 fn pause(mut waiting: impl FnMut() -> bool) {
     for _ in 0..16 {
         if !waiting() {
@@ -364,7 +366,60 @@ fn pause(mut waiting: impl FnMut() -> bool) {
         }
         std::hint::spin_loop();
     }
+    yield_core();
+}
+
+/// A yield that returns later than this ran another thread on the core for a time slice:
+/// something else wants the core (a yield where nothing does returns in ~1 µs here, one
+/// across a hiccup of the VM in up to ~0.4 ms; a busy thread's slice lasts a few ms).
+const CONTENDED: Duration = Duration::from_micros(500);
+
+/// How long no thread of the process polls after a contended yield, at first; doubled each
+/// time the contention is back within as long again after polling resumed, up to
+/// [`MOST_BACK_OFF`]. Polling resumes quickly after a short contention (ONNX Runtime's default
+/// pool spinning on after its runs, for up to ~60 ms) and stays off beside a busy process.
+const LEAST_BACK_OFF: Duration = Duration::from_millis(20);
+const MOST_BACK_OFF: Duration = Duration::from_secs(1);
+
+/// When polling may start again, and the back-off that set it (µs since [`epoch`]).
+static BACK_OFF: Mutex<(u64, u64)> = Mutex::new((0, 0));
+
+/// The same as [`BACK_OFF`]'s first field, readable without the lock.
+static POLL_AGAIN_AT: AtomicU64 = AtomicU64::new(0);
+
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn now_us() -> u64 {
+    epoch().elapsed().as_micros() as u64
+}
+
+/// Yield the core; where that ran another thread for longer than [`CONTENDED`], stop polling
+/// for a while ([`polling_allowed`]). A thread that polls with yields beside a busy one
+/// (another process's, on a shared machine) hands it the core for its whole time slice at
+/// every yield: a one-op session on a pinned PU measured ~3,900 µs an inference beside two
+/// busy threads (~2 µs alone), the scheduler's tick; a thread asleep is woken ahead of a busy
+/// one instead, at the cost of the wake-up (tens of µs on this VM).
+fn yield_core() {
+    let t = Instant::now();
     std::thread::yield_now();
+    if t.elapsed() > CONTENDED {
+        let now = now_us();
+        let mut b = lock(&BACK_OFF);
+        let (again, last) = *b;
+        let least = LEAST_BACK_OFF.as_micros() as u64;
+        let back_off =
+            if last > 0 && now < again + last { (2 * last).min(MOST_BACK_OFF.as_micros() as u64) } else { least };
+        *b = (now + back_off, back_off);
+        POLL_AGAIN_AT.store(now + back_off, Ordering::Relaxed);
+    }
+}
+
+/// Whether a thread may poll now: not while backing off from a contended yield ([`yield_core`]).
+fn polling_allowed() -> bool {
+    now_us() >= POLL_AGAIN_AT.load(Ordering::Relaxed)
 }
 
 /// A task's failure, reported by its worker.
@@ -630,6 +685,7 @@ impl Session {
         // once that worker's queue ends
         let may_poll = |flight: &Flight| {
             Instant::now() < spin_until
+                && polling_allowed()
                 && bident_backend::current_cpu().is_some_and(|c| match self.pu_of_core.get(c).copied().flatten() {
                     None => self.free_core,
                     Some(pu) => flight.finished[pu].load(Ordering::SeqCst),
@@ -776,13 +832,13 @@ fn run_queue(
                     let ready = got.iter().map(|v| v.1).max().unwrap_or(flight.t0);
                     break (got.into_iter().map(|v| v.0).collect::<Vec<_>>(), ready);
                 }
-                if Instant::now() < spin_until {
+                if Instant::now() < spin_until && polling_allowed() {
                     // spin until another task is published, then look again
                     let seen = flight.progress.load(Ordering::Acquire);
                     drop(st);
                     let waiting =
                         || flight.progress.load(Ordering::Acquire) == seen && !flight.stopping.load(Ordering::Acquire);
-                    while waiting() && Instant::now() < spin_until {
+                    while waiting() && Instant::now() < spin_until && polling_allowed() {
                         pause(waiting);
                     }
                     st = lock(&flight.slots);
