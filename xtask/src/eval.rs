@@ -494,8 +494,12 @@ fn regret_summary(s: &mut String, rows: &[Row]) {
     let q = |mut v: Vec<f64>, p: f64| bident_profile::quantile(&mut v, p) * 100.0;
     let spread =
         |v: Vec<f64>| format!("median {:.1}%, p90 {:.1}%, max {:.1}%", q(v.clone(), 0.5), q(v.clone(), 0.9), q(v, 1.0));
-    let raw = all.iter().max_by(|a, b| a.1.regret.total_cmp(&b.1.regret));
-    let clear = all.iter().max_by(|a, b| a.1.regret_beyond_noise.total_cmp(&b.1.regret_beyond_noise));
+    // the worst names what beat it: none where no plan had any regret
+    let raw = all.iter().filter(|(_, m)| m.regret > 0.0).max_by(|a, b| a.1.regret.total_cmp(&b.1.regret));
+    let clear = all
+        .iter()
+        .filter(|(_, m)| m.regret_beyond_noise > 0.0)
+        .max_by(|a, b| a.1.regret_beyond_noise.total_cmp(&b.1.regret_beyond_noise));
     let errors: Vec<f64> = all.iter().map(|(_, m)| m.error[1]).collect();
     let _ = writeln!(
         s,
