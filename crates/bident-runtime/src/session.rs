@@ -376,9 +376,10 @@ const CONTENDED: Duration = Duration::from_micros(500);
 
 /// How long no thread of the process polls after a contended yield, at first; doubled each
 /// time the contention is back within as long again after polling resumed, up to
-/// [`MOST_BACK_OFF`]. Polling resumes quickly after a short contention (ONNX Runtime's default
-/// pool spinning on after its runs, for up to ~60 ms) and stays off beside a busy process.
-const LEAST_BACK_OFF: Duration = Duration::from_millis(20);
+/// [`MOST_BACK_OFF`]. Polling resumes quickly after a short contention and stays off beside a
+/// busy process. In a quiet pipeline run (`--soc cores`, 60 runs), threads of the process
+/// itself contended 2-4 times (yields of 0.6-4.2 ms).
+const LEAST_BACK_OFF: Duration = Duration::from_millis(5);
 const MOST_BACK_OFF: Duration = Duration::from_secs(1);
 
 /// When polling may start again, and the back-off that set it (µs since [`epoch`]).
