@@ -311,6 +311,33 @@ pub fn other_threads_running() -> Option<usize> {
     Some(n)
 }
 
+/// CPU time (s) the machine's other processes have used since boot: every CPU's busy time
+/// (`/proc/stat`) less this process's (`/proc/self/stat`). Differences over an interval tell
+/// whether something else kept the cores busy meanwhile. None where unreadable (not Linux).
+pub fn others_cpu_seconds() -> Option<f64> {
+    let all = busy_ticks(&std::fs::read_to_string("/proc/stat").ok()?)?;
+    let mine = process_ticks(&std::fs::read_to_string("/proc/self/stat").ok()?)?;
+    // SAFETY: no arguments; returns -1 on failure.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| all.saturating_sub(mine) as f64 / hz as f64)
+}
+
+/// The busy clock ticks of all CPUs in `/proc/stat`: user, nice, system, irq and softirq (not
+/// idle, I/O wait or time stolen by the hypervisor).
+fn busy_ticks(stat: &str) -> Option<u64> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line.split_whitespace().skip(1).map(|x| x.parse().ok()).collect::<Option<_>>()?;
+    Some(v.first()? + v.get(1)? + v.get(2)? + v.get(5)? + v.get(6)?)
+}
+
+/// A process's user and system clock ticks from its `/proc/<pid>/stat` (`PID (COMM) STATE ...`,
+/// utime and stime the 12th and 13th fields after COMM, which may hold spaces and parentheses).
+fn process_ticks(stat: &str) -> Option<u64> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    let v: Vec<&str> = rest.split_whitespace().collect();
+    Some(v.get(11)?.parse::<u64>().ok()? + v.get(12)?.parse::<u64>().ok()?)
+}
+
 /// Pin the calling thread to the given CPU cores (no-op for an empty list).
 pub fn pin_current_thread(pu: &str, cores: &[usize]) -> Result<(), BackendError> {
     if cores.is_empty() {
@@ -351,6 +378,30 @@ pub fn pin_current_thread(pu: &str, cores: &[usize]) -> Result<(), BackendError>
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn busy_and_process_ticks_are_read_from_procs_lines() {
+        let stat = "cpu  100 5 20 1000 7 3 2 9 0 0\ncpu0 50 2 10 500 3 1 1 4 0 0\n";
+        assert_eq!(super::busy_ticks(stat), Some(100 + 5 + 20 + 3 + 2));
+        assert_eq!(super::busy_ticks("cpu0 1 2 3\n"), None);
+        let me = "4242 (a (tricky) name) R 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15";
+        assert_eq!(super::process_ticks(me), Some(11 + 12));
+        assert_eq!(super::process_ticks("4242 (x) R 1 2"), None);
+    }
+
+    /// A busy child process shows as the others' CPU time; where /proc cannot be read, nothing does.
+    #[test]
+    fn a_busy_process_shows_in_the_others_cpu_time() {
+        let Some(before) = super::others_cpu_seconds() else { return };
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "end=$(( $(date +%s) + 2 )); while [ $(date +%s) -lt $end ]; do :; done"])
+            .spawn()
+            .expect("sh");
+        child.wait().expect("the busy child");
+        let used = super::others_cpu_seconds().expect("readable again") - before;
+        // at least a second of its time (the loop spins 1-2 s), none of this process's
+        assert!(used >= 0.5, "the others used {used:.2} s of CPU while a child spun for 1-2 s");
+    }
+
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 

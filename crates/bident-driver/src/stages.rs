@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bident_artifact::ContentHash;
 use bident_backend::fault::FaultyBackend;
@@ -57,6 +57,8 @@ pub struct Outcome {
 const CONTENTION_PROBES: &[(&str, u64)] = &[("matmul", 256), ("conv", 32), ("add", 512)];
 /// The runtime's launch cost is measured on an Add of this size, in this many blocks per PU.
 const LAUNCH_PROBE: u64 = 16;
+/// Other processes' average CPU use (cores) while profiling above which the run says so.
+const BUSY_CORES: f64 = 0.25;
 const LAUNCH_BLOCKS: usize = 40;
 
 impl Driver<'_> {
@@ -338,6 +340,7 @@ impl Driver<'_> {
             }
         };
         let cache = self.cache(m);
+        let others = bident_backend::others_cpu_seconds();
         let mut table = bident_profile::profile(g, soc, be.as_ref(), &cfg, cache.as_ref(), &mut |p| {
             if p.phase == "cached" {
                 self.note(Stage::Profile, format!("{}: {} of {} ops from the profile cache", p.pu, p.done, p.total));
@@ -359,6 +362,7 @@ impl Driver<'_> {
             });
         }
         table.launch_us = self.measure_launch(soc, be)?;
+        self.note_busy(others, t0.elapsed());
         let h = folder.write(COSTS, &table, bident_profile::input_hash(gh, soc, &cfg)?)?;
         let failed: usize = table.ops.iter().map(|o| o.failures.len()).sum();
         let entries: Vec<u32> = table.ops.iter().flat_map(|o| o.per_pu.iter().flatten().map(|c| c.runs)).collect();
@@ -382,6 +386,25 @@ impl Driver<'_> {
         );
         self.emit(Event::Profiled { table: &table, cfg: &cfg });
         Ok((table, h))
+    }
+
+    /// A note where other processes kept more than [`BUSY_CORES`] cores busy over the `took`
+    /// since their CPU time was `others` s ([`bident_backend::others_cpu_seconds`]): costs measured
+    /// beside them hold only while they run (two busy processes beside the pipeline moved KAN
+    /// INT8's plan from one core to the unpinned `CPU`, whose two threads then measured faster).
+    fn note_busy(&self, others: Option<f64>, took: Duration) {
+        let Some(used) = others.zip(bident_backend::others_cpu_seconds()).map(|(a, b)| b - a) else { return };
+        let cores = used / took.as_secs_f64().max(1e-3);
+        if cores > BUSY_CORES {
+            self.note(
+                Stage::Profile,
+                format!(
+                    "other processes kept {cores:.1} cores busy on average while profiling ({used:.1} s of CPU in {:.1} s): \
+                     the costs hold only while they run (the cache keeps them; --no-cache measures again)",
+                    took.as_secs_f64()
+                ),
+            );
+        }
     }
 
     /// The measured SF matrix of `soc` (paper 3.2.2).
