@@ -315,15 +315,21 @@ pub fn other_threads_running() -> Option<usize> {
 /// (`/proc/stat`) less this process's (`/proc/self/stat`). Differences over an interval tell
 /// whether something else kept the cores busy meanwhile. None where unreadable (not Linux).
 pub fn others_cpu_seconds() -> Option<f64> {
-    let all = busy_ticks(&std::fs::read_to_string("/proc/stat").ok()?)?;
-    let mine = process_ticks(&std::fs::read_to_string("/proc/self/stat").ok()?)?;
-    // SAFETY: no arguments; returns -1 on failure.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    (hz > 0).then(|| all.saturating_sub(mine) as f64 / hz as f64)
+    #[cfg(target_os = "linux")]
+    {
+        let all = busy_ticks(&std::fs::read_to_string("/proc/stat").ok()?)?;
+        let mine = process_ticks(&std::fs::read_to_string("/proc/self/stat").ok()?)?;
+        // SAFETY: no arguments; returns -1 on failure.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        (hz > 0).then(|| all.saturating_sub(mine) as f64 / hz as f64)
+    }
+    #[cfg(not(target_os = "linux"))]
+    None
 }
 
 /// The busy clock ticks of all CPUs in `/proc/stat`: user, nice, system, irq and softirq (not
 /// idle, I/O wait or time stolen by the hypervisor).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn busy_ticks(stat: &str) -> Option<u64> {
     let line = stat.lines().find(|l| l.starts_with("cpu "))?;
     let v: Vec<u64> = line.split_whitespace().skip(1).map(|x| x.parse().ok()).collect::<Option<_>>()?;
@@ -332,6 +338,7 @@ fn busy_ticks(stat: &str) -> Option<u64> {
 
 /// A process's user and system clock ticks from its `/proc/<pid>/stat` (`PID (COMM) STATE ...`,
 /// utime and stime the 12th and 13th fields after COMM, which may hold spaces and parentheses).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn process_ticks(stat: &str) -> Option<u64> {
     let (_, rest) = stat.rsplit_once(')')?;
     let v: Vec<&str> = rest.split_whitespace().collect();
