@@ -382,11 +382,10 @@ const CONTENDED: Duration = Duration::from_micros(500);
 const LEAST_BACK_OFF: Duration = Duration::from_millis(5);
 const MOST_BACK_OFF: Duration = Duration::from_secs(1);
 
-/// When polling may start again, and the back-off that set it (µs since [`epoch`]).
-static BACK_OFF: Mutex<(u64, u64)> = Mutex::new((0, 0));
-
-/// The same as [`BACK_OFF`]'s first field, readable without the lock.
+/// When polling may start again (µs since [`epoch`]), and the back-off that set it (µs). Two
+/// threads finding contention at once may each set them; either's back-off serves.
 static POLL_AGAIN_AT: AtomicU64 = AtomicU64::new(0);
+static BACK_OFF_US: AtomicU64 = AtomicU64::new(0);
 
 fn epoch() -> Instant {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
@@ -408,12 +407,11 @@ fn yield_core() {
     std::thread::yield_now();
     if t.elapsed() > CONTENDED {
         let now = now_us();
-        let mut b = lock(&BACK_OFF);
-        let (again, last) = *b;
+        let (again, last) = (POLL_AGAIN_AT.load(Ordering::Relaxed), BACK_OFF_US.load(Ordering::Relaxed));
         let least = LEAST_BACK_OFF.as_micros() as u64;
         let back_off =
             if last > 0 && now < again + last { (2 * last).min(MOST_BACK_OFF.as_micros() as u64) } else { least };
-        *b = (now + back_off, back_off);
+        BACK_OFF_US.store(back_off, Ordering::Relaxed);
         POLL_AGAIN_AT.store(now + back_off, Ordering::Relaxed);
     }
 }
