@@ -317,6 +317,13 @@ pub fn measured(r: &RunReport) {
         lo * 100.0,
         hi * 100.0
     );
+    if r.slow_blocks > 0 {
+        println!(
+            "machine    {} of {} measuring blocks started with a core in a slow state (waiting for its fast state ran \
+             out): their figures are slower than the machine's fast state",
+            r.slow_blocks, r.blocks
+        );
+    }
     let ops: usize = r.ops.iter().map(|t| t.ops.len()).sum();
     println!(
         "runtime    {ops} ops as {} sub-models, compiled in {:.0} ms (not in the latency); executor overhead {:.2} µs \
@@ -397,6 +404,8 @@ pub fn measured_json(r: &RunReport) -> serde_json::Map<String, serde_json::Value
         "regret_beyond_noise": r.regret_beyond_noise,
         "clearly_faster": r.clearly_faster,
         "prediction_error_blocks": r.prediction_error_blocks,
+        "blocks": r.blocks,
+        "slow_blocks": r.slow_blocks,
         "measured_whole": r
             .measured_whole
             .iter()

@@ -17,6 +17,7 @@ pub mod contention;
 pub mod portable;
 pub mod power;
 pub mod simulate;
+pub mod speed;
 
 use bident_artifact::{Artifact, ContentHash};
 use bident_backend::{BackendError, SocSpec};

@@ -1,6 +1,8 @@
 //! Measuring ops on a SoC's PUs through a backend (behind the `measure` feature): the cost
 //! table's op and segment columns, and the backend's own fusion of a whole model.
 
+use std::time::{Duration, Instant};
+
 use bident_backend::{Backend, BackendError, Executable, PuSpec, SocSpec};
 use bident_ir::{BackendLayer, Extractor, FusedGraph, OpId, TensorId};
 use bident_tensor::HostTensor;
@@ -303,6 +305,12 @@ pub fn measure_segments(
         .collect())
 }
 
+/// How long a measured round waits for the PU's cores' fast state ([`crate::speed`]), at most,
+/// and all rounds of one PU's measurement together.
+const SPEED_WAIT: Duration = Duration::from_millis(200);
+const SPEED_BUDGET: Duration = Duration::from_secs(2);
+const SPEED_EVERY: Duration = Duration::from_millis(20);
+
 /// Profiled runs per op that split its inference call into dispatch and execution.
 const SPLIT_RUNS: usize = 5;
 
@@ -343,8 +351,17 @@ fn profile_pu(
             let mut split: Vec<Vec<f64>> = vec![vec![]; n];
             let mut failed: Vec<Option<String>> = vec![None; n];
             let mut done = vec![false; n];
+            let (mut budget, mut slow, mut last_probe) = (SPEED_BUDGET, 0, None);
             for r in 0..rounds {
                 let _ = tx.send(("timing", r as usize, rounds as usize));
+                // measured rounds start in the PU's cores' fast state, probed on this thread (it
+                // must not sleep before its runs) at most every SPEED_EVERY: a probe before
+                // every round of one whole model (~50 µs) put it 5-10% higher
+                if r >= cfg.warmup && last_probe.is_none_or(|t: Instant| t.elapsed() >= SPEED_EVERY) {
+                    let w = crate::speed::await_fast_here(SPEED_WAIT, &mut budget);
+                    slow += usize::from(w.is_some_and(|w| !w.fast()));
+                    last_probe = Some(Instant::now());
+                }
                 if r == cfg.warmup {
                     energy = rapl.as_ref().and_then(power::Rapl::start);
                 }
@@ -390,6 +407,9 @@ fn profile_pu(
             }
             let _ = tx.send(("timing", rounds as usize, rounds as usize));
             let measured_w = rapl.as_ref().zip(energy.as_ref()).and_then(|(r, e)| r.watts_since(e));
+            if slow > 0 {
+                let _ = tx.send(("slow", slow, rounds.saturating_sub(cfg.warmup) as usize));
+            }
             Ok(exes
                 .into_iter()
                 .zip(samples)
@@ -425,7 +445,13 @@ fn profile_pu(
                 .collect())
         });
         for (phase, done, total) in rx {
-            progress(Progress { pu: &pu.name, phase, done, total, note: None });
+            let note = (phase == "slow").then(|| {
+                format!(
+                    "measured in a slow state of its cores {done} times (the wait for their fast state ran out; see \
+                     bident_profile::speed)"
+                )
+            });
+            progress(Progress { pu: &pu.name, phase, done, total, note });
         }
         match worker.join() {
             Ok(col) => Ok(col.map_err(|e| e.to_string())),

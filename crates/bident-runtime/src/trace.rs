@@ -229,6 +229,8 @@ mod tests {
             measured_backend_default_us: 40.0,
             backend_defaults: vec![],
             measured_whole: vec![],
+            blocks: 2,
+            slow_blocks: 0,
             overhead_us_per_op: 1.0,
             max_abs_err: 0.0,
             tolerance: String::new(),
