@@ -67,6 +67,8 @@ struct Measured {
     gave_way: Option<String>,
     /// What ran: the delivered plan's steps and schedule.
     ran: (Vec<bident_search::Step>, bident_search::Schedule),
+    /// Measuring blocks, and those that ran in a slow state of the machine.
+    blocks: (u32, u32),
 }
 
 impl Measured {
@@ -81,6 +83,7 @@ impl Measured {
             fastest: r.fastest_candidate.clone(),
             gave_way: delivered.constraints.whole.clone().filter(|_| delivered.steps != searched.steps),
             ran: (delivered.steps.clone(), delivered.schedule),
+            blocks: (r.blocks, r.slow_blocks),
         }
     }
 
@@ -520,6 +523,12 @@ fn regret_summary(s: &mut String, rows: &[Row]) {
             .map_or(String::new(), |(l, c)| format!(" (worst {l}: {c} was faster)")),
         q(errors.clone(), 0.5),
         q(errors, 0.9)
+    );
+    let (blocks, slow) = all.iter().fold((0, 0), |(b, sl), (_, m)| (b + m.blocks.0, sl + m.blocks.1));
+    let _ = writeln!(
+        s,
+        "Every measuring block waited for the machine's fast state (`bident_profile::speed`) and was measured again \
+         where a core left it; {slow} of {blocks} blocks still ran in a slow state (the waiting budget ran out).\n"
     );
     // the floor under any prediction: one plan measured twice in this process, minutes apart
     let twice: Vec<f64> = rows
