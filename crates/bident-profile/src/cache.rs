@@ -78,7 +78,8 @@ impl CostCache {
     /// The key of one (op, PU) measurement: the canonical bytes of the sub-model, its input
     /// types, the PU's configuration (not its name), its backend and version, the machine and
     /// the protocol (`plain-timed`: entries timed with per-layer profiling on are stale;
-    /// `fast-state`: entries timed in any state of the machine are, [`crate::speed`]). None
+    /// `fast-state`: entries timed in any state of the machine are, [`crate::speed`];
+    /// `quiet-progress`: so are those timed beside a progress message per round). None
     /// where it cannot be encoded: that entry is not cached.
     pub fn key(
         model: &[u8],
@@ -90,7 +91,7 @@ impl CostCache {
     ) -> Option<ContentHash> {
         let types: Vec<(DType, &[u64])> = inputs.iter().map(|t| (t.dtype, t.shape.as_slice())).collect();
         let config = (pu.kind, &pu.device, &pu.properties, &pu.cores);
-        let protocol = ("plain-timed", "fast-state", cfg.warmup, cfg.runs, cfg.adaptive, cfg.min_runs, cfg.rel_ci);
+        let protocol = ("plain-timed", "fast-state", "quiet-progress", cfg.warmup, cfg.runs, cfg.adaptive, cfg.min_runs, cfg.rel_ci);
         ContentHash::of_value(&(ContentHash::of(model), types, config, backend, machine, protocol)).ok()
     }
 

@@ -311,6 +311,9 @@ const SPEED_WAIT: Duration = Duration::from_millis(200);
 const SPEED_BUDGET: Duration = Duration::from_secs(2);
 const SPEED_EVERY: Duration = Duration::from_millis(20);
 
+/// How often the timing loop reports its progress, at most.
+const PROGRESS_EVERY: Duration = Duration::from_millis(100);
+
 /// Profiled runs per op that split its inference call into dispatch and execution.
 const SPLIT_RUNS: usize = 5;
 
@@ -351,9 +354,14 @@ fn profile_pu(
             let mut split: Vec<Vec<f64>> = vec![vec![]; n];
             let mut failed: Vec<Option<String>> = vec![None; n];
             let mut done = vec![false; n];
-            let (mut budget, mut slow, mut last_probe) = (SPEED_BUDGET, 0, None);
+            let (mut budget, mut slow, mut last_probe, mut last_progress) = (SPEED_BUDGET, 0, None, None);
             for r in 0..rounds {
-                let _ = tx.send(("timing", r as usize, rounds as usize));
+                // progress at most every PROGRESS_EVERY: each message wakes the thread that draws
+                // it, which the scheduler may put on this core between two timed runs
+                if last_progress.is_none_or(|t: Instant| t.elapsed() >= PROGRESS_EVERY) {
+                    let _ = tx.send(("timing", r as usize, rounds as usize));
+                    last_progress = Some(Instant::now());
+                }
                 // measured rounds start in the PU's cores' fast state, probed on this thread (it
                 // must not sleep before its runs) at most every SPEED_EVERY: a probe before
                 // every round of one whole model (~50 µs) put it 5-10% higher
