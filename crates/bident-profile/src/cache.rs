@@ -91,7 +91,16 @@ impl CostCache {
     ) -> Option<ContentHash> {
         let types: Vec<(DType, &[u64])> = inputs.iter().map(|t| (t.dtype, t.shape.as_slice())).collect();
         let config = (pu.kind, &pu.device, &pu.properties, &pu.cores);
-        let protocol = ("plain-timed", "fast-state", "quiet-progress", cfg.warmup, cfg.runs, cfg.adaptive, cfg.min_runs, cfg.rel_ci);
+        let protocol = (
+            "plain-timed",
+            "fast-state",
+            "quiet-progress",
+            cfg.warmup,
+            cfg.runs,
+            cfg.adaptive,
+            cfg.min_runs,
+            cfg.rel_ci,
+        );
         ContentHash::of_value(&(ContentHash::of(model), types, config, backend, machine, protocol)).ok()
     }
 

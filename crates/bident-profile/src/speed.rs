@@ -2,13 +2,13 @@
 //! over 256 floats, no memory traffic, no engine) timed on a core, against the fastest this
 //! process has seen it there.
 //!
-//! On a shared VM a core has slow states (1.4-1.6x, lasting from one run to minutes) that hit
-//! every computation on it alike: over 200 blocks 0.7 s apart on one core, each block's median
-//! of this probe tracked a whole model's (correlation 0.80-0.90, three zoo models on OpenVINO),
-//! and blocks taken only where the probe was within a few % of its fastest put the median
-//! error of predicting one block from another 20 blocks earlier at 3-6%, against 28-32% over
-//! all blocks. So the profile and the runtime's measuring blocks start only once every core
-//! they use is in its fast state ([`await_fast`]), waiting within a budget.
+//! On a shared VM a core has slow states (1.4-1.6x, lasting from milliseconds to minutes) that
+//! hit every computation on it alike. In an exploratory loop of 200 blocks 0.5-0.7 s apart on
+//! one core, each block's median of this probe tracked a whole model's (correlation 0.72-0.90,
+//! three zoo models, both engines); over the blocks with the probe within 6% of its fastest
+//! before and after, the models' block medians spread 1.09-1.22x (p90 / p10), against 1.9-2.2x
+//! over all. So the profile's rounds and the runtime's measuring blocks start once the cores
+//! they use are in their fast state ([`await_fast`]), waiting within a budget.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

@@ -496,8 +496,8 @@ const SPEED_BUDGET: Duration = Duration::from_secs(5);
 /// every core is in it, and one that a core left during it is measured again, within a budget
 /// for the whole run (waiting, and the blocks measured again). On this VM a core is slow
 /// (1.4-1.6x) much of the time, in stretches from milliseconds to minutes; a block in a slow
-/// state compares two sessions under two machines. One single-threaded test, KAN INT8 whole on
-/// core 1 in 120 blocks 0.3 s apart: p10 / median / p90 of the block medians 31.5 / 43.1 / 67.1
+/// state compares two sessions under two machines. KAN INT8 whole, called directly on a thread
+/// pinned to core 1, in 120 blocks 0.3 s apart: p10 / median / p90 of the block medians 31.5 / 43.1 / 67.1
 /// µs over all blocks, 31.4 / 32.1 / 33.6 µs over those with every core fast before and after.
 struct FastState {
     budget: Cell<Duration>,
@@ -959,6 +959,8 @@ fn measure(
                 return Ok(());
             }
         };
+        // the plan goes first in even turns and last in odd ones: no session always follows
+        // the same one
         if turn % 2 == 0 {
             plan_block()?;
         }
