@@ -29,17 +29,9 @@ fn us(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e6
 }
 
-/// The fixed computation: 200 passes of multiply-adds over 256 floats.
+/// The fixed computation (`bident_profile::speed`'s probe, ~8 times as long), µs.
 fn compute() -> f64 {
-    let t = Instant::now();
-    let mut a = [1.0f32; 256];
-    for k in 0..200 {
-        for (i, x) in a.iter_mut().enumerate() {
-            *x = x.mul_add(0.999, (i + k) as f32 * 1e-6);
-        }
-    }
-    std::hint::black_box(&a);
-    us(t)
+    bident_profile::speed::fixed_computation_us(200)
 }
 
 fn speed_states(core: usize) {

@@ -16,17 +16,18 @@ use std::time::{Duration, Instant};
 /// A core is in its fast state while the probe takes at most this times its fastest there.
 pub const FAST: f64 = 1.06;
 
-/// Timed runs of the fixed computation per probe (its median counts).
+/// Timed runs of the fixed computation per probe (its median counts), and its passes.
 const RUNS: usize = 8;
+const PASSES: usize = 25;
 
 /// The fastest probe seen per CPU in this process, µs.
 static FASTEST: Mutex<Vec<f64>> = Mutex::new(Vec::new());
 
-/// The fixed computation once (~20 µs here), µs.
-fn compute() -> f64 {
+/// The fixed computation once, `passes` passes over 256 floats (25 take ~20 µs here), µs.
+pub fn fixed_computation_us(passes: usize) -> f64 {
     let t = Instant::now();
     let mut a = [1.0f32; 256];
-    for k in 0..25 {
+    for k in 0..passes {
         for (i, x) in a.iter_mut().enumerate() {
             *x = x.mul_add(0.999, (i + k) as f32 * 1e-6);
         }
@@ -37,7 +38,7 @@ fn compute() -> f64 {
 
 /// The probe on the calling thread: the median of [`RUNS`] runs of the fixed computation, µs.
 pub fn probe_us() -> f64 {
-    let mut t: Vec<f64> = (0..RUNS).map(|_| compute()).collect();
+    let mut t: Vec<f64> = (0..RUNS).map(|_| fixed_computation_us(PASSES)).collect();
     crate::quantile(&mut t, 0.5)
 }
 
