@@ -29,17 +29,13 @@ fn us(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e6
 }
 
-/// The fixed computation (`bident_profile::speed`'s probe, ~8 times as long), µs.
-fn compute() -> f64 {
-    bident_profile::speed::fixed_computation_us(200)
-}
-
 fn speed_states(core: usize) {
     bident_backend::pin_current_thread("bench", &[core]).expect("pinned");
     let t0 = Instant::now();
     let mut runs = vec![];
     while t0.elapsed() < Duration::from_secs(3) {
-        runs.push(compute());
+        // `bident_profile::speed`'s probe, 8 times as long
+        runs.push(bident_profile::speed::fixed_computation_us(200));
     }
     let fastest = runs.iter().copied().fold(f64::INFINITY, f64::min);
     let slow: Vec<bool> = runs.iter().map(|&t| t > 1.2 * fastest).collect();

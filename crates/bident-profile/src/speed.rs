@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// A core is in its fast state while the probe takes at most this times its fastest there.
-pub const FAST: f64 = 1.06;
+const FAST: f64 = 1.06;
 
 /// Timed runs of the fixed computation per probe (its median counts), and its passes.
 const RUNS: usize = 8;
@@ -37,16 +37,19 @@ pub fn fixed_computation_us(passes: usize) -> f64 {
 }
 
 /// The probe on the calling thread: the median of [`RUNS`] runs of the fixed computation, µs.
-pub fn probe_us() -> f64 {
+fn probe_us() -> f64 {
     let mut t: Vec<f64> = (0..RUNS).map(|_| fixed_computation_us(PASSES)).collect();
     crate::quantile(&mut t, 0.5)
 }
 
 /// The probe on the calling thread, over the fastest seen on the CPU it ran on: at least 1.
-/// None where that CPU cannot be told.
+/// None where that CPU cannot be told or the clock gave no usable time.
 fn slowness_here() -> Option<f64> {
     let us = probe_us();
     let cpu = bident_backend::current_cpu()?;
+    if !(us.is_finite() && us > 0.0) {
+        return None;
+    }
     let mut fastest = FASTEST.lock().unwrap_or_else(|e| e.into_inner());
     if fastest.len() <= cpu {
         fastest.resize(cpu + 1, f64::INFINITY);
