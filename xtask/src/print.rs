@@ -319,7 +319,7 @@ pub fn measured(r: &RunReport) {
     );
     if r.slow_blocks > 0 {
         println!(
-            "machine    {} of {} measuring blocks started with a core in a slow state (waiting for its fast state ran \
+            "machine    {} of {} measuring blocks ran with a core in a slow state (waiting for its fast state ran \
              out): their figures are slower than the machine's fast state",
             r.slow_blocks, r.blocks
         );

@@ -142,9 +142,9 @@ pub struct RunReport {
     pub backend_defaults: Vec<BackendDefault>,
     /// The models whole on each PU of [`RunConfig::whole_on`], measured in the same run.
     pub measured_whole: Vec<WholeRun>,
-    /// Measuring blocks, the plan's and every alternative's, and how many of them started with
-    /// a core still in a slow state (the wait for its fast state ran out,
-    /// [`bident_profile::speed`]).
+    /// Measuring blocks, the plan's and every alternative's, and how many of them ran with a
+    /// core in a slow state, before or after them (the budget for waiting and measuring again
+    /// ran out, [`bident_profile::speed`]).
     pub blocks: u32,
     pub slow_blocks: u32,
     /// Executor overhead per task (µs; median over runs): from the moment a task could start
