@@ -263,7 +263,8 @@ impl ServeArgs {
 
 #[derive(Args, Clone)]
 pub struct RunOpts {
-    /// Measured inferences (after warm-up).
+    /// Measured inferences (after warm-up), at least: up to four times as many where the blocks
+    /// do not yet tell an alternative measured beside the plan from it.
     #[arg(long, default_value_t = RunConfig::default().runs, value_parser = at_least_one())]
     pub runs: u32,
     /// When a PU fails to compile or run an op, plan again without that PU and run that plan.

@@ -34,6 +34,8 @@ pub use session::{Inference, Session, Span};
 pub struct RunConfig {
     /// Inferences before each block's measured ones, at least: a block warms for at least 2 ms.
     pub warmup: u32,
+    /// Measured inferences of the plan and of each alternative, at least: more where the blocks
+    /// do not yet tell an alternative from the plan ([`MORE_TURNS`]).
     pub runs: u32,
     /// Seed of the random model inputs.
     pub seed: u64,
@@ -104,6 +106,7 @@ pub struct RunReport {
     /// `sequential`, `parallel` or `concurrent`: how the plan ran.
     pub schedule: String,
     pub warmup: u32,
+    /// Measured inferences of the plan ([`RunConfig::runs`] or more).
     pub runs: u32,
     /// Compiling every sub-model at load (ms), apart from inference.
     pub compile_ms: f64,
@@ -245,6 +248,43 @@ pub fn consistently_faster(block_ratios: &[f64], margin: f64) -> bool {
     let p = ways[..=against].iter().sum::<f64>() / 2f64.powi(n as i32);
     p <= ALPHA
 }
+
+/// Whether the blocks do not yet tell an alternative's median from the plan's: a
+/// distribution-free confidence interval of the median of `block_ratios` (order statistics, at
+/// least 90%) that holds 1 and is wider than [`DECIDED_WITHIN`] either side. Fewer than five
+/// blocks never decide; beyond 1,000 the first 1,000 count.
+pub fn undecided(block_ratios: &[f64]) -> bool {
+    let r = &block_ratios[..block_ratios.len().min(1000)];
+    let n = r.len();
+    if r.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
+        return false;
+    }
+    // the largest k with P(B <= k - 1) <= 5%, B ~ Binomial(n, 1/2): the interval between the k-th
+    // smallest and the k-th largest holds the median with probability at least 90%
+    let mut term = 0.5f64.powi(n as i32);
+    let (mut below, mut k) = (0.0, 0);
+    while k < n / 2 && below + term <= 0.05 {
+        below += term;
+        term *= (n - k) as f64 / (k + 1) as f64;
+        k += 1;
+    }
+    if k == 0 {
+        return true;
+    }
+    let mut s = r.to_vec();
+    s.sort_by(f64::total_cmp);
+    let (lo, hi) = (s[k - 1], s[n - k]);
+    lo <= 1.0 && hi >= 1.0 && hi / lo > (1.0 + DECIDED_WITHIN) / (1.0 - DECIDED_WITHIN)
+}
+
+/// Each of `theirs` over the plan's block median beside it.
+fn over(theirs: &[f64], plan: &[f64]) -> Vec<f64> {
+    theirs.iter().zip(plan).map(|(t, p)| t / p).collect()
+}
+
+/// How close to the plan's the median of an alternative's block ratios must be known to be
+/// decided ([`undecided`]).
+const DECIDED_WITHIN: f64 = 0.05;
 
 /// A plan's regret against the alternatives measured beside it ([`RunReport::regret`],
 /// [`RunReport::regret_beyond_noise`]).
@@ -466,6 +506,15 @@ pub fn default_spec(of: &PuSpec, b: &str, cfg: &RunConfig) -> PuSpec {
 /// Inferences of the plan, then of each baseline, in one turn of the measurement.
 const BLOCK: u32 = 5;
 
+/// After the configured runs, turns go on while the blocks do not yet tell some alternative's
+/// median from the plan's ([`undecided`]), up to this many times the configured turns in all,
+/// and none starts once the run has measured for [`MORE_TURNS_UNTIL`]. By medians of twelve
+/// blocks an alternative as fast as the plan beats it by chance (pi0.5 whole on core 0, ratios
+/// 0.74-1.34 over its ten blocks, 12% ahead by medians, not beyond the noise); more blocks
+/// narrow that chance.
+const MORE_TURNS: u32 = 4;
+const MORE_TURNS_UNTIL: Duration = Duration::from_secs(60);
+
 /// The shortest warm-up before a block's measured inferences ([`warm_up`]).
 const WARM: Duration = Duration::from_millis(2);
 
@@ -488,13 +537,15 @@ fn warm_up(runs: u32, mut run: impl FnMut() -> Result<(), RuntimeError>) -> Resu
 const SETTLE: Duration = Duration::from_millis(20);
 
 /// How long a measuring block waits for every core's fast state ([`bident_profile::speed`]) at
-/// most, and all blocks of one run together, with the blocks measured again ([`FastState`]).
+/// most, and all blocks of one run together, with the blocks measured again ([`FastState`]),
+/// beyond the time the blocks kept took.
 const SPEED_WAIT: Duration = Duration::from_millis(200);
 const SPEED_BUDGET: Duration = Duration::from_secs(5);
 
 /// Measuring blocks in the machine's fast state ([`bident_profile::speed`]): each starts once
 /// every core is in it, and one that a core left during it is measured again, within a budget
-/// for the whole run (waiting, and the blocks measured again). On this VM a core is slow
+/// for the whole run (waiting, and the blocks measured again: [`SPEED_BUDGET`] and the time of
+/// the blocks kept). On this VM a core is slow
 /// (1.4-1.6x) much of the time, in stretches from milliseconds to minutes; a block in a slow
 /// state compares two sessions under two machines. KAN INT8 whole, called directly on a thread
 /// pinned to core 1, in 120 blocks 0.3 s apart: p10 / median / p90 of the block medians 31.5 / 43.1 / 67.1
@@ -537,6 +588,10 @@ impl FastState {
             self.slow_start.set(false);
             return true;
         }
+        // a run may wait as long as it measured, beyond the fixed budget: a third-party model's
+        // turn of blocks takes ~0.5 s, and 5 s ran out half-way (the OCR detector's run kept 47
+        // of 60 blocks in a slow state)
+        self.budget.set(budget + took);
         self.blocks.set(self.blocks.get() + 1);
         self.slow_blocks.set(self.slow_blocks.get() + u32::from(slow || self.slow_start.get()));
         self.slow_start.set(false);
@@ -918,8 +973,18 @@ fn measure(
         speed.before();
     };
     let mut turn = 0;
-    while done < runs {
-        let block = BLOCK.min(runs - done);
+    let (turns, started) = (runs.div_ceil(BLOCK), Instant::now());
+    loop {
+        if done >= runs {
+            let open = std::iter::once(&mono_blocks)
+                .chain(&default_blocks)
+                .chain(&whole_blocks)
+                .any(|b| !b.is_empty() && undecided(&over(b, &block_medians)));
+            if !open || turn >= MORE_TURNS * turns || started.elapsed() >= MORE_TURNS_UNTIL {
+                break;
+            }
+        }
+        let block = if done < runs { BLOCK.min(runs - done) } else { BLOCK };
         let mut plan_block = || -> Result<(), RuntimeError> {
             loop {
                 settle();
@@ -996,7 +1061,7 @@ fn measure(
     }
     let q = bident_profile::quantile;
     let measured_us = q(&mut totals.clone(), 0.5);
-    let ratios = |theirs: &[f64]| -> Vec<f64> { theirs.iter().zip(&block_medians).map(|(t, p)| t / p).collect() };
+    let ratios = |theirs: &[f64]| over(theirs, &block_medians);
     let mono_ratios = if reference_is_plan { vec![] } else { ratios(&mono_blocks) };
     let backend_defaults: Vec<BackendDefault> = defaults
         .into_iter()
@@ -1080,7 +1145,7 @@ fn measure(
         backend: bident_profile::describe(backend.as_ref(), soc).map_err(|e| RuntimeError::Program(e.to_string()))?,
         schedule: program.schedule.clone(),
         warmup: cfg.warmup,
-        runs,
+        runs: done,
         compile_ms: session.compile_ms(),
         predicted_us: program.predicted_us,
         measured_us,
@@ -1263,7 +1328,7 @@ pub fn input_hash(plan_hash: ContentHash, cfg: &RunConfig) -> Result<ContentHash
 mod tests {
     use bident_tensor::{DType, HostTensor};
 
-    use super::{Regret, WARM, check_output, consistently_faster, warm_up};
+    use super::{Regret, WARM, check_output, consistently_faster, undecided, warm_up};
 
     /// A warm-up runs its runs and lasts its time, whichever is longer, and stops at an error.
     #[test]
@@ -1312,6 +1377,31 @@ mod tests {
         ];
         for (ratios, want) in cases {
             assert_eq!(consistently_faster(ratios, 0.02), *want, "{ratios:?}");
+        }
+    }
+
+    /// Turns go on while an alternative's median could still be either side of the plan's by
+    /// more than 5%; they stop where it is clearly one side, or known to be within 5%.
+    #[test]
+    fn blocks_decide_once_the_median_is_known() {
+        let three_of_four = |times: usize| [0.9, 0.9, 0.9, 1.1].repeat(times);
+        let cases: &[(&[f64], bool)] = &[
+            (&[], true),
+            // four blocks never decide
+            (&[0.5, 0.5, 0.5, 0.5], true),
+            (&[0.8, 0.82, 0.8, 0.81, 0.8], false),
+            (&[1.2, 1.3, 1.25, 1.2, 1.3, 1.2], false),
+            // as fast as the plan, give or take 3%
+            (&[0.98, 1.01, 0.99, 1.02, 1.0, 0.97], false),
+            // give or take 20%
+            (&[0.7, 1.2, 0.8, 1.1, 0.75, 1.15], true),
+            // three blocks in four faster: not known from eight blocks, known from forty
+            (&three_of_four(2), true),
+            (&three_of_four(10), false),
+            (&[0.9, f64::NAN, 0.9, 0.9, 0.9], false),
+        ];
+        for (ratios, want) in cases {
+            assert_eq!(undecided(ratios), *want, "{ratios:?}");
         }
     }
 
