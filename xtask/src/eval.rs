@@ -29,10 +29,10 @@ pub struct EvalArgs {
     /// `tiny` (the families' test size) or `full` (the paper's shapes).
     #[arg(long, default_value = "tiny")]
     pub size: String,
-    /// Measured inferences per plan on real PUs (at least: more where the blocks do not decide), in
-    /// blocks of 5 taking turns with each alternative's. Twelve blocks, not six: Hyena FP16 whole on core 0 measured 16% slower by
-    /// medians than on core 1, an identical core, in six blocks, and 6% faster in the next six
-    /// (block ratios 0.87-1.13).
+    /// Measured inferences per plan on real PUs (at least: more where the blocks do not decide),
+    /// in blocks of 5 taking turns with each alternative's. Twelve blocks, not six: Hyena FP16
+    /// whole on core 0 measured 16% slower by medians than on core 1, an identical core, in six
+    /// blocks, and 6% faster in the next six (block ratios 0.87-1.13).
     #[arg(long, default_value_t = 60)]
     pub runs: u32,
     /// Only these families (default: all ten).

@@ -253,7 +253,7 @@ pub fn consistently_faster(block_ratios: &[f64], margin: f64) -> bool {
 /// distribution-free confidence interval of the median of `block_ratios` (order statistics, at
 /// least 90%) that holds 1 and is wider than [`DECIDED_WITHIN`] either side. Fewer than five
 /// blocks never decide; beyond 1,000 the first 1,000 count.
-pub fn undecided(block_ratios: &[f64]) -> bool {
+fn undecided(block_ratios: &[f64]) -> bool {
     let r = &block_ratios[..block_ratios.len().min(1000)];
     let n = r.len();
     if r.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
