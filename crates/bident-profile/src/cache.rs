@@ -96,7 +96,7 @@ impl CostCache {
             "plain-timed",
             "fast-state",
             "quiet-progress",
-            if crate::repeats_before_timing(pu) { "repeat-before-timing" } else { "" },
+            if crate::measure::repeats_before_timing(pu) { "repeat-before-timing" } else { "" },
             cfg.warmup,
             cfg.runs,
             cfg.adaptive,

@@ -362,17 +362,6 @@ pub fn input_hash(
     ContentHash::of_value(&(graph, soc, cfg))
 }
 
-/// Whether each unit's timed run follows an untimed run of the same unit in every round: on a PU
-/// of several cores (or none pinned). There, the first run after another unit's is slower:
-/// Mamba FP16 whole under OpenVINO's defaults on both cores, timed in rounds with a segment of it
-/// on the same PU (and its profiled twin before it in the first rounds), was priced at 200-203 µs
-/// beside 167 µs measured in the runtime's blocks of five; 165 µs with one untimed run before
-/// each timed one (163 µs with four). On one pinned core the two protocols agreed (161-166 µs),
-/// so those PUs' rounds stay as they were.
-pub(crate) fn repeats_before_timing(pu: &bident_backend::PuSpec) -> bool {
-    pu.cores.len() != 1
-}
-
 #[cfg(test)]
 mod tests {
     use super::{median_rel_ci, quantile};
