@@ -79,8 +79,7 @@ impl CostCache {
     /// types, the PU's configuration (not its name), its backend and version, the machine and
     /// the protocol (`plain-timed`: entries timed with per-layer profiling on are stale;
     /// `fast-state`: entries timed in any state of the machine are, [`crate::speed`];
-    /// `quiet-progress`: so are those timed beside a progress message per round;
-    /// `repeat-before-timing`: on several cores, those timed right after another unit). None
+    /// `quiet-progress`: so are those timed beside a progress message per round). None
     /// where it cannot be encoded: that entry is not cached.
     pub fn key(
         model: &[u8],
@@ -96,7 +95,6 @@ impl CostCache {
             "plain-timed",
             "fast-state",
             "quiet-progress",
-            if crate::measure::repeats_before_timing(pu) { "repeat-before-timing" } else { "" },
             cfg.warmup,
             cfg.runs,
             cfg.adaptive,

@@ -311,17 +311,6 @@ const SPEED_WAIT: Duration = Duration::from_millis(200);
 const SPEED_BUDGET: Duration = Duration::from_secs(2);
 const SPEED_EVERY: Duration = Duration::from_millis(20);
 
-/// Whether each unit's timed run follows an untimed run of the same unit in every round: on a PU
-/// of several cores (or none pinned). There, the first run after another unit's is slower:
-/// Mamba FP16 whole under OpenVINO's defaults on both cores, timed in rounds with a segment of it
-/// on the same PU (and its profiled twin before it in the first rounds), was priced at 200-203 µs
-/// beside 167 µs measured in the runtime's blocks of five; 163 µs with four untimed runs before
-/// each timed one. On one pinned core the two protocols agreed (161-166 µs), so those PUs' rounds
-/// stay as they were.
-pub(crate) fn repeats_before_timing(pu: &PuSpec) -> bool {
-    pu.cores.len() != 1
-}
-
 /// How often the timing loop reports its progress, at most.
 const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 
@@ -366,7 +355,6 @@ fn profile_pu(
             let mut failed: Vec<Option<String>> = vec![None; n];
             let mut done = vec![false; n];
             let (mut budget, mut slow, mut last_probe, mut last_progress) = (SPEED_BUDGET, 0, None, None);
-            let repeat = repeats_before_timing(pu);
             for r in 0..rounds {
                 // progress at most every PROGRESS_EVERY: each message wakes the thread that draws
                 // it, which the scheduler may put on this core between two timed runs
@@ -402,12 +390,6 @@ fn profile_pu(
                         if infer > 0.0 && exec > 0.0 {
                             split[i].push((exec / infer).min(1.0));
                         }
-                    }
-                    // on several cores, the timed run follows a run of the same unit, as in the
-                    // runtime's blocks ([`repeats_before_timing`])
-                    if repeat && r >= cfg.warmup {
-                        // a failure shows again in the timed run
-                        let _ = exe.run_timed(&refs);
                     }
                     match exe.run_timed(&refs) {
                         Ok((_, t)) if r >= cfg.warmup => {
