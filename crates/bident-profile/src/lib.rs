@@ -291,21 +291,27 @@ impl Default for ProfileConfig {
     }
 }
 
-/// Half-width of the distribution-free 95% confidence interval of the median of `sorted`
-/// (order statistics n/2 -+ 0.98 sqrt(n)), relative to the median.
-pub fn median_rel_ci(sorted: &[f64]) -> f64 {
+/// The distribution-free 95% confidence interval of the median of `sorted` (order statistics
+/// n/2 -+ 0.98 sqrt(n)); None below three samples.
+pub fn median_ci(sorted: &[f64]) -> Option<(f64, f64)> {
     let n = sorted.len();
     if n < 3 {
-        return f64::INFINITY;
+        return None;
     }
     let half = 0.98 * (n as f64).sqrt();
     let lo = ((n as f64 / 2.0 - half).floor().max(0.0)) as usize;
     let hi = ((n as f64 / 2.0 + half).ceil() as usize).min(n - 1);
-    let median = sorted[n / 2];
+    Some((sorted[lo], sorted[hi]))
+}
+
+/// Half-width of [`median_ci`], relative to the median.
+pub fn median_rel_ci(sorted: &[f64]) -> f64 {
+    let Some((lo, hi)) = median_ci(sorted) else { return f64::INFINITY };
+    let median = sorted[sorted.len() / 2];
     if median <= 0.0 {
-        return if sorted[hi] <= sorted[lo] { 0.0 } else { f64::INFINITY };
+        return if hi <= lo { 0.0 } else { f64::INFINITY };
     }
-    (sorted[hi] - sorted[lo]) / 2.0 / median
+    (hi - lo) / 2.0 / median
 }
 
 #[derive(Debug, thiserror::Error)]

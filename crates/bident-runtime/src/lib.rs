@@ -249,32 +249,21 @@ pub fn consistently_faster(block_ratios: &[f64], margin: f64) -> bool {
     p <= ALPHA
 }
 
-/// Whether the blocks do not yet tell an alternative's median from the plan's: a
-/// distribution-free confidence interval of the median of `block_ratios` (order statistics, at
-/// least 90%) that holds 1 and is wider than [`DECIDED_WITHIN`] either side. Fewer than five
-/// blocks never decide; beyond 1,000 the first 1,000 count.
+/// Whether the blocks do not yet tell an alternative's median from the plan's: the confidence
+/// interval of the median of `block_ratios` ([`bident_profile::median_ci`], 95%) holds 1 and is
+/// wider than [`DECIDED_WITHIN`] either side. Fewer than five blocks never decide.
 fn undecided(block_ratios: &[f64]) -> bool {
-    let r = &block_ratios[..block_ratios.len().min(1000)];
-    let n = r.len();
-    if r.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
+    if block_ratios.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
         return false;
     }
-    // the largest k with P(B <= k - 1) <= 5%, B ~ Binomial(n, 1/2): the interval between the k-th
-    // smallest and the k-th largest holds the median with probability at least 90%
-    let mut term = 0.5f64.powi(n as i32);
-    let (mut below, mut k) = (0.0, 0);
-    while k < n / 2 && below + term <= 0.05 {
-        below += term;
-        term *= (n - k) as f64 / (k + 1) as f64;
-        k += 1;
-    }
-    if k == 0 {
-        return true;
-    }
-    let mut s = r.to_vec();
+    let mut s = block_ratios.to_vec();
     s.sort_by(f64::total_cmp);
-    let (lo, hi) = (s[k - 1], s[n - k]);
-    lo <= 1.0 && hi >= 1.0 && hi / lo > (1.0 + DECIDED_WITHIN) / (1.0 - DECIDED_WITHIN)
+    match bident_profile::median_ci(&s) {
+        Some((lo, hi)) if s.len() >= 5 => {
+            lo <= 1.0 && hi >= 1.0 && hi / lo > (1.0 + DECIDED_WITHIN) / (1.0 - DECIDED_WITHIN)
+        }
+        _ => true,
+    }
 }
 
 /// Each of `theirs` over the plan's block median beside it.
