@@ -79,13 +79,12 @@ impl CostCache {
     /// types, the PU's configuration (not its name), its backend and version, the machine and
     /// the protocol (`plain-timed`: entries timed with per-layer profiling on are stale;
     /// `fast-state`: entries timed in any state of the machine are, [`crate::speed`];
-    /// `quiet-progress`: so are those timed beside a progress message per round; `alone`: a
-    /// whole model timed in rounds of its own, not beside the other units). None where it
-    /// cannot be encoded: that entry is not cached.
+    /// `quiet-progress`: so are those timed beside a progress message per round). None
+    /// where it cannot be encoded: that entry is not cached.
     pub fn key(
         model: &[u8],
         inputs: &[HostTensor],
-        (pu, alone): (&PuSpec, bool),
+        pu: &PuSpec,
         backend: &str,
         machine: &str,
         cfg: &ProfileConfig,
@@ -96,7 +95,6 @@ impl CostCache {
             "plain-timed",
             "fast-state",
             "quiet-progress",
-            if alone { "whole-alone" } else { "beside-others" },
             cfg.warmup,
             cfg.runs,
             cfg.adaptive,

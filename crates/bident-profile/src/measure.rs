@@ -143,10 +143,9 @@ pub fn describe(backend: &dyn Backend, soc: &SocSpec) -> Result<String, ProfileE
 struct Unit {
     model: Vec<u8>,
     inputs: Vec<HostTensor>,
-    /// Every op of the graph: timed on its PU as configured and in rounds of its own, as a
-    /// session of the whole model alone runs it; any other unit on the PU made
-    /// [`Backend::quiet`], as a multi-task session's tasks are, and timed in rounds beside the
-    /// others, as a plan's segment runs after other tasks.
+    /// Every op of the graph: timed on its PU as configured, as a session of the whole model
+    /// alone runs it; any other unit on the PU made [`Backend::quiet`], as a multi-task
+    /// session's tasks are (units are timed in rounds, each beside the others).
     whole: bool,
 }
 
@@ -195,10 +194,8 @@ fn measure_units(
         // how each unit is compiled on this PU ([`Unit::whole`]); the key says which
         let quiet = backend.quiet(pu);
         let spec = |i: usize| if units[i].whole { pu } else { &quiet };
-        let key = |i: usize| {
-            let how = (spec(i), units[i].whole);
-            cache::CostCache::key(&units[i].model, &units[i].inputs, how, &backend_id, &machine, cfg)
-        };
+        let key =
+            |i: usize| cache::CostCache::key(&units[i].model, &units[i].inputs, spec(i), &backend_id, &machine, cfg);
         let mut column: Column = vec![None; units.len()];
         let mut cached: Vec<(usize, crate::cache::Conditions)> = vec![];
         if let Some(c) = cache {
@@ -231,11 +228,9 @@ fn measure_units(
                 if todo.is_empty() {
                     return Ok(());
                 }
-                // the parts, compiled quiet, timed together in rounds; a whole model in rounds
-                // of its own, as a plan of it alone runs it: each run after one of its own (on
-                // OpenVINO's defaults, both cores, ocr-classifier whole was priced at 1,035 µs in
-                // rounds beside its parts, 611-623 measured by the runtime; alone 630, 603)
-                let (whole, rest): (Vec<usize>, Vec<usize>) = todo.iter().copied().partition(|&i| units[i].whole);
+                // the units compiled alike, timed together (one group unless the PU has a quiet variant)
+                let (whole, rest): (Vec<usize>, Vec<usize>) =
+                    todo.iter().copied().partition(|&i| units[i].whole && quiet != *pu);
                 for group in [rest, whole].iter().filter(|g| !g.is_empty()) {
                     let models: Vec<&[u8]> = group.iter().map(|&i| units[i].model.as_slice()).collect();
                     let inputs: Vec<&[HostTensor]> = group.iter().map(|&i| units[i].inputs.as_slice()).collect();
