@@ -72,11 +72,15 @@ const LAUNCH_AGAIN: usize = 2;
 /// (at most [`LAUNCH_AGAIN`] times), the lowest kept; with what the run should say where the
 /// kept one is still above it.
 fn settle_launch<E>(mut measure: impl FnMut() -> Result<f64, E>) -> Result<(f64, Option<String>), E> {
+    // a non-finite value is as suspect as a large one, and never kept
     let mut seen = vec![measure()?];
-    while seen.len() <= LAUNCH_AGAIN && seen.iter().all(|&us| us > LAUNCH_SUSPECT_US) {
+    while seen.len() <= LAUNCH_AGAIN && seen.iter().all(|&us| !us.is_finite() || us > LAUNCH_SUSPECT_US) {
         seen.push(measure()?);
     }
-    let kept = seen.iter().copied().fold(f64::INFINITY, f64::min);
+    let kept = seen.iter().copied().filter(|us| us.is_finite()).fold(f64::INFINITY, f64::min);
+    if !kept.is_finite() {
+        return Ok((0.0, Some(format!("no finite launch cost in {} tries; counting 0", seen.len()))));
+    }
     let note = (kept > LAUNCH_SUSPECT_US).then(|| {
         let each: Vec<String> = seen.iter().map(|us| format!("{us:.0}")).collect();
         format!(
@@ -1167,8 +1171,10 @@ mod tests {
     fn an_implausible_launch_cost_is_measured_again_and_said() {
         let hi = LAUNCH_SUSPECT_US * 40.0;
         // (what each measurement gives, measurements taken, kept, said)
-        let cases: [(&[f64], usize, f64, bool); 4] = [
+        let cases: [(&[f64], usize, f64, bool); 6] = [
             (&[3.0, hi], 1, 3.0, false),
+            (&[f64::NAN, 5.0], 2, 5.0, false),
+            (&[f64::NAN, f64::INFINITY, f64::NAN], LAUNCH_AGAIN + 1, 0.0, true),
             (&[hi, 4.0, hi], 2, 4.0, false),
             (&[hi, hi * 2.0, hi / 2.0, 1.0], LAUNCH_AGAIN + 1, hi / 2.0, true),
             (&[LAUNCH_SUSPECT_US, hi], 1, LAUNCH_SUSPECT_US, false),
