@@ -32,7 +32,7 @@ pub use session::{Inference, Session, Span};
 
 #[derive(Clone, Debug, Serialize)]
 pub struct RunConfig {
-    /// Inferences before each block's measured ones, at least: a block warms for at least 2 ms.
+    /// Inferences before each block's measured ones, at least: a block warms for at least [`WARM`].
     pub warmup: u32,
     /// Measured inferences of the plan and of each alternative, at least: more where the blocks
     /// do not yet tell an alternative from the plan ([`MORE_TURNS`]).
@@ -505,13 +505,16 @@ const MORE_TURNS: u32 = 4;
 const MORE_TURNS_UNTIL: Duration = Duration::from_secs(60);
 
 /// The shortest warm-up before a block's measured inferences ([`warm_up`]).
-const WARM: Duration = Duration::from_millis(2);
+const WARM: Duration = Duration::from_millis(5);
 
 /// Run `run` at least `runs` times and for at least [`WARM`]: a block's first inferences after
-/// its session's threads went idle run slower than in a steady stream, and for a model of a few
-/// µs three runs warm nothing (KAN INT8 whole on one pinned core, in blocks after 20 ms idle:
-/// 21.6-22.1 µs a run after three runs of warm-up, 19.2-20.2 after 2 ms, 19.7-20.0 back to back;
-/// the profile times ops back to back).
+/// its session's threads went idle run slower than in a steady stream, which the profile times.
+/// For a model of a few µs three runs warm nothing (KAN INT8 whole on one pinned core, in blocks
+/// after 20 ms idle: 21.6-22.1 µs a run after three runs of warm-up, 19.2-20.2 after 2 ms,
+/// 19.7-20.0 back to back), and for one of ~50-200 µs 2 ms is not enough: the medians of five
+/// runs after 20 ms idle, in 30 blocks per warm-up on `core0` taking turns, were 2-7% above back
+/// to back after 2 ms (LAVISH 183.4 µs against 171.1, Silero's SR 55.5 against 52.4, Mamba 156.2
+/// against 153.9, KAN INT8 26.3 against 25.9) and within 1% of it after 5, 10 and 20 ms.
 fn warm_up(runs: u32, mut run: impl FnMut() -> Result<(), RuntimeError>) -> Result<(), RuntimeError> {
     let t0 = Instant::now();
     let mut done = 0;
