@@ -79,8 +79,10 @@ impl CostCache {
     /// types, the PU's configuration (not its name), its backend and version, the machine and
     /// the protocol (`plain-timed`: entries timed with per-layer profiling on are stale;
     /// `fast-state`: entries timed in any state of the machine are, [`crate::speed`];
-    /// `quiet-progress`: so are those timed beside a progress message per round). None
-    /// where it cannot be encoded: that entry is not cached.
+    /// `quiet-progress`: so are those timed beside a progress message per round; and, for a PU
+    /// on more than one core or on every core, `every-core-fast`: entries timed once only the
+    /// timing thread's core was fast are, [`crate::speed::await_fast_on`]). None where it
+    /// cannot be encoded: that entry is not cached.
     pub fn key(
         model: &[u8],
         inputs: &[HostTensor],
@@ -101,7 +103,12 @@ impl CostCache {
             cfg.min_runs,
             cfg.rel_ci,
         );
-        ContentHash::of_value(&(ContentHash::of(model), types, config, backend, machine, protocol)).ok()
+        let key = (ContentHash::of(model), types, config, backend, machine, protocol);
+        if pu.cores.len() == 1 {
+            ContentHash::of_value(&key).ok()
+        } else {
+            ContentHash::of_value(&(key, "every-core-fast")).ok()
+        }
     }
 
     fn path(&self, key: ContentHash) -> PathBuf {
