@@ -264,7 +264,7 @@ pub struct ProfileConfig {
     /// (the costliest); 0 trusts the cache.
     pub recheck: usize,
     /// If the re-timed entries moved by more than this (median relative change), the PU's
-    /// cached entries are stale: every one of them is measured again.
+    /// cached entries are stale: every one of them is measured again, the re-timed ones too.
     pub drift: f64,
 }
 
