@@ -754,6 +754,25 @@ impl Driver<'_> {
                 plan = replan(&c)?;
                 continue;
             }
+            // outputs beyond the tolerance from a plan in exact precision: engines round apart,
+            // and a model that quantises its activations turns that into whole steps, which a
+            // plan crossing engines between them may carry further from the reference than
+            // either engine whole (LaViSH INT8 split between OpenVINO's defaults and ONNX
+            // Runtime on core 1 gave 0.448 where the reference gave 0.039): the plan is made
+            // again on the reference's engine alone, and one that still differs gives way to
+            // the reference itself, the whole model on that PU
+            if matches!(err, bident_runtime::RuntimeError::Outputs(_))
+                && let Some((c, why)) = closer_to_the_reference(
+                    &plan.0.ops_per_pu,
+                    plan.0.best_single_pu.as_deref(),
+                    &plan.0.constraints,
+                    soc,
+                )
+            {
+                self.note(Stage::Run, format!("{}; {why}", chain(&err)));
+                plan = replan(&c)?;
+                continue;
+            }
             let Some(pu) = err.faulty_pu().map(str::to_string) else { return Err(err.into()) };
             if !opts.fallback {
                 return Err(
@@ -1110,6 +1129,47 @@ fn faster_whole(
     [default, whole].into_iter().flatten().min_by(|a, b| a.1.total_cmp(&b.1)).map(|(pu, _, what)| (pu, what))
 }
 
+/// For a plan (`ops_per_pu`, `constraints`) whose outputs were beyond the tolerance: the
+/// constraints of one closer to the `reference` (the plan's best single PU, the whole model on
+/// which the outputs are checked against) and why. A plan over several backends keeps the reference's backend alone (its
+/// pins elsewhere dropped); a plan on one backend that is not the whole model on the reference
+/// becomes it. None where the plan is that already, or has no reference.
+fn closer_to_the_reference(
+    ops_per_pu: &BTreeMap<String, u32>,
+    reference: Option<&str>,
+    constraints: &Constraints,
+    soc: &SocSpec,
+) -> Option<(Constraints, String)> {
+    let reference = soc.pu(reference?)?;
+    let used: Vec<&bident_backend::PuSpec> =
+        ops_per_pu.iter().filter(|&(_, &n)| n > 0).filter_map(|(pu, _)| soc.pu(pu)).collect();
+    let mut c = constraints.clone();
+    if used.iter().any(|p| p.backend != reference.backend) {
+        let others: Vec<String> =
+            soc.pus.iter().filter(|p| p.backend != reference.backend).map(|p| p.name.clone()).collect();
+        c.pin.retain(|(_, p)| !others.contains(p));
+        c.whole.take_if(|p| others.contains(p));
+        for p in &others {
+            if !c.exclude.contains(p) {
+                c.exclude.push(p.clone());
+            }
+        }
+        let why = format!(
+            "the plan crosses engines: planning again on {}'s PUs alone, the reference `{}`'s",
+            reference.backend, reference.name
+        );
+        return Some((c, why));
+    }
+    if let [only] = used[..]
+        && only.name == reference.name
+    {
+        return None;
+    }
+    c.pin.clear();
+    c.whole = Some(reference.name.clone());
+    Some((c, format!("planning the whole model on `{}`, the reference, instead", reference.name)))
+}
+
 /// The whole-model runs beside the plan that it may give way to: not the plan's own run or PU,
 /// none excluded or given way to [`GIVE_WAY_TIMES`] times already. A run that is the
 /// reference's or an engine default's (not measured twice) counts: it is still the whole model
@@ -1161,7 +1221,11 @@ fn default_pu(soc: &SocSpec, report: &RunReport, plan: &Plan, cfg: &bident_runti
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
+    use bident_backend::SocSpec;
     use bident_runtime::WholeRun;
+    use bident_search::Constraints;
 
     use super::{LAUNCH_AGAIN, LAUNCH_SUSPECT_US, gives_back, gives_way_to_default, ran_beside, settle_launch, spent};
 
@@ -1194,6 +1258,56 @@ mod tests {
             if k == 1 { Ok(LAUNCH_SUSPECT_US * 2.0) } else { Err("stopped") }
         });
         assert_eq!(failed, Err("stopped"), "a failed measurement is the error");
+    }
+
+    /// A plan whose outputs were off: across engines it keeps the reference's engine (its pins
+    /// elsewhere dropped), on one engine it becomes the whole model on the reference, and the
+    /// reference itself or a plan without one has nothing closer.
+    #[test]
+    fn a_plan_with_outputs_off_is_made_again_closer_to_the_reference() {
+        let pu = |name: &str, backend: &str| bident_backend::PuSpec {
+            name: name.into(),
+            backend: backend.into(),
+            kind: bident_backend::PuKind::Cpu,
+            device: "CPU".into(),
+            properties: Default::default(),
+            cores: vec![],
+            declared_power_w: 1.0,
+        };
+        let soc = SocSpec {
+            name: "cores".into(),
+            backend: "openvino".into(),
+            simulated: false,
+            pus: vec![pu("core0", "openvino"), pu("core1", "openvino"), pu("core0.ort", "onnxruntime")],
+        };
+        let ops = |pus: &[(&str, u32)]| pus.iter().map(|&(p, n)| (p.to_string(), n)).collect::<BTreeMap<_, _>>();
+        let pinned = Constraints {
+            pin: vec![("3".into(), "core0.ort".into()), ("4".into(), "core1".into())],
+            ..Default::default()
+        };
+        // across engines: OpenVINO's PUs alone, the pin to ONNX Runtime's dropped
+        let (c, why) =
+            super::closer_to_the_reference(&ops(&[("core0", 5), ("core0.ort", 3)]), Some("core0"), &pinned, &soc)
+                .expect("across engines");
+        assert_eq!(c.exclude, ["core0.ort"]);
+        assert_eq!(c.pin, [("4".to_string(), "core1".to_string())]);
+        assert_eq!(c.whole, None);
+        assert!(why.contains("crosses engines") && why.contains("openvino"), "{why}");
+        // one engine, two PUs: the whole model on the reference
+        let (c, why) = super::closer_to_the_reference(
+            &ops(&[("core0", 5), ("core1", 3), ("core0.ort", 0)]),
+            Some("core0"),
+            &pinned,
+            &soc,
+        )
+        .expect("on one engine");
+        assert_eq!((c.whole.as_deref(), c.pin.len(), c.exclude.len()), (Some("core0"), 0, 0));
+        assert!(why.contains("whole model on `core0`"), "{why}");
+        // the reference itself, no reference, an unknown one: nothing closer
+        let none = Constraints::default();
+        assert!(super::closer_to_the_reference(&ops(&[("core0", 8)]), Some("core0"), &none, &soc).is_none());
+        assert!(super::closer_to_the_reference(&ops(&[("core0", 5), ("core1", 3)]), None, &none, &soc).is_none());
+        assert!(super::closer_to_the_reference(&ops(&[("core0", 8)]), Some("npu"), &none, &soc).is_none());
     }
 
     /// Two alike cores may trade places between runs: a run gives way to a PU again, but not a
