@@ -1131,9 +1131,10 @@ fn faster_whole(
 
 /// For a plan (`ops_per_pu`, `constraints`) whose outputs were beyond the tolerance: the
 /// constraints of one closer to the `reference` (the plan's best single PU, the whole model on
-/// which the outputs are checked against) and why. A plan over several backends keeps the reference's backend alone (its
-/// pins elsewhere dropped); a plan on one backend that is not the whole model on the reference
-/// becomes it. None where the plan is that already, or has no reference.
+/// which the outputs are checked against) and why. A plan with ops on another backend than the
+/// reference's keeps the reference's backend alone (its pins elsewhere dropped); a plan on that
+/// backend alone that is not the whole model on the reference becomes it. None where the plan
+/// is that already, or has no reference.
 fn closer_to_the_reference(
     ops_per_pu: &BTreeMap<String, u32>,
     reference: Option<&str>,
@@ -1154,9 +1155,15 @@ fn closer_to_the_reference(
                 c.exclude.push(p.clone());
             }
         }
+        let mut elsewhere: Vec<&str> =
+            used.iter().filter(|p| p.backend != reference.backend).map(|p| p.backend.as_str()).collect();
+        elsewhere.sort_unstable();
+        elsewhere.dedup();
         let why = format!(
-            "the plan crosses engines: planning again on {}'s PUs alone, the reference `{}`'s",
-            reference.backend, reference.name
+            "the plan runs ops on {}: planning again on {}'s PUs alone, the reference `{}`'s",
+            elsewhere.join(", "),
+            reference.backend,
+            reference.name
         );
         return Some((c, why));
     }
@@ -1292,7 +1299,7 @@ mod tests {
         assert_eq!(c.exclude, ["core0.ort"]);
         assert_eq!(c.pin, [("4".to_string(), "core1".to_string())]);
         assert_eq!(c.whole, None);
-        assert!(why.contains("crosses engines") && why.contains("openvino"), "{why}");
+        assert!(why.contains("ops on onnxruntime: planning again on openvino's PUs alone"), "{why}");
         // one engine, two PUs: the whole model on the reference
         let (c, why) = super::closer_to_the_reference(
             &ops(&[("core0", 5), ("core1", 3), ("core0.ort", 0)]),

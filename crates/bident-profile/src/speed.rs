@@ -103,9 +103,8 @@ pub fn await_fast_here(most: Duration, budget: &mut Duration) -> Option<Waited> 
 /// [`await_fast`] for a thread about to measure on `cores` (every allowed CPU where empty): the
 /// CPU it runs on probed on it, each other core on a thread pinned there at the same time, the
 /// calling thread polling for their results rather than sleeping ([`await_fast_here`] where it
-/// is the only core). A PU on two cores measures slow when either is slow: the profile timed
-/// OpenVINO's default on both cores of this VM 1.2-1.8x above the runtime's measurement of it in
-/// four of 18 models (the engines eval, stop 45), and the runtime waits for every core.
+/// is the only core). A PU on two cores measures slow when either is slow, and the runtime's
+/// blocks wait for every core.
 pub fn await_fast_on(cores: &[usize], most: Duration, budget: &mut Duration) -> Option<Waited> {
     let cpus = if cores.is_empty() { bident_backend::allowed_cpus() } else { cores.to_vec() };
     let here = bident_backend::current_cpu();

@@ -513,7 +513,7 @@ const WARM: Duration = Duration::from_millis(5);
 /// after 20 ms idle: 21.6-22.1 µs a run after three runs of warm-up, 19.2-20.2 after 2 ms,
 /// 19.7-20.0 back to back), and for one of ~50-200 µs 2 ms is not enough: the medians of five
 /// runs after 20 ms idle, in 30 blocks per warm-up on `core0` taking turns, were 2-7% above back
-/// to back after 2 ms (LAVISH 183.4 µs against 171.1, Silero's SR 55.5 against 52.4, Mamba 156.2
+/// to back after 2 ms (LaViSH 183.4 µs against 171.1, silero-vad-sr 55.5 against 52.4, Mamba 156.2
 /// against 153.9, KAN INT8 26.3 against 25.9) and within 1% of it after 5, 10 and 20 ms.
 fn warm_up(runs: u32, mut run: impl FnMut() -> Result<(), RuntimeError>) -> Result<(), RuntimeError> {
     let t0 = Instant::now();
