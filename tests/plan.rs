@@ -420,11 +420,12 @@ fn a_stale_profile_cache_is_caught_and_measured_again() {
     }
     let mut notes = vec![];
     let again = profile(&mut notes);
-    assert_eq!(notes.len(), soc.pus.len(), "one stale note per PU: {notes:?}");
-    assert!(notes.iter().all(|n| n.contains("the cached entries moved")), "{notes:?}");
+    // one stale note per PU (a slow state of the machine adds notes of its own)
+    let stale: Vec<&String> = notes.iter().filter(|n| n.contains("the cached entries moved")).collect();
+    assert_eq!(stale.len(), soc.pus.len(), "one stale note per PU: {notes:?}");
     // every cached entry of the PU, the re-timed ones among them (one re-time may be the outlier)
     let all = format!("measuring all {} of its cached entries again", fresh.ops.len());
-    assert!(notes.iter().all(|n| n.contains(&all)), "{notes:?}");
+    assert!(stale.iter().all(|n| n.contains(&all)), "{notes:?}");
     // measured again: no entry is the cache's 5x (which would be exact), and the table is not
     // 5x the fresh one (timings beside other tests wander, up to 2.1x was seen in CI)
     let mut ratios: Vec<f64> = fresh
