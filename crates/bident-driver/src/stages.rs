@@ -764,7 +764,7 @@ impl Driver<'_> {
             if matches!(err, bident_runtime::RuntimeError::Outputs(_))
                 && let Some((c, why)) = closer_to_the_reference(
                     &plan.0.ops_per_pu,
-                    plan.0.best_single_pu.as_deref(),
+                    bident_runtime::reference_pu(&plan.0, soc).as_deref(),
                     &plan.0.constraints,
                     soc,
                 )
@@ -1130,8 +1130,8 @@ fn faster_whole(
 }
 
 /// For a plan (`ops_per_pu`, `constraints`) whose outputs were beyond the tolerance: the
-/// constraints of one closer to the `reference` (the plan's best single PU, the whole model on
-/// which the outputs are checked against) and why. A plan with ops on another backend than the
+/// constraints of one closer to the `reference` (the run's, [`bident_runtime::reference_pu`]: the
+/// whole model on it is what the outputs are checked against) and why. A plan with ops on another backend than the
 /// reference's keeps the reference's backend alone (its pins elsewhere dropped); a plan on that
 /// backend alone that is not the whole model on the reference becomes it. None where the plan
 /// is that already, or has no reference.

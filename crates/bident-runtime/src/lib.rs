@@ -615,7 +615,7 @@ fn let_threads_settle(waits: &Cell<bool>) {
 /// The PU the whole model runs on as reference and baseline: the plan's best single PU, unless
 /// the plan excludes it (a fallback plan), then the best single PU it allows.
 /// Among exact (f32) PUs where the SoC has one: a reduced-precision PU is no reference.
-fn reference_pu(plan: &Plan, soc: &SocSpec) -> Option<String> {
+pub fn reference_pu(plan: &Plan, soc: &SocSpec) -> Option<String> {
     let any_exact = soc.pus.iter().any(PuSpec::is_exact);
     let allowed = |pu: &str| {
         !plan.constraints.exclude.iter().any(|e| e == pu) && (!any_exact || soc.pu(pu).is_some_and(PuSpec::is_exact))
