@@ -87,7 +87,7 @@ pub fn engines(targets: &[Target], runs: u32, out: &std::path::Path) -> Result<(
     let columns = one_core_pus()?;
     let cores: Vec<String> = columns.iter().map(|(pu, _)| pu.clone()).collect();
     let t0 = std::time::Instant::now();
-    let mut rows = vec![];
+    let (mut rows, mut failed) = (vec![], vec![]);
     for (k, t) in targets.iter().enumerate() {
         eprintln!("engines: [{}/{}] {} ({:.0} s)", k + 1, targets.len(), t.label, t0.elapsed().as_secs_f64());
         let mut o = Options::new(t.import.model.clone(), "all");
@@ -96,7 +96,15 @@ pub fn engines(targets: &[Target], runs: u32, out: &std::path::Path) -> Result<(
         o.plan.mode = bident_search::Mode::Parallel;
         o.run.config.runs = runs;
         o.run.config.whole_on = cores.clone();
-        let out = driver().pipeline(&o).with_context(|| t.label.clone())?;
+        // a model that fails is reported and the eval goes on (it fails once the table is written)
+        let out = match driver().pipeline(&o) {
+            Ok(out) => out,
+            Err(e) => {
+                eprintln!("engines: {} failed: {e:#}", t.label);
+                failed.push((t.label.clone(), format!("{e:#}")));
+                continue;
+            }
+        };
         let (g, plan, report, costs) = (out.graph, out.plan, out.report, out.costs);
         let report = report.context("the `all` SoC is measured")?;
         rows.push(Row {
@@ -109,7 +117,9 @@ pub fn engines(targets: &[Target], runs: u32, out: &std::path::Path) -> Result<(
             report,
         });
     }
-    let table = table(&rows, &columns);
+    anyhow::ensure!(!rows.is_empty(), "every model failed (their errors are above)");
+    let mut table = table(&rows, &columns);
+    crate::eval::failures(&mut table, &failed, targets.len());
     std::fs::write(out.join("engines.md"), &table)?;
     print!("{table}");
     eprintln!(
@@ -118,7 +128,12 @@ pub fn engines(targets: &[Target], runs: u32, out: &std::path::Path) -> Result<(
         t0.elapsed().as_secs_f64(),
         out.join("engines.md").display()
     );
-    Ok(())
+    match failed.first() {
+        None => Ok(()),
+        Some((label, _)) => {
+            anyhow::bail!("{} of {} models failed, the first {label} (see the table)", failed.len(), targets.len())
+        }
+    }
 }
 
 /// `OV` or `ORT`, as the table's columns say.

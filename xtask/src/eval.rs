@@ -158,11 +158,20 @@ pub fn eval(a: EvalArgs) -> Result<()> {
         }
         _ => None,
     };
-    let mut rows = vec![];
+    // a configuration that fails is reported and the eval goes on: its error is in the report,
+    // and the eval fails once the report is written
+    let (mut rows, mut failed) = (vec![], vec![]);
     for (k, c) in configs.iter().enumerate() {
         progress(k, configs.len(), &c.label, t0);
-        rows.push(evaluate(c, &a, contention.as_ref(), &out).with_context(|| c.label.clone())?);
+        match evaluate(c, &a, contention.as_ref(), &out) {
+            Ok(r) => rows.push(r),
+            Err(e) => {
+                eprintln!("\neval: {} failed: {e:#}", c.label);
+                failed.push((c.label.clone(), format!("{e:#}")));
+            }
+        }
     }
+    anyhow::ensure!(!rows.is_empty(), "every configuration failed (their errors are above)");
     progress(configs.len(), configs.len(), "pairs", t0);
     let pairs = pairs(&rows)?;
     let sweep = sweep(&soc)?;
@@ -173,7 +182,8 @@ pub fn eval(a: EvalArgs) -> Result<()> {
         Soc::Virtual(v) => format!("nowhere: simulated {} (calibrated to {})", v.spec.name, v.calibration),
         Soc::Measured(..) => bident_profile::host_description(),
     };
-    let report = report(&a, &rows, &pairs, &sweep, label, &machine);
+    let mut report = report(&a, &rows, &pairs, &sweep, label, &machine);
+    failures(&mut report, &failed, configs.len());
     std::fs::write(out.join("report.md"), &report)?;
     std::fs::write(out.join("heatmap.svg"), heatmap(&rows, &pairs.planned, label))?;
     std::fs::write(out.join("energy.svg"), energy_chart(&rows, label))?;
@@ -187,7 +197,26 @@ pub fn eval(a: EvalArgs) -> Result<()> {
         t0.elapsed().as_secs_f64(),
         out.join("report.md").display()
     );
-    Ok(())
+    match failed.first() {
+        None => Ok(()),
+        Some((label, _)) => anyhow::bail!(
+            "{} of {} configurations failed, the first {label} (see the report)",
+            failed.len(),
+            configs.len()
+        ),
+    }
+}
+
+/// The configurations that failed, with their errors, at the end of a report whose figures
+/// leave them out.
+pub fn failures(s: &mut String, failed: &[(String, String)], total: usize) {
+    if failed.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "\n## Failed: {} of {total} (left out of every figure above)\n", failed.len());
+    for (label, why) in failed {
+        let _ = writeln!(s, "- {label}: {}", why.replace('\n', " "));
+    }
 }
 
 /// `--engines`: each family in fp32 (both engines compute it exactly), then the third-party
