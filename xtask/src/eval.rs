@@ -58,6 +58,8 @@ struct Measured {
     us: f64,
     /// The prediction error per measured block: p10, median, p90.
     error: [f64; 3],
+    /// Over the plan's blocks in the fast state only, where there were enough.
+    error_fast: Option<[f64; 3]>,
     regret: f64,
     fastest: String,
     /// Regret against only the alternatives faster beyond the noise between blocks.
@@ -77,6 +79,7 @@ impl Measured {
         Self {
             us: r.measured_us,
             error: r.prediction_error_blocks,
+            error_fast: r.prediction_error_fast.map(|(e, _)| e),
             regret: r.regret,
             regret_beyond_noise: r.regret_beyond_noise,
             clearly_faster: r.clearly_faster.clone(),
@@ -552,6 +555,18 @@ fn regret_summary(s: &mut String, rows: &[Row]) {
             .map_or(String::new(), |(l, c)| format!(" (worst {l}: {c} was faster)")),
         q(errors.clone(), 0.5),
         q(errors, 0.9)
+    );
+    // the cost model apart from the machine's slow states: each plan over its blocks in the
+    // fast state, where it had enough of them, else over all of them
+    let fast: Vec<f64> = all.iter().map(|(_, m)| m.error_fast.unwrap_or(m.error)[1]).collect();
+    let _ = writeln!(
+        s,
+        "Prediction error over the blocks in the fast state only, the state the profile prices in ({} plans had at \
+         least {} such blocks; the others count with all their blocks): median {:.1}%, p90 {:.1}%.\n",
+        all.iter().filter(|(_, m)| m.error_fast.is_some()).count(),
+        bident_runtime::FAST_BLOCKS_MIN,
+        q(fast.clone(), 0.5),
+        q(fast, 0.9)
     );
     let (blocks, slow) = all.iter().fold((0, 0), |(b, sl), (_, m)| (b + m.blocks.0, sl + m.blocks.1));
     let _ = writeln!(

@@ -323,6 +323,15 @@ pub fn measured(r: &RunReport) {
              out): their figures are slower than the machine's fast state",
             r.slow_blocks, r.blocks
         );
+        if let Some(([lo, mid, hi], n)) = r.prediction_error_fast {
+            println!(
+                "           over the plan's {n} blocks in the fast state, the state the profile prices in: prediction \
+                 error median {:.1}%, p10 {:.1}%, p90 {:.1}%",
+                mid * 100.0,
+                lo * 100.0,
+                hi * 100.0
+            );
+        }
     }
     let ops: usize = r.ops.iter().map(|t| t.ops.len()).sum();
     println!(
@@ -404,6 +413,7 @@ pub fn measured_json(r: &RunReport) -> serde_json::Map<String, serde_json::Value
         "regret_beyond_noise": r.regret_beyond_noise,
         "clearly_faster": r.clearly_faster,
         "prediction_error_blocks": r.prediction_error_blocks,
+        "prediction_error_fast": r.prediction_error_fast.map(|(e, n)| serde_json::json!({"blocks": n, "error": e})),
         "blocks": r.blocks,
         "slow_blocks": r.slow_blocks,
         "measured_whole": r

@@ -120,6 +120,12 @@ pub struct RunReport {
     /// The spread of the prediction error over the measured blocks (each block's median
     /// against the prediction): p10, median, p90.
     pub prediction_error_blocks: [f64; 3],
+    /// [`RunReport::prediction_error_blocks`] over only the plan's blocks that ran with every
+    /// core in its fast state throughout, the state the profile prices in
+    /// ([`bident_profile::speed`]), and how many those were; None where fewer than
+    /// [`FAST_BLOCKS_MIN`] were. The gap to the spread over every block is the machine's slow
+    /// states, not the cost model.
+    pub prediction_error_fast: Option<([f64; 3], u32)>,
     /// measured / the fastest of every other candidate measured in the same run (each PU whole,
     /// each backend's defaults) - 1, at least 0: how much faster the best alternative was.
     pub regret: f64,
@@ -311,7 +317,7 @@ pub fn faster_blocks(block_ratios: &[f64]) -> usize {
 
 impl Artifact for RunReport {
     const KIND: &'static str = "run-report";
-    const SCHEMA_VERSION: u32 = 9;
+    const SCHEMA_VERSION: u32 = 10;
 }
 
 impl RunReport {
@@ -549,7 +555,12 @@ struct FastState {
     slow_blocks: Cell<u32>,
     /// The wait before the current block ran out.
     slow_start: Cell<bool>,
+    /// Whether the last block kept was a slow one.
+    last_slow: Cell<bool>,
 }
+
+/// Fewest fast blocks of the plan that [`RunReport::prediction_error_fast`] is given for.
+pub const FAST_BLOCKS_MIN: u32 = 3;
 
 impl FastState {
     fn new() -> Self {
@@ -558,6 +569,7 @@ impl FastState {
             blocks: Cell::new(0),
             slow_blocks: Cell::new(0),
             slow_start: Cell::new(false),
+            last_slow: Cell::new(false),
         }
     }
 
@@ -585,7 +597,8 @@ impl FastState {
         // of 60 blocks in a slow state)
         self.budget.set(budget + took);
         self.blocks.set(self.blocks.get() + 1);
-        self.slow_blocks.set(self.slow_blocks.get() + u32::from(slow || self.slow_start.get()));
+        self.last_slow.set(slow || self.slow_start.get());
+        self.slow_blocks.set(self.slow_blocks.get() + u32::from(self.last_slow.get()));
         self.slow_start.set(false);
         false
     }
@@ -857,6 +870,8 @@ fn measure(
     // each measured inference of the plan: its time and a copy of its timeline
     let mut kept: Vec<(f64, Vec<Span>)> = vec![];
     let mut block_medians: Vec<f64> = vec![];
+    // of the plan's blocks (`block_medians`), those kept in the fast state throughout
+    let mut fast_blocks: Vec<bool> = vec![];
     let mut mono_us = vec![];
     let mut default_us: Vec<Vec<f64>> = vec![vec![]; defaults.len()];
     let mut whole_us: Vec<Vec<f64>> = vec![vec![]; wholes.len()];
@@ -1013,6 +1028,7 @@ fn measure(
                     kept.push((total, spans));
                 }
                 block_medians.push(bident_profile::quantile(&mut this_block, 0.5));
+                fast_blocks.push(!speed.last_slow.get());
                 return Ok(());
             }
         };
@@ -1122,7 +1138,11 @@ fn measure(
             }))
             .collect();
     let regret = Regret::of(measured_us, &candidates);
-    let mut block_errors: Vec<f64> = block_medians.iter().map(|&m| (m - program.predicted_us).abs() / m).collect();
+    let block_errors: Vec<f64> = block_medians.iter().map(|&m| (m - program.predicted_us).abs() / m).collect();
+    let spread = |mut e: Vec<f64>| [q(&mut e, 0.1), q(&mut e, 0.5), q(&mut e, 0.9)];
+    let fast: Vec<f64> = block_errors.iter().zip(&fast_blocks).filter(|&(_, &f)| f).map(|(&e, _)| e).collect();
+    let n_fast = fast.len() as u32;
+    let prediction_error_fast = (n_fast >= FAST_BLOCKS_MIN).then(|| (spread(fast), n_fast));
     let typical = kept
         .iter()
         .min_by(|a, b| (a.0 - measured_us).abs().total_cmp(&(b.0 - measured_us).abs()))
@@ -1144,7 +1164,8 @@ fn measure(
         measured_p10_us: q(&mut totals.clone(), 0.1),
         measured_p90_us: q(&mut totals, 0.9),
         prediction_error: (measured_us - program.predicted_us).abs() / measured_us,
-        prediction_error_blocks: [q(&mut block_errors, 0.1), q(&mut block_errors, 0.5), q(&mut block_errors, 0.9)],
+        prediction_error_blocks: spread(block_errors),
+        prediction_error_fast,
         regret: regret.regret,
         fastest_candidate: regret.fastest,
         regret_beyond_noise: regret.beyond_noise,

@@ -219,6 +219,7 @@ mod tests {
             measured_p90_us: 35.0,
             prediction_error: 0.1,
             prediction_error_blocks: [0.05, 0.1, 0.2],
+            prediction_error_fast: Some(([0.04, 0.08, 0.15], 8)),
             regret: 0.0,
             fastest_candidate: "CPU".into(),
             regret_beyond_noise: 0.0,
