@@ -1139,10 +1139,7 @@ fn measure(
             .collect();
     let regret = Regret::of(measured_us, &candidates);
     let block_errors: Vec<f64> = block_medians.iter().map(|&m| (m - program.predicted_us).abs() / m).collect();
-    let spread = |mut e: Vec<f64>| [q(&mut e, 0.1), q(&mut e, 0.5), q(&mut e, 0.9)];
-    let fast: Vec<f64> = block_errors.iter().zip(&fast_blocks).filter(|&(_, &f)| f).map(|(&e, _)| e).collect();
-    let n_fast = fast.len() as u32;
-    let prediction_error_fast = (n_fast >= FAST_BLOCKS_MIN).then(|| (spread(fast), n_fast));
+    let prediction_error_fast = fast_spread(&block_errors, &fast_blocks);
     let typical = kept
         .iter()
         .min_by(|a, b| (a.0 - measured_us).abs().total_cmp(&(b.0 - measured_us).abs()))
@@ -1287,6 +1284,20 @@ fn output_errors(g: &FusedGraph, got: &[Arc<HostTensor>], want: &[Arc<HostTensor
         .collect()
 }
 
+/// p10, median and p90 of per-block figures.
+fn spread(mut v: Vec<f64>) -> [f64; 3] {
+    let q = bident_profile::quantile;
+    [q(&mut v, 0.1), q(&mut v, 0.5), q(&mut v, 0.9)]
+}
+
+/// [`spread`] of the blocks flagged fast (`fast[k]` for `per_block[k]`), and how many those
+/// were; None where fewer than [`FAST_BLOCKS_MIN`].
+fn fast_spread(per_block: &[f64], fast: &[bool]) -> Option<([f64; 3], u32)> {
+    let kept: Vec<f64> = per_block.iter().zip(fast).filter(|&(_, &f)| f).map(|(&e, _)| e).collect();
+    let n = kept.len() as u32;
+    (n >= FAST_BLOCKS_MIN).then(|| (spread(kept), n))
+}
+
 /// Check a run's outputs against the monolithic run's (in graph order): the largest absolute
 /// difference, and whether an output needed its allowance; the first output out of tolerance
 /// is an error. `allowance[k]`: how far output `k` of the engine's own default at the plan's
@@ -1341,7 +1352,22 @@ pub fn input_hash(plan_hash: ContentHash, cfg: &RunConfig) -> Result<ContentHash
 mod tests {
     use bident_tensor::{DType, HostTensor};
 
-    use super::{Regret, WARM, check_output, consistently_faster, undecided, warm_up};
+    use super::{Regret, WARM, check_output, consistently_faster, fast_spread, undecided, warm_up};
+
+    /// The prediction error over the fast blocks takes only those, and only where there are
+    /// enough of them.
+    #[test]
+    fn the_fast_blocks_spread_takes_only_fast_blocks() {
+        let errors = [0.5, 0.01, 0.9, 0.02, 0.03, 0.7];
+        let fast = [false, true, false, true, true, false];
+        let (spread, n) = fast_spread(&errors, &fast).expect("three fast blocks");
+        assert_eq!(n, 3);
+        assert!(spread.iter().all(|&e| (0.01..=0.03).contains(&e)), "{spread:?}");
+        assert_eq!(spread[1], 0.02);
+        // two fast blocks are too few, none even more so
+        assert_eq!(fast_spread(&errors, &[false, true, false, true, false, false]), None);
+        assert_eq!(fast_spread(&[], &[]), None);
+    }
 
     /// A warm-up runs its runs and lasts its time, whichever is longer, and stops at an error.
     #[test]
