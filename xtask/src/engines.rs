@@ -269,9 +269,7 @@ fn table(rows: &[Row], columns: &[(String, String)]) -> String {
     );
     // issue 17's figures over these runs: regret, and the prediction error of each plan's blocks
     // (over all of them, and over those in the fast state where it had enough)
-    let q = |mut v: Vec<f64>, p: f64| bident_profile::quantile(&mut v, p) * 100.0;
-    let pct =
-        |v: Vec<f64>| format!("median {:.1}%, p90 {:.1}%, max {:.1}%", q(v.clone(), 0.5), q(v.clone(), 0.9), q(v, 1.0));
+    let pct = crate::eval::spread;
     let reports = || rows.iter().map(|r| &r.report);
     let _ = writeln!(
         s,
@@ -282,7 +280,7 @@ fn table(rows: &[Row], columns: &[(String, String)]) -> String {
         pct(reports().map(|r| r.regret_beyond_noise).collect()),
         pct(reports().map(|r| r.prediction_error_blocks[1]).collect()),
         bident_runtime::FAST_BLOCKS_MIN,
-        pct(reports().map(|r| r.prediction_error_fast.map_or(r.prediction_error_blocks, |f| f.0)[1]).collect()),
+        pct(reports().map(|r| r.prediction_error_fast_or_all()[1]).collect()),
         reports().map(|r| r.slow_blocks).sum::<u32>(),
         reports().map(|r| r.blocks).sum::<u32>(),
     );

@@ -58,8 +58,9 @@ struct Measured {
     us: f64,
     /// The prediction error per measured block: p10, median, p90.
     error: [f64; 3],
-    /// Over the plan's blocks in the fast state only, where there were enough.
-    error_fast: Option<[f64; 3]>,
+    /// [`bident_runtime::RunReport::prediction_error_fast_or_all`], and whether it had enough
+    /// fast blocks.
+    error_fast: ([f64; 3], bool),
     regret: f64,
     fastest: String,
     /// Regret against only the alternatives faster beyond the noise between blocks.
@@ -79,7 +80,7 @@ impl Measured {
         Self {
             us: r.measured_us,
             error: r.prediction_error_blocks,
-            error_fast: r.prediction_error_fast.map(|(e, _)| e),
+            error_fast: (r.prediction_error_fast_or_all(), r.prediction_error_fast.is_some()),
             regret: r.regret,
             regret_beyond_noise: r.regret_beyond_noise,
             clearly_faster: r.clearly_faster.clone(),
@@ -208,6 +209,12 @@ pub fn eval(a: EvalArgs) -> Result<()> {
             configs.len()
         ),
     }
+}
+
+/// Fractions as `median 1.0%, p90 2.0%, max 3.0%`.
+pub fn spread(mut v: Vec<f64>) -> String {
+    let mut q = |p: f64| bident_profile::quantile(&mut v, p) * 100.0;
+    format!("median {:.1}%, p90 {:.1}%, max {:.1}%", q(0.5), q(0.9), q(1.0))
 }
 
 /// The configurations that failed, with their errors, at the end of a report whose figures
@@ -527,8 +534,6 @@ fn regret_summary(s: &mut String, rows: &[Row]) {
     let all: Vec<(&str, &Measured)> =
         rows.iter().flat_map(|r| r.measured.iter().flatten().map(move |m| (r.label.as_str(), m))).collect();
     let q = |mut v: Vec<f64>, p: f64| bident_profile::quantile(&mut v, p) * 100.0;
-    let spread =
-        |v: Vec<f64>| format!("median {:.1}%, p90 {:.1}%, max {:.1}%", q(v.clone(), 0.5), q(v.clone(), 0.9), q(v, 1.0));
     // the worst names what beat it: none where no plan had any regret
     let raw = all.iter().filter(|(_, m)| m.regret > 0.0).max_by(|a, b| a.1.regret.total_cmp(&b.1.regret));
     let clear = all
@@ -558,12 +563,12 @@ fn regret_summary(s: &mut String, rows: &[Row]) {
     );
     // the cost model apart from the machine's slow states: each plan over its blocks in the
     // fast state, where it had enough of them, else over all of them
-    let fast: Vec<f64> = all.iter().map(|(_, m)| m.error_fast.unwrap_or(m.error)[1]).collect();
+    let fast: Vec<f64> = all.iter().map(|(_, m)| m.error_fast.0[1]).collect();
     let _ = writeln!(
         s,
         "Prediction error over the blocks in the fast state only, the state the profile prices in ({} plans had at \
          least {} such blocks; the others count with all their blocks): median {:.1}%, p90 {:.1}%.\n",
-        all.iter().filter(|(_, m)| m.error_fast.is_some()).count(),
+        all.iter().filter(|(_, m)| m.error_fast.1).count(),
         bident_runtime::FAST_BLOCKS_MIN,
         q(fast.clone(), 0.5),
         q(fast, 0.9)

@@ -328,6 +328,12 @@ impl RunReport {
     pub fn speedup_vs_best_default(&self) -> f64 {
         self.measured_backend_default_us / self.measured_us
     }
+    /// [`RunReport::prediction_error_fast`] where the run had enough fast blocks, else
+    /// [`RunReport::prediction_error_blocks`]: the cost model's error as near the machine's fast
+    /// state as this run can tell.
+    pub fn prediction_error_fast_or_all(&self) -> [f64; 3] {
+        self.prediction_error_fast.map_or(self.prediction_error_blocks, |(e, _)| e)
+    }
     /// Whether the plan is the whole model on its reference PU (then that baseline is the
     /// plan's own measurement).
     pub fn plan_is_reference(&self) -> bool {
