@@ -177,7 +177,7 @@ pub fn eval(a: EvalArgs) -> Result<()> {
     }
     anyhow::ensure!(!rows.is_empty(), "every configuration failed (their errors are above)");
     progress(configs.len(), configs.len(), "pairs", t0);
-    let pairs = pairs(&rows)?;
+    let pairs = pairs(&rows);
     let sweep = sweep(&soc)?;
     if std::io::stderr().is_terminal() {
         eprintln!();
@@ -201,14 +201,22 @@ pub fn eval(a: EvalArgs) -> Result<()> {
         t0.elapsed().as_secs_f64(),
         out.join("report.md").display()
     );
-    match failed.first() {
-        None => Ok(()),
-        Some((label, _)) => anyhow::bail!(
+    if let Some((label, _)) = failed.first() {
+        anyhow::bail!(
             "{} of {} configurations failed, the first {label} (see the report)",
             failed.len(),
             configs.len()
-        ),
+        );
     }
+    if let Some((i, j, _)) = pairs.failed.first() {
+        anyhow::bail!(
+            "planning {} pairs failed, the first {} + {} (see the report)",
+            pairs.failed.len(),
+            rows[*i].label,
+            rows[*j].label
+        );
+    }
+    Ok(())
 }
 
 /// Fractions as `median 1.0%, p90 2.0%, max 3.0%`.
@@ -336,18 +344,20 @@ fn evaluate(
     })
 }
 
-/// Figure 9's pairs: (i, j, speedup, energy change) of those planned, and those too large for
-/// the joint search, with the reason.
+/// Figure 9's pairs: (i, j, speedup, energy change) of those planned; those too large for the
+/// joint search, and those whose planning failed otherwise, with the reason.
 struct Pairs {
     planned: Vec<(usize, usize, f64, f64)>,
     too_large: Vec<(usize, usize, String)>,
+    failed: Vec<(usize, usize, String)>,
 }
 
 /// Figure 9: every pair of configurations (the same one twice included) planned to run at once,
 /// against both run one after the other on their best single PUs. A pair whose joint search
-/// would not fit in memory is listed as such; any other failure stops the eval.
-fn pairs(rows: &[Row]) -> Result<Pairs> {
-    let mut out = Pairs { planned: vec![], too_large: vec![] };
+/// would not fit in memory is listed as such; a pair whose planning fails otherwise is listed
+/// with its error and the eval goes on (it fails once the report is written).
+fn pairs(rows: &[Row]) -> Pairs {
+    let mut out = Pairs { planned: vec![], too_large: vec![], failed: vec![] };
     for i in 0..rows.len() {
         for j in i..rows.len() {
             let (a, b) = (&rows[i], &rows[j]);
@@ -357,11 +367,15 @@ fn pairs(rows: &[Row]) -> Result<Pairs> {
                     eprintln!("eval: {} + {}: not planned: {e}", a.label, b.label);
                     out.too_large.push((i, j, e.to_string()));
                 }
-                Err(e) => return Err(anyhow::Error::new(e).context(format!("{} + {}", a.label, b.label))),
+                Err(e) => {
+                    let e = format!("{:#}", anyhow::Error::new(e));
+                    eprintln!("\neval: {} + {}: planning the pair failed: {e}", a.label, b.label);
+                    out.failed.push((i, j, e));
+                }
             }
         }
     }
-    Ok(out)
+    out
 }
 
 /// Figure 3: square MatMul [1,N,N] x [N,N] per PU in FP16 and INT8: (dtype, N, µs per PU).
@@ -504,6 +518,13 @@ fn report(a: &EvalArgs, rows: &[Row], all_pairs: &Pairs, sweep: &Sweep, label: &
         let _ = writeln!(s, "{} pairs not planned (empty in the heatmap):\n", all_pairs.too_large.len());
         for (i, j, why) in &all_pairs.too_large {
             let _ = writeln!(s, "- {} + {}: {why}", rows[*i].label, rows[*j].label);
+        }
+        let _ = writeln!(s);
+    }
+    if !all_pairs.failed.is_empty() {
+        let _ = writeln!(s, "{} pairs failed to plan (empty in the heatmap):\n", all_pairs.failed.len());
+        for (i, j, why) in &all_pairs.failed {
+            let _ = writeln!(s, "- {} + {}: {}", rows[*i].label, rows[*j].label, why.replace('\n', " "));
         }
         let _ = writeln!(s);
     }
