@@ -38,7 +38,9 @@ pub fn backend_layers(backend: &dyn Backend, g: &FusedGraph, pu: &PuSpec) -> Res
 pub struct Progress<'a> {
     pub pu: &'a str,
     /// What is happening: `compiling`, `timing`, `cached` (`done` of `total` entries from the
-    /// cache) or `stale` (`note` says why the PU's cached entries are measured again).
+    /// cache), `stale` (`note` says why the PU's cached entries are measured again), `slow`
+    /// (`done` of `total` rounds measured in a slow state) or `again` (entries measured in a slow
+    /// state measured once more, `done` of `total` faster; [`measure_segments`] only).
     pub phase: &'static str,
     pub done: usize,
     pub total: usize,
@@ -77,7 +79,7 @@ pub fn profile(
     for (k, ops) in cfg.segments.iter().enumerate() {
         units.push(Unit::group(g, &ex, ops, cfg.seed, k)?);
     }
-    let mut columns = measure_units(backend, soc, &units, &|_, _| true, cfg, cache, progress)?;
+    let mut columns = measure_units(backend, soc, &units, &|_, _| true, cfg, cache, false, progress)?;
     let mut take = |i: usize| -> Vec<Result<Cost, String>> {
         columns.iter_mut().map(|col| col[i].take().unwrap_or_else(|| Err("not measured".into()))).collect()
     };
@@ -167,11 +169,51 @@ fn seeded_inputs(g: &FusedGraph, ins: &[TensorId], seed: u64, unit: usize) -> Ve
         .collect()
 }
 
-/// One PU's results per unit: a cost or why not, None where not asked.
-type Column = Vec<Option<Result<Cost, String>>>;
+/// A unit's result on a PU: a cost or why not.
+type Entry = Result<Cost, String>;
+
+/// One PU's results per unit, None where not asked.
+type Column = Vec<Option<Entry>>;
+
+/// A PU's measurement: its entries and how many measured rounds ran in a slow state.
+type Timed = (Vec<Entry>, usize);
+
+/// How unit `i` is compiled on `pu` ([`Unit::whole`]): the PU as configured or its quiet variant.
+fn unit_spec<'a>(units: &[Unit], i: usize, pu: &'a PuSpec, quiet: &'a PuSpec) -> &'a PuSpec {
+    if units[i].whole { pu } else { quiet }
+}
+
+/// Time `todo` (units) on `pu`, the units compiled alike together (one group unless the PU has
+/// a quiet variant): per unit its result and whether a round of it ran in a slow state of the
+/// PU's cores (the wait for their fast state ran out).
+fn time_units(
+    backend: &dyn Backend,
+    pu: &PuSpec,
+    units: &[Unit],
+    todo: &[usize],
+    cfg: &ProfileConfig,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Vec<(usize, Entry, bool)>, ProfileError> {
+    let quiet = backend.quiet(pu);
+    let (whole, rest): (Vec<usize>, Vec<usize>) = todo.iter().copied().partition(|&i| units[i].whole && quiet != *pu);
+    let mut out = Vec::with_capacity(todo.len());
+    for group in [rest, whole].iter().filter(|g| !g.is_empty()) {
+        let models: Vec<&[u8]> = group.iter().map(|&i| units[i].model.as_slice()).collect();
+        let inputs: Vec<&[HostTensor]> = group.iter().map(|&i| units[i].inputs.as_slice()).collect();
+        match profile_pu(backend, unit_spec(units, group[0], pu, &quiet), &models, &inputs, cfg, progress)? {
+            Ok((measured, slow)) => out.extend(group.iter().zip(measured).map(|(&i, r)| (i, r, slow > 0))),
+            // the PU itself is unusable (e.g. cannot pin): every unit fails there with that
+            // reason, and nothing is cached
+            Err(reason) => out.extend(group.iter().map(|&i| (i, Err(reason.clone()), false))),
+        }
+    }
+    Ok(out)
+}
 
 /// Time `units` on the PUs of `soc` (`on(unit, pu)`: whether to), PU by PU, through the cache:
-/// `columns[pu][unit]`, None where not asked.
+/// `columns[pu][unit]`, None where not asked. With `again`, a unit measured in a slow state of
+/// its PU's cores is measured once more after every PU's turn, and the faster of the two kept.
+#[allow(clippy::too_many_arguments)]
 fn measure_units(
     backend: &dyn Backend,
     soc: &SocSpec,
@@ -179,23 +221,30 @@ fn measure_units(
     on: &dyn Fn(usize, usize) -> bool,
     cfg: &ProfileConfig,
     cache: Option<&cache::CostCache>,
+    again: bool,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Vec<Column>, ProfileError> {
     let machine = host_description();
     let mut columns = Vec::with_capacity(soc.pus.len());
-    for (j, pu) in soc.pus.iter().enumerate() {
-        // the PU's own backend: adding a backend to a SoC keeps the other PUs' cached costs
-        let backend_id = backend.backend_id(&pu.backend).map_err(|source| ProfileError::WrongBackend {
+    // per PU, the units measured in a slow state and not from the cache
+    let mut slow_units: Vec<Vec<usize>> = vec![vec![]; soc.pus.len()];
+    let backend_id = |pu: &PuSpec| {
+        backend.backend_id(&pu.backend).map_err(|source| ProfileError::WrongBackend {
             soc: soc.name.clone(),
             pu: pu.name.clone(),
             source: Box::new(source),
-        })?;
+        })
+    };
+    for (j, pu) in soc.pus.iter().enumerate() {
+        // the PU's own backend: adding a backend to a SoC keeps the other PUs' cached costs
+        let backend_id = backend_id(pu)?;
         let asked: Vec<usize> = (0..units.len()).filter(|&i| on(i, j)).collect();
-        // how each unit is compiled on this PU ([`Unit::whole`]); the key says which
+        // how each unit is compiled on this PU; the key says which
         let quiet = backend.quiet(pu);
-        let spec = |i: usize| if units[i].whole { pu } else { &quiet };
-        let key =
-            |i: usize| cache::CostCache::key(&units[i].model, &units[i].inputs, spec(i), &backend_id, &machine, cfg);
+        let key = |i: usize| {
+            let spec = unit_spec(units, i, pu, &quiet);
+            cache::CostCache::key(&units[i].model, &units[i].inputs, spec, &backend_id, &machine, cfg)
+        };
         let mut column: Column = vec![None; units.len()];
         let mut cached: Vec<(usize, crate::cache::Conditions)> = vec![];
         if let Some(c) = cache {
@@ -223,33 +272,18 @@ fn measure_units(
         check.sort_by(|a, b| b.1.total_cmp(&a.1));
         check.truncate(cfg.recheck);
         todo.extend(check.iter().map(|&(i, _)| i));
-        let measure =
-            |todo: &[usize], column: &mut Column, progress: &mut dyn FnMut(Progress)| -> Result<(), ProfileError> {
-                if todo.is_empty() {
-                    return Ok(());
+        let mut measure = |todo: &[usize], column: &mut Column, progress: &mut dyn FnMut(Progress)| {
+            for (i, r, slow) in time_units(backend, pu, units, todo, cfg, progress)? {
+                if let (Some(c), Some(k)) = (cache, key(i)) {
+                    c.put(k, &r);
                 }
-                // the units compiled alike, timed together (one group unless the PU has a quiet variant)
-                let (whole, rest): (Vec<usize>, Vec<usize>) =
-                    todo.iter().copied().partition(|&i| units[i].whole && quiet != *pu);
-                for group in [rest, whole].iter().filter(|g| !g.is_empty()) {
-                    let models: Vec<&[u8]> = group.iter().map(|&i| units[i].model.as_slice()).collect();
-                    let inputs: Vec<&[HostTensor]> = group.iter().map(|&i| units[i].inputs.as_slice()).collect();
-                    match profile_pu(backend, spec(group[0]), &models, &inputs, cfg, progress)? {
-                        Ok(measured) => {
-                            for (&i, r) in group.iter().zip(measured) {
-                                if let (Some(c), Some(k)) = (cache, key(i)) {
-                                    c.put(k, &r);
-                                }
-                                column[i] = Some(r);
-                            }
-                        }
-                        // the PU itself is unusable (e.g. cannot pin): every unit fails there with
-                        // that reason, and nothing is cached
-                        Err(reason) => group.iter().for_each(|&i| column[i] = Some(Err(reason.clone()))),
-                    }
+                if slow && !slow_units[j].contains(&i) {
+                    slow_units[j].push(i);
                 }
-                Ok(())
-            };
+                column[i] = Some(r);
+            }
+            Ok::<(), ProfileError>(())
+        };
         measure(&todo, &mut column, progress)?;
         let mut moved: Vec<f64> =
             check.iter().filter_map(|&(i, was)| Some((weight(&column[i])? / was - 1.0).abs())).collect();
@@ -278,11 +312,76 @@ fn measure_units(
         }
         columns.push(column);
     }
+    if again {
+        measure_slow_again(backend, soc, units, cfg, cache, &slow_units, &mut columns, progress)?;
+    }
     Ok(columns)
 }
 
+/// [`measure_units`]' second look: each PU's units measured in a slow state of its cores
+/// (`slow_units[pu]`), measured once more now that every PU has had its turn (seconds later: a
+/// slow state lasts from milliseconds to minutes), the faster of the two kept and cached. The
+/// profile prices the machine's fast state, and a slow state only ever slows a run down: in one
+/// `cores` eval (stop 49) refine priced SNN-VGG9 INT8 whole on core 0 at 151.4 µs, measured in
+/// a slow state, and the run then measured it at 80.5 µs.
+#[allow(clippy::too_many_arguments)]
+fn measure_slow_again(
+    backend: &dyn Backend,
+    soc: &SocSpec,
+    units: &[Unit],
+    cfg: &ProfileConfig,
+    cache: Option<&cache::CostCache>,
+    slow_units: &[Vec<usize>],
+    columns: &mut [Column],
+    progress: &mut dyn FnMut(Progress),
+) -> Result<(), ProfileError> {
+    let machine = host_description();
+    for ((pu, todo), column) in soc.pus.iter().zip(slow_units).zip(columns.iter_mut()) {
+        if todo.is_empty() {
+            continue;
+        }
+        let backend_id = backend.backend_id(&pu.backend).map_err(|source| ProfileError::WrongBackend {
+            soc: soc.name.clone(),
+            pu: pu.name.clone(),
+            source: Box::new(source),
+        })?;
+        let quiet = backend.quiet(pu);
+        let (mut faster, mut gain) = (0, vec![]);
+        for (i, r, _) in time_units(backend, pu, units, todo, cfg, progress)? {
+            let was = column[i].as_ref().and_then(|r| r.as_ref().ok()).map(Cost::weight_us);
+            let now = r.as_ref().ok().map(Cost::weight_us);
+            // kept: the faster, or the one that worked
+            if now.is_some_and(|n| was.is_none_or(|w| n < w)) {
+                faster += 1;
+                gain.extend(now.zip(was).map(|(n, w)| 1.0 - n / w));
+                let spec = unit_spec(units, i, pu, &quiet);
+                let key = cache::CostCache::key(&units[i].model, &units[i].inputs, spec, &backend_id, &machine, cfg);
+                if let (Some(c), Some(k)) = (cache, key) {
+                    c.put(k, &r);
+                }
+                column[i] = Some(r);
+            }
+        }
+        let by = (!gain.is_empty()).then(|| format!(", by {:.0}% (median)", quantile(&mut gain, 0.5) * 100.0));
+        progress(Progress {
+            pu: &pu.name,
+            phase: "again",
+            done: faster,
+            total: todo.len(),
+            note: Some(format!(
+                "measured {} entries again that ran in a slow state of its cores; {faster} measured faster{}",
+                todo.len(),
+                by.unwrap_or_default()
+            )),
+        });
+    }
+    Ok(())
+}
+
 /// Measure runs of ops compiled together, each on one PU (`wanted`: ops in execution order,
-/// PU index), under the profile's protocol and cache: what a plan's segments really cost.
+/// PU index), under the profile's protocol and cache: what a plan's segments really cost. A
+/// segment measured in a slow state of its PU's cores is measured once more after the others
+/// ([`measure_slow_again`]).
 pub fn measure_segments(
     g: &FusedGraph,
     soc: &SocSpec,
@@ -297,7 +396,7 @@ pub fn measure_segments(
     for (k, (ops, _)) in wanted.iter().enumerate() {
         units.push(Unit::group(g, &ex, ops, cfg.seed, k)?);
     }
-    let columns = measure_units(backend, soc, &units, &|i, j| wanted[i].1 == j, cfg, cache, progress)?;
+    let columns = measure_units(backend, soc, &units, &|i, j| wanted[i].1 == j, cfg, cache, true, progress)?;
     Ok(wanted
         .iter()
         .enumerate()
@@ -320,8 +419,9 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 /// Profiled runs per op that split its inference call into dispatch and execution.
 const SPLIT_RUNS: usize = 5;
 
-/// One PU's column of the table: a cost, or the backend's reason, per op; `Err` when the PU
-/// itself cannot be used.
+/// One PU's column of the table: a cost, or the backend's reason, per op, and how many measured
+/// rounds ran in a slow state of the PU's cores (the wait for their fast state ran out); `Err`
+/// when the PU itself cannot be used.
 fn profile_pu(
     backend: &dyn Backend,
     pu: &PuSpec,
@@ -329,10 +429,10 @@ fn profile_pu(
     inputs: &[&[HostTensor]],
     cfg: &ProfileConfig,
     progress: &mut dyn FnMut(Progress),
-) -> Result<Result<Vec<Result<Cost, String>>, String>, ProfileError> {
+) -> Result<Result<Timed, String>, ProfileError> {
     let (tx, rx) = std::sync::mpsc::channel::<(&'static str, usize, usize)>();
     std::thread::scope(|s| {
-        let worker = s.spawn(move || -> Result<Vec<Result<Cost, String>>, BackendError> {
+        let worker = s.spawn(move || -> Result<Timed, BackendError> {
             bident_backend::pin_current_thread(&pu.name, &pu.cores)?;
             let n = models.len();
             let quiet = backend.quiet(pu);
@@ -421,7 +521,7 @@ fn profile_pu(
             if slow > 0 {
                 let _ = tx.send(("slow", slow, rounds.saturating_sub(cfg.warmup) as usize));
             }
-            Ok(exes
+            let costs = exes
                 .into_iter()
                 .zip(samples)
                 .zip(split)
@@ -453,7 +553,8 @@ fn profile_pu(
                         stop_check,
                     })
                 })
-                .collect())
+                .collect();
+            Ok((costs, slow))
         });
         for (phase, done, total) in rx {
             let note = (phase == "slow").then(|| {

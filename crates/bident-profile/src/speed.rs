@@ -11,7 +11,7 @@
 //! they use are in their fast state ([`await_fast`]), waiting within a budget.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// A core is in its fast state while the probe takes at most this times its fastest there.
@@ -23,6 +23,16 @@ const PASSES: usize = 25;
 
 /// The fastest probe seen per CPU in this process, µs.
 static FASTEST: Mutex<Vec<f64>> = Mutex::new(Vec::new());
+
+/// What every probe's slowness is multiplied by ([`pretend_slowness`]), as `f64` bits.
+static PRETEND: AtomicU64 = AtomicU64::new(1.0f64.to_bits());
+
+/// For tests: every probe of this process from now on reads `factor` times slower than it
+/// measured (1 measures as it is), so that a test can hold the machine in a slow state.
+#[doc(hidden)]
+pub fn pretend_slowness(factor: f64) {
+    PRETEND.store(factor.to_bits(), Ordering::Relaxed);
+}
 
 /// The fixed computation once, `passes` passes over 256 floats (25 take ~20 µs here), µs.
 pub fn fixed_computation_us(passes: usize) -> f64 {
@@ -56,7 +66,7 @@ fn slowness_here() -> Option<f64> {
         fastest.resize(cpu + 1, f64::INFINITY);
     }
     fastest[cpu] = fastest[cpu].min(us);
-    Some(us / fastest[cpu])
+    Some(us / fastest[cpu] * f64::from_bits(PRETEND.load(Ordering::Relaxed)))
 }
 
 /// [`slowness_here`] on a thread pinned to CPU `cpu`; None where it cannot be pinned.
