@@ -36,7 +36,8 @@ fn a_segment_measured_in_a_slow_state_is_measured_once_more() {
     bident_profile::speed::pretend_slowness(1.0);
     let again: Vec<&String> = notes.iter().filter(|(phase, _)| *phase == "again").map(|(_, n)| n).collect();
     assert_eq!(again.len(), 1, "one second look, at the one PU asked: {notes:?}");
-    assert!(again[0].contains("measured 1 entries again that ran in a slow state"), "{again:?}");
+    assert!(again[0].contains("in a slow state of its cores, measured again: "), "{again:?}");
+    assert!(again[0].contains(" of 1 faster"), "{again:?}");
     assert!(notes.iter().any(|(phase, _)| *phase == "slow"), "the slow rounds are said: {notes:?}");
     let cost = slow[0].per_pu[0].as_ref().expect("a cost after the second look");
     assert!(cost.weight_us() > 0.0 && cost.runs >= cfg.runs, "{cost:?}");

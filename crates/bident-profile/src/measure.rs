@@ -129,16 +129,22 @@ pub fn profile(
 pub fn describe(backend: &dyn Backend, soc: &SocSpec) -> Result<String, ProfileError> {
     let mut ids: Vec<String> = vec![];
     for pu in &soc.pus {
-        let id = backend.backend_id(&pu.backend).map_err(|source| ProfileError::WrongBackend {
-            soc: soc.name.clone(),
-            pu: pu.name.clone(),
-            source: Box::new(source),
-        })?;
+        let id = backend_id(backend, soc, pu)?;
         if !ids.contains(&id) {
             ids.push(id);
         }
     }
     Ok(ids.join(" + "))
+}
+
+/// The name and version of `pu`'s own backend (adding a backend to a SoC keeps the other PUs'
+/// cached costs).
+fn backend_id(backend: &dyn Backend, soc: &SocSpec, pu: &PuSpec) -> Result<String, ProfileError> {
+    backend.backend_id(&pu.backend).map_err(|source| ProfileError::WrongBackend {
+        soc: soc.name.clone(),
+        pu: pu.name.clone(),
+        source: Box::new(source),
+    })
 }
 
 /// A sub-model to time and the inputs to time it with.
@@ -181,6 +187,27 @@ type Timed = (Vec<Entry>, usize);
 /// How unit `i` is compiled on `pu` ([`Unit::whole`]): the PU as configured or its quiet variant.
 fn unit_spec<'a>(units: &[Unit], i: usize, pu: &'a PuSpec, quiet: &'a PuSpec) -> &'a PuSpec {
     if units[i].whole { pu } else { quiet }
+}
+
+/// What a unit's cache key on one PU is made of besides the unit: the PU, its quiet variant, its
+/// backend and the machine.
+struct PuKey<'a> {
+    pu: &'a PuSpec,
+    quiet: PuSpec,
+    backend: String,
+    machine: &'a str,
+}
+
+impl<'a> PuKey<'a> {
+    fn new(backend: &dyn Backend, soc: &SocSpec, pu: &'a PuSpec, machine: &'a str) -> Result<Self, ProfileError> {
+        Ok(Self { pu, quiet: backend.quiet(pu), backend: backend_id(backend, soc, pu)?, machine })
+    }
+
+    /// Unit `i`'s cache key on the PU, None where it has none.
+    fn of(&self, units: &[Unit], i: usize, cfg: &ProfileConfig) -> Option<ContentHash> {
+        let spec = unit_spec(units, i, self.pu, &self.quiet);
+        cache::CostCache::key(&units[i].model, &units[i].inputs, spec, &self.backend, self.machine, cfg)
+    }
 }
 
 /// Time `todo` (units) on `pu`, the units compiled alike together (one group unless the PU has
@@ -226,25 +253,12 @@ fn measure_units(
 ) -> Result<Vec<Column>, ProfileError> {
     let machine = host_description();
     let mut columns = Vec::with_capacity(soc.pus.len());
-    // per PU, the units measured in a slow state and not from the cache
+    // per PU, with `again`, the units measured (not taken from the cache) in a slow state
     let mut slow_units: Vec<Vec<usize>> = vec![vec![]; soc.pus.len()];
-    let backend_id = |pu: &PuSpec| {
-        backend.backend_id(&pu.backend).map_err(|source| ProfileError::WrongBackend {
-            soc: soc.name.clone(),
-            pu: pu.name.clone(),
-            source: Box::new(source),
-        })
-    };
     for (j, pu) in soc.pus.iter().enumerate() {
-        // the PU's own backend: adding a backend to a SoC keeps the other PUs' cached costs
-        let backend_id = backend_id(pu)?;
         let asked: Vec<usize> = (0..units.len()).filter(|&i| on(i, j)).collect();
-        // how each unit is compiled on this PU; the key says which
-        let quiet = backend.quiet(pu);
-        let key = |i: usize| {
-            let spec = unit_spec(units, i, pu, &quiet);
-            cache::CostCache::key(&units[i].model, &units[i].inputs, spec, &backend_id, &machine, cfg)
-        };
+        let pu_key = PuKey::new(backend, soc, pu, &machine)?;
+        let key = |i: usize| pu_key.of(units, i, cfg);
         let mut column: Column = vec![None; units.len()];
         let mut cached: Vec<(usize, crate::cache::Conditions)> = vec![];
         if let Some(c) = cache {
@@ -277,7 +291,7 @@ fn measure_units(
                 if let (Some(c), Some(k)) = (cache, key(i)) {
                     c.put(k, &r);
                 }
-                if slow && !slow_units[j].contains(&i) {
+                if again && slow && !slow_units[j].contains(&i) {
                     slow_units[j].push(i);
                 }
                 column[i] = Some(r);
@@ -340,12 +354,7 @@ fn measure_slow_again(
         if todo.is_empty() {
             continue;
         }
-        let backend_id = backend.backend_id(&pu.backend).map_err(|source| ProfileError::WrongBackend {
-            soc: soc.name.clone(),
-            pu: pu.name.clone(),
-            source: Box::new(source),
-        })?;
-        let quiet = backend.quiet(pu);
+        let pu_key = PuKey::new(backend, soc, pu, &machine)?;
         let (mut faster, mut gain) = (0, vec![]);
         for (i, r, _) in time_units(backend, pu, units, todo, cfg, progress)? {
             let was = column[i].as_ref().and_then(|r| r.as_ref().ok()).map(Cost::weight_us);
@@ -354,9 +363,7 @@ fn measure_slow_again(
             if now.is_some_and(|n| was.is_none_or(|w| n < w)) {
                 faster += 1;
                 gain.extend(now.zip(was).map(|(n, w)| 1.0 - n / w));
-                let spec = unit_spec(units, i, pu, &quiet);
-                let key = cache::CostCache::key(&units[i].model, &units[i].inputs, spec, &backend_id, &machine, cfg);
-                if let (Some(c), Some(k)) = (cache, key) {
+                if let (Some(c), Some(k)) = (cache, pu_key.of(units, i, cfg)) {
                     c.put(k, &r);
                 }
                 column[i] = Some(r);
@@ -369,7 +376,7 @@ fn measure_slow_again(
             done: faster,
             total: todo.len(),
             note: Some(format!(
-                "measured {} entries again that ran in a slow state of its cores; {faster} measured faster{}",
+                "entries measured in a slow state of its cores, measured again: {faster} of {} faster{}",
                 todo.len(),
                 by.unwrap_or_default()
             )),
