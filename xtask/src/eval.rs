@@ -514,16 +514,12 @@ fn report(a: &EvalArgs, rows: &[Row], all_pairs: &Pairs, sweep: &Sweep, label: &
         speedups.iter().filter(|&&x| x < 1.0 - 1e-9).count(),
         mean(&pairs.iter().map(|p| p.3).collect::<Vec<_>>()) * 100.0
     );
-    if !all_pairs.too_large.is_empty() {
-        let _ = writeln!(s, "{} pairs not planned (empty in the heatmap):\n", all_pairs.too_large.len());
-        for (i, j, why) in &all_pairs.too_large {
-            let _ = writeln!(s, "- {} + {}: {why}", rows[*i].label, rows[*j].label);
+    for (list, what) in [(&all_pairs.too_large, "not planned"), (&all_pairs.failed, "failed to plan")] {
+        if list.is_empty() {
+            continue;
         }
-        let _ = writeln!(s);
-    }
-    if !all_pairs.failed.is_empty() {
-        let _ = writeln!(s, "{} pairs failed to plan (empty in the heatmap):\n", all_pairs.failed.len());
-        for (i, j, why) in &all_pairs.failed {
+        let _ = writeln!(s, "{} pairs {what} (empty in the heatmap):\n", list.len());
+        for (i, j, why) in list {
             let _ = writeln!(s, "- {} + {}: {}", rows[*i].label, rows[*j].label, why.replace('\n', " "));
         }
         let _ = writeln!(s);

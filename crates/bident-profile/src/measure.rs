@@ -253,8 +253,9 @@ fn measure_units(
 ) -> Result<Vec<Column>, ProfileError> {
     let machine = host_description();
     let mut columns = Vec::with_capacity(soc.pus.len());
-    // per PU, with `again`, the units measured (not taken from the cache) in a slow state
-    let mut slow_units: Vec<Vec<usize>> = vec![vec![]; soc.pus.len()];
+    // with `again`, per PU: its index, its key and the units measured (not taken from the
+    // cache) in a slow state
+    let mut slow: Vec<(usize, PuKey, Vec<usize>)> = vec![];
     for (j, pu) in soc.pus.iter().enumerate() {
         let asked: Vec<usize> = (0..units.len()).filter(|&i| on(i, j)).collect();
         let pu_key = PuKey::new(backend, soc, pu, &machine)?;
@@ -286,13 +287,14 @@ fn measure_units(
         check.sort_by(|a, b| b.1.total_cmp(&a.1));
         check.truncate(cfg.recheck);
         todo.extend(check.iter().map(|&(i, _)| i));
+        let mut slow_here: Vec<usize> = vec![];
         let mut measure = |todo: &[usize], column: &mut Column, progress: &mut dyn FnMut(Progress)| {
             for (i, r, slow) in time_units(backend, pu, units, todo, cfg, progress)? {
                 if let (Some(c), Some(k)) = (cache, key(i)) {
                     c.put(k, &r);
                 }
-                if again && slow && !slow_units[j].contains(&i) {
-                    slow_units[j].push(i);
+                if again && slow && !slow_here.contains(&i) {
+                    slow_here.push(i);
                 }
                 column[i] = Some(r);
             }
@@ -307,56 +309,51 @@ fn measure_units(
             // itself an outlier (one timed in a slow moment), and one more measurement, beside
             // the PU's other entries, tells. Kept as they were re-timed, four whole models in
             // one engines eval (stop 47) were priced 1.5-2.2x above what the run measured them at
-            let again: Vec<usize> = cached.iter().map(|&(i, _)| i).collect();
+            let all_cached: Vec<usize> = cached.iter().map(|&(i, _)| i).collect();
             let when = cached.first().map_or(String::new(), |(_, c)| format!(", {}", c.describe()));
             progress(Progress {
                 pu: &pu.name,
                 phase: "stale",
                 done: 0,
-                total: again.len(),
+                total: all_cached.len(),
                 note: Some(format!(
                     "the cached entries moved: {} re-timed by {:.0}% (median{when}); measuring all {} of its cached \
                      entries again",
                     check.len(),
                     m * 100.0,
-                    again.len()
+                    all_cached.len()
                 )),
             });
-            measure(&again, &mut column, progress)?;
+            measure(&all_cached, &mut column, progress)?;
         }
         columns.push(column);
+        if !slow_here.is_empty() {
+            slow.push((j, pu_key, slow_here));
+        }
     }
-    if again {
-        measure_slow_again(backend, soc, units, cfg, cache, &slow_units, &mut columns, progress)?;
-    }
+    measure_slow_again(backend, units, cfg, cache, slow, &mut columns, progress)?;
     Ok(columns)
 }
 
 /// [`measure_units`]' second look: each PU's units measured in a slow state of its cores
-/// (`slow_units[pu]`), measured once more now that every PU has had its turn (seconds later: a
+/// (`slow`: the PU's index, its key and those units), measured once more now that every PU has had its turn (seconds later: a
 /// slow state lasts from milliseconds to minutes), the faster of the two kept and cached. The
 /// profile prices the machine's fast state, and a slow state only ever slows a run down: in one
 /// `cores` eval (stop 49) refine priced SNN-VGG9 INT8 whole on core 0 at 151.4 µs, measured in
 /// a slow state, and the run then measured it at 80.5 µs.
-#[allow(clippy::too_many_arguments)]
 fn measure_slow_again(
     backend: &dyn Backend,
-    soc: &SocSpec,
     units: &[Unit],
     cfg: &ProfileConfig,
     cache: Option<&cache::CostCache>,
-    slow_units: &[Vec<usize>],
+    slow: Vec<(usize, PuKey, Vec<usize>)>,
     columns: &mut [Column],
     progress: &mut dyn FnMut(Progress),
 ) -> Result<(), ProfileError> {
-    let machine = host_description();
-    for ((pu, todo), column) in soc.pus.iter().zip(slow_units).zip(columns.iter_mut()) {
-        if todo.is_empty() {
-            continue;
-        }
-        let pu_key = PuKey::new(backend, soc, pu, &machine)?;
+    for (j, pu_key, todo) in slow {
+        let (pu, column) = (pu_key.pu, &mut columns[j]);
         let (mut faster, mut gain) = (0, vec![]);
-        for (i, r, _) in time_units(backend, pu, units, todo, cfg, progress)? {
+        for (i, r, _) in time_units(backend, pu, units, &todo, cfg, progress)? {
             let was = column[i].as_ref().and_then(|r| r.as_ref().ok()).map(Cost::weight_us);
             let now = r.as_ref().ok().map(Cost::weight_us);
             // kept: the faster, or the one that worked
