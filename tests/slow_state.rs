@@ -4,7 +4,7 @@
 //! Refine prices a plan's segments whole; one measured while its cores ran slow was kept as it
 //! was (SNN-VGG9 INT8 whole on core 0: 151.4 µs in refine, 80.5 µs in the run beside it, and the
 //! plan that gave way to it was predicted from the 151.4). Such a segment is now measured once
-//! more after every PU's turn, and the faster kept.
+//! more after every PU's turn, and the faster kept; so is every whole model, slow or not.
 
 use bident_backend::Backend;
 use bident_profile::ProfileConfig;
@@ -24,17 +24,24 @@ fn a_segment_measured_in_a_slow_state_is_measured_once_more() {
         })
         .expect("measures")
     };
-    // in the machine's fast state, once (a real slow state may add notes of its own)
+    let again = |notes: &[(&'static str, String)]| -> Vec<String> {
+        notes.iter().filter(|(phase, _)| *phase == "again").map(|(_, n)| n.clone()).collect()
+    };
+    // in the machine's fast state: the whole model, measured once more all the same (a real
+    // slow state may say so too)
     bident_profile::speed::pretend_slowness(1.0);
     let mut notes = vec![];
     let fast = measure(&mut notes);
     assert!(fast[0].per_pu[0].is_some(), "a cost: {notes:?}");
+    let looked = again(&notes);
+    assert_eq!(looked.len(), 1, "one second look, at the one PU asked: {notes:?}");
+    assert!(looked[0].contains(", measured again: ") && looked[0].contains(" of 1 faster"), "{looked:?}");
     // every probe slow: measured, found slow, measured once more
     bident_profile::speed::pretend_slowness(3.0);
     let mut notes = vec![];
     let slow = measure(&mut notes);
     bident_profile::speed::pretend_slowness(1.0);
-    let again: Vec<&String> = notes.iter().filter(|(phase, _)| *phase == "again").map(|(_, n)| n).collect();
+    let again = again(&notes);
     assert_eq!(again.len(), 1, "one second look, at the one PU asked: {notes:?}");
     assert!(again[0].contains("in a slow state of its cores, measured again: "), "{again:?}");
     assert!(again[0].contains(" of 1 faster"), "{again:?}");

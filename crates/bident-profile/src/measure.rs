@@ -239,7 +239,8 @@ fn time_units(
 
 /// Time `units` on the PUs of `soc` (`on(unit, pu)`: whether to), PU by PU, through the cache:
 /// `columns[pu][unit]`, None where not asked. With `again`, a unit measured in a slow state of
-/// its PU's cores is measured once more after every PU's turn, and the faster of the two kept.
+/// its PU's cores, and a whole model, is measured once more after every PU's turn, and the
+/// faster of the two kept ([`measure_again`]).
 #[allow(clippy::too_many_arguments)]
 fn measure_units(
     backend: &dyn Backend,
@@ -253,9 +254,7 @@ fn measure_units(
 ) -> Result<Vec<Column>, ProfileError> {
     let machine = host_description();
     let mut columns = Vec::with_capacity(soc.pus.len());
-    // with `again`, per PU: its index, its key and the units measured (not taken from the
-    // cache) in a slow state
-    let mut slow: Vec<(usize, PuKey, Vec<usize>)> = vec![];
+    let mut second: Vec<SecondLook> = vec![];
     for (j, pu) in soc.pus.iter().enumerate() {
         let asked: Vec<usize> = (0..units.len()).filter(|&i| on(i, j)).collect();
         let pu_key = PuKey::new(backend, soc, pu, &machine)?;
@@ -287,14 +286,17 @@ fn measure_units(
         check.sort_by(|a, b| b.1.total_cmp(&a.1));
         check.truncate(cfg.recheck);
         todo.extend(check.iter().map(|&(i, _)| i));
-        let mut slow_here: Vec<usize> = vec![];
+        let mut again_here: Vec<(usize, bool)> = vec![];
         let mut measure = |todo: &[usize], column: &mut Column, progress: &mut dyn FnMut(Progress)| {
             for (i, r, slow) in time_units(backend, pu, units, todo, cfg, progress)? {
                 if let (Some(c), Some(k)) = (cache, key(i)) {
                     c.put(k, &r);
                 }
-                if again && slow && !slow_here.contains(&i) {
-                    slow_here.push(i);
+                if again && (slow || units[i].whole) {
+                    match again_here.iter_mut().find(|(u, _)| *u == i) {
+                        Some((_, was_slow)) => *was_slow |= slow,
+                        None => again_here.push((i, slow)),
+                    }
                 }
                 column[i] = Some(r);
             }
@@ -327,31 +329,49 @@ fn measure_units(
             measure(&all_cached, &mut column, progress)?;
         }
         columns.push(column);
-        if !slow_here.is_empty() {
-            slow.push((j, pu_key, slow_here));
+        if !again_here.is_empty() {
+            second.push(SecondLook { pu: j, key: pu_key, units: again_here });
         }
     }
-    measure_slow_again(backend, units, cfg, cache, slow, &mut columns, progress)?;
+    measure_again(backend, units, cfg, cache, second, &mut columns, progress)?;
     Ok(columns)
 }
 
-/// [`measure_units`]' second look: each PU's units measured in a slow state of its cores
-/// (`slow`: the PU's index, its key and those units), measured once more now that every PU has had its turn (seconds later: a
-/// slow state lasts from milliseconds to minutes), the faster of the two kept and cached. The
+/// With `again` in [`measure_units`], one PU's units to measure once more ([`measure_again`]):
+/// those measured (not taken from the cache) in a slow state of its cores, and its whole models.
+struct SecondLook<'a> {
+    /// The PU's index in the SoC.
+    pu: usize,
+    key: PuKey<'a>,
+    /// Each unit, with whether it ran in a slow state.
+    units: Vec<(usize, bool)>,
+}
+
+/// [`measure_units`]' second look: each PU's units measured in a slow state of its cores, and
+/// its whole models ([`SecondLook`]), measured once more now that every PU has had its turn
+/// (seconds later: a slow state lasts from milliseconds to minutes), the faster of the two kept
+/// and cached. The
 /// profile prices the machine's fast state, and a slow state only ever slows a run down: in one
 /// `cores` eval (stop 49) refine priced SNN-VGG9 INT8 whole on core 0 at 151.4 µs, measured in
-/// a slow state, and the run then measured it at 80.5 µs.
-fn measure_slow_again(
+/// a slow state, and the run then measured it at 80.5 µs. A whole model is what a run gives
+/// way to, and its price is then the plan's prediction; some have slow modes of their own that
+/// the speed probe does not see: in the same eval refine priced Hyena FP16 whole on `CPU.bf16`
+/// at 118.9 µs with every core fast, and both runs that gave way to it measured it at 54-55 µs
+/// (from Python the model alternated between 82-89 µs and 124-167 µs from one round of runs to
+/// the next).
+fn measure_again(
     backend: &dyn Backend,
     units: &[Unit],
     cfg: &ProfileConfig,
     cache: Option<&cache::CostCache>,
-    slow: Vec<(usize, PuKey, Vec<usize>)>,
+    second: Vec<SecondLook>,
     columns: &mut [Column],
     progress: &mut dyn FnMut(Progress),
 ) -> Result<(), ProfileError> {
-    for (j, pu_key, todo) in slow {
+    for SecondLook { pu: j, key: pu_key, units: again } in second {
         let (pu, column) = (pu_key.pu, &mut columns[j]);
+        let todo: Vec<usize> = again.iter().map(|&(i, _)| i).collect();
+        let slow = again.iter().filter(|&&(_, slow)| slow).count();
         let (mut faster, mut gain) = (0, vec![]);
         for (i, r, _) in time_units(backend, pu, units, &todo, cfg, progress)? {
             let was = column[i].as_ref().and_then(|r| r.as_ref().ok()).map(Cost::weight_us);
@@ -373,7 +393,12 @@ fn measure_slow_again(
             done: faster,
             total: todo.len(),
             note: Some(format!(
-                "entries measured in a slow state of its cores, measured again: {faster} of {} faster{}",
+                "{}, measured again: {faster} of {} faster{}",
+                match (slow, todo.len() - slow) {
+                    (_, 0) => "entries measured in a slow state of its cores".to_string(),
+                    (0, _) => "the whole model".to_string(),
+                    (slow, _) => format!("the whole model and entries measured in a slow state of its cores ({slow})"),
+                },
                 todo.len(),
                 by.unwrap_or_default()
             )),
@@ -384,8 +409,8 @@ fn measure_slow_again(
 
 /// Measure runs of ops compiled together, each on one PU (`wanted`: ops in execution order,
 /// PU index), under the profile's protocol and cache: what a plan's segments really cost. A
-/// segment measured in a slow state of its PU's cores is measured once more after the others
-/// ([`measure_slow_again`]).
+/// segment measured in a slow state of its PU's cores, and the whole model, is measured once
+/// more after the others ([`measure_again`]).
 pub fn measure_segments(
     g: &FusedGraph,
     soc: &SocSpec,
