@@ -639,7 +639,9 @@ impl Driver<'_> {
 
     /// Stage 5: run and measure the plan. A plan slower than the fastest engine default beside
     /// it gives way to that engine's whole-model PU ([`gives_way_to_default`]), and one clearly
-    /// slower than a PU running the whole model beside it to that PU ([`ahead`]); the plan before is kept, itself,
+    /// slower than a PU running the whole model beside it to that PU ([`ahead`]), each PU
+    /// [`GIVE_WAY_TIMES`] times at most, and then the default's once more, as the last run
+    /// ([`behind_default`]); the plan before is kept, itself,
     /// where it measured better by both time and speedup over the best default and did not run
     /// beside the new plan ([`ran_beside`]; `hashes`: the
     /// phased graph's and the cost table's, which a plan's header is derived from); with
@@ -690,7 +692,7 @@ impl Driver<'_> {
                     } else {
                         // the default a user would run instead is the floor: a plan behind it
                         // once giving way has run out ends on it, measured once more
-                        behind_default(soc, &report, &plan.0, cfg).map(|pu| {
+                        behind_default(soc, &report, &plan.0, cfg, &tried).map(|pu| {
                             let why = format!(
                                 "the plan measured {:.1} µs, behind {} at {:.1} µs beside it, given way to \
                                  {GIVE_WAY_TIMES} times already; planning the whole model on `{pu}` once more, as the \
@@ -1071,7 +1073,8 @@ const GIVE_WAY_MARGIN: f64 = 0.02;
 /// plan truly as fast as the default is at stake, and the default is then as good.
 const BEHIND_DEFAULT: f64 = 0.03;
 
-/// How many times one run may give way to one PU. Twice: two alike cores of this VM traded
+/// How many times one run may give way to one PU, but for the best default's last word
+/// ([`behind_default`]). Twice: two alike cores of this VM traded
 /// places between runs minutes apart (LLaMA FP16 on `cores`: the plan on core 1 gave way to
 /// core 0, that plan to core 1, and beside the last, core 0, given way to once, measured 18.5%
 /// faster in the blocks). More would let two such PUs trade the plan to and fro at every run.
@@ -1161,17 +1164,24 @@ fn faster_whole(
 }
 
 /// The best default's PU where the plan is behind that default ([`gives_way_to_default`]) and
-/// has given way to it [`GIVE_WAY_TIMES`] times already: that configuration is delivered, once
-/// more measured, rather than a plan that lost to it. LLaMA on `all` (stop 50) gave way five
+/// has given way to it [`GIVE_WAY_TIMES`] times already: that configuration is run once more
+/// and delivered, rather than a plan that lost to it, unless a plan before it measured better
+/// by both time and speedup ([`gives_back`]). LLaMA on `all` (stop 50) gave way five
 /// times between ONNX Runtime's defaults and the whole model on one core under it, each plan
-/// measuring 4-15% slower than the same configuration's session beside it (sessions of one
-/// configuration differ here), and ended at 0.96x of ONNX Runtime's defaults.
-fn behind_default(soc: &SocSpec, report: &RunReport, plan: &Plan, cfg: &bident_runtime::RunConfig) -> Option<String> {
+/// measuring 4-16% slower than another ONNX Runtime whole-model session beside it, and ended
+/// at 0.96x of ONNX Runtime's defaults.
+fn behind_default(
+    soc: &SocSpec,
+    report: &RunReport,
+    plan: &Plan,
+    cfg: &bident_runtime::RunConfig,
+    tried: &[String],
+) -> Option<String> {
     let d = report.best_default()?;
     if !gives_way_to_default(report.speedup_vs_best_default(), &d.block_ratios) {
         return None;
     }
-    default_pu(soc, report, plan, cfg)
+    default_pu(soc, report, plan, cfg).filter(|pu| spent(tried, pu))
 }
 
 /// For a plan (`ops_per_pu`, `constraints`) whose outputs were beyond the tolerance: the

@@ -338,7 +338,9 @@ fn measure_units(
 }
 
 /// With `again` in [`measure_units`], one PU's units to measure once more ([`measure_again`]):
-/// those measured (not taken from the cache) in a slow state of its cores, and its whole models.
+/// those measured (not taken from the cache, or re-timed by the drift check) in a slow state of
+/// its cores, and its whole models measured so. A whole model thus gets the faster of two
+/// measurements where other segments get one: the search leans a little towards whole models.
 struct SecondLook<'a> {
     /// The PU's index in the SoC.
     pu: usize,
