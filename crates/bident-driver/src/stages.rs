@@ -1064,8 +1064,9 @@ pub(crate) fn whole_model_runs(costs: &CostTable, phased: &PhasedGraph) -> Vec<(
 }
 
 /// How much faster than the plan by medians (as regret) a PU running the whole model beside it
-/// must measure before the plan gives way to it (the spread of two sessions of one configuration in one run
-/// here), beside being faster beyond the noise between blocks ([`ahead`]).
+/// must measure before the plan gives way to it (the spread of two sessions of one
+/// configuration in one run here), beside being faster beyond the noise between blocks
+/// ([`ahead`]).
 const GIVE_WAY_MARGIN: f64 = 0.02;
 /// How much slower than the best engine default, by medians, a plan may measure before it gives
 /// way to that default even where the blocks do not agree that the default is faster: what a
@@ -1141,19 +1142,13 @@ fn faster_whole(
     tried: &[String],
 ) -> Option<(String, String)> {
     let fresh = |pu: &String| !spent(tried, pu) && !plan.constraints.exclude.contains(pu);
-    let default = report
-        .best_default()
-        .is_some_and(|d| gives_way_to_default(report.speedup_vs_best_default(), &d.block_ratios))
-        .then(|| default_pu(soc, report, plan, cfg))
-        .flatten()
-        .filter(fresh)
-        .map(|pu| {
-            (
-                pu,
-                report.measured_backend_default_us,
-                format!("{} at {:.1} µs", report.backend_default, report.measured_backend_default_us),
-            )
-        });
+    let default = default_ahead(soc, report, plan, cfg).filter(fresh).map(|pu| {
+        (
+            pu,
+            report.measured_backend_default_us,
+            format!("{} at {:.1} µs", report.backend_default, report.measured_backend_default_us),
+        )
+    });
     let whole = wholes_to_give_way_to(report, plan, tried)
         .filter_map(|w| Some((w.pu.clone(), w.measured_us?, &w.block_ratios)))
         .filter(|(_, us, r)| ahead(*us, report.measured_us, r))
@@ -1177,11 +1172,16 @@ fn behind_default(
     cfg: &bident_runtime::RunConfig,
     tried: &[String],
 ) -> Option<String> {
+    default_ahead(soc, report, plan, cfg).filter(|pu| spent(tried, pu))
+}
+
+/// The best default's PU ([`default_pu`]) where the plan is behind that default
+/// ([`gives_way_to_default`]).
+fn default_ahead(soc: &SocSpec, report: &RunReport, plan: &Plan, cfg: &bident_runtime::RunConfig) -> Option<String> {
     let d = report.best_default()?;
-    if !gives_way_to_default(report.speedup_vs_best_default(), &d.block_ratios) {
-        return None;
-    }
-    default_pu(soc, report, plan, cfg).filter(|pu| spent(tried, pu))
+    gives_way_to_default(report.speedup_vs_best_default(), &d.block_ratios)
+        .then(|| default_pu(soc, report, plan, cfg))
+        .flatten()
 }
 
 /// For a plan (`ops_per_pu`, `constraints`) whose outputs were beyond the tolerance: the
