@@ -387,8 +387,10 @@ fn profile_cache_measures_only_what_changed() {
     assert_eq!(edited.ops[..8], first.ops[..8]);
 }
 
-/// A stale cache: entries that say 5x what the PU now takes (as if measured under load) are
-/// caught by re-timing a few of them, and every entry of the PU is measured again on its own.
+/// A stale cache: entries that say 50x what the PU now takes (as if measured under heavy load)
+/// are caught by re-timing a few of them, and every entry of the PU is measured again on its own.
+/// The factor is far above what this VM's slow states move a timing by (3.6x was seen in CI), so
+/// neither the catch nor the check that the table was measured again depends on the machine's state.
 #[test]
 fn a_stale_profile_cache_is_caught_and_measured_again() {
     use bident_profile::cache::CachedCost;
@@ -403,8 +405,9 @@ fn a_stale_profile_cache_is_caught_and_measured_again() {
         bident_profile::profile(&g, &soc, be.as_ref(), &cfg, Some(&cache), &mut |p| notes.extend(p.note.clone()))
             .expect("profile")
     };
+    const STALE: f64 = 50.0;
     let fresh = profile(&mut vec![]);
-    // every entry now claims the PU is 5x slower than it is
+    // every entry now claims the PU is 50x slower than it is
     for e in std::fs::read_dir(tmp.path()).expect("cache folder") {
         let path = e.expect("entry").path();
         if path.extension().is_none_or(|x| x != "bin") {
@@ -413,8 +416,8 @@ fn a_stale_profile_cache_is_caught_and_measured_again() {
         let stamped = bident_artifact::read::<CachedCost>(&path).expect("an entry");
         let mut entry = stamped.value;
         if let Ok(c) = &mut entry.result {
-            c.exec_us *= 5.0;
-            c.dispatch_us *= 5.0;
+            c.exec_us *= STALE;
+            c.dispatch_us *= STALE;
         }
         bident_artifact::write(&path, &entry, stamped.header.input_hash).expect("rewritten");
     }
@@ -426,8 +429,8 @@ fn a_stale_profile_cache_is_caught_and_measured_again() {
     // every cached entry of the PU, the re-timed ones among them (one re-time may be the outlier)
     let all = format!("measuring all {} of its cached entries again", fresh.ops.len());
     assert!(stale.iter().all(|n| n.contains(&all)), "{notes:?}");
-    // measured again: no entry is the cache's 5x (which would be exact), and the table is not
-    // 5x the fresh one (timings beside other tests wander, up to 2.1x was seen in CI)
+    // measured again: no entry is the cache's 50x (which would be exact), and the table is far
+    // from 50x the fresh one (timings beside other tests wander: 2.1x and 3.6x were seen in CI)
     let mut ratios: Vec<f64> = fresh
         .ops
         .iter()
@@ -436,9 +439,9 @@ fn a_stale_profile_cache_is_caught_and_measured_again() {
         .filter_map(|(a, b)| Some(b.as_ref()?.weight_us() / a.as_ref()?.weight_us()))
         .collect();
     assert!(!ratios.is_empty());
-    assert!(ratios.iter().all(|r| (r - 5.0).abs() > 1e-9), "an entry came from the stale cache: {ratios:?}");
+    assert!(ratios.iter().all(|r| (r - STALE).abs() > 1e-9), "an entry came from the stale cache: {ratios:?}");
     let median = bident_profile::quantile(&mut ratios, 0.5);
-    assert!(median < 3.5, "median ratio to the fresh table {median}");
+    assert!(median < STALE / 5.0, "median ratio to the fresh table {median}");
 }
 
 /// Co-execution costs of two models' ops on each `cores` PU: a seeded sample when there are
