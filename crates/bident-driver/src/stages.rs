@@ -662,60 +662,27 @@ impl Driver<'_> {
         let be = self.faulty(be, opts);
         let config = with_candidates(&plan.0, &opts.config);
         let cfg = &config;
-        // the whole-model PUs a slower plan gave way to, once per give-way ([`spent`])
-        let mut tried: Vec<String> = vec![];
+        let mut giving_way = GivingWay::default();
         // the best measured so far among the plans that gave way: (speedup, the plan, report)
         let mut best: Option<(f64, Plan, RunReport)> = None;
-        // set once a plan still behind the best default after giving way as often as it may
-        // has given way to that default's configuration one last time ([`behind_default`])
-        let mut last_word = false;
         loop {
             folder.clear(&[REPORT])?;
             let err = match bident_runtime::run(g, &plan.0, soc, be.clone(), cfg) {
                 Ok(report) => {
-                    // a plan that measured slower than an engine's own defaults beside it gives
-                    // way to that engine's PU running the whole model, when the SoC has it and no
-                    // pin says otherwise; one clearly slower (by more than the noise of two runs
-                    // of one configuration) than a PU running the whole model beside it gives way
-                    // to that PU
-                    let unpinned = plan.0.constraints.pin.is_empty();
-                    let may_give_way = unpinned && !last_word;
-                    let way = if !may_give_way {
-                        None
-                    } else if let Some((pu, what)) = faster_whole(soc, &report, &plan.0, cfg, &tried) {
-                        let why = format!(
-                            "the plan measured {:.1} µs, slower than {what} beside it; planning the whole model on \
-                             `{pu}` instead",
-                            report.measured_us
-                        );
-                        Some((pu, why, false))
-                    } else {
-                        // the default a user would run instead is the floor: a plan behind it
-                        // once giving way has run out ends on it, measured once more
-                        behind_default(soc, &report, &plan.0, cfg, &tried).map(|pu| {
-                            let why = format!(
-                                "the plan measured {:.1} µs, behind {} at {:.1} µs beside it, given way to \
-                                 {GIVE_WAY_TIMES} times already; planning the whole model on `{pu}` once more, as the \
-                                 last run",
-                                report.measured_us, report.backend_default, report.measured_backend_default_us,
-                            );
-                            (pu, why, true)
-                        })
-                    };
-                    if let Some((pu, why, last)) = way {
+                    if let Some((pu, why)) = giving_way.next(soc, &report, &plan.0, cfg) {
                         self.note(Stage::Run, why);
                         let mut c = plan.0.constraints.clone();
-                        c.whole = Some(pu.clone());
+                        c.whole = Some(pu);
                         let speedup = report.speedup_vs_best_default();
                         if best.as_ref().is_none_or(|b| speedup > b.0) {
                             best = Some((speedup, plan.0.clone(), report));
                         }
                         plan = replan(&c)?;
-                        tried.push(pu);
-                        last_word |= last;
                         continue;
                     }
-                    if unpinned && let Some(what) = within_noise(&report, &plan.0, &tried) {
+                    if plan.0.constraints.pin.is_empty()
+                        && let Some(what) = within_noise(&report, &plan.0, &giving_way.tried)
+                    {
                         self.note(
                             Stage::Run,
                             format!(
@@ -739,7 +706,7 @@ impl Driver<'_> {
                             format!(
                                 "the whole model on `{}` measured {:.2}x of the best default, the plan before it \
                                  {speedup:.2}x: keeping that plan",
-                                tried.last().map_or("?", String::as_str),
+                                giving_way.tried.last().map_or("?", String::as_str),
                                 report.speedup_vs_best_default()
                             ),
                         );
@@ -1081,6 +1048,55 @@ const BEHIND_DEFAULT: f64 = 0.03;
 /// faster in the blocks). More would let two such PUs trade the plan to and fro at every run.
 const GIVE_WAY_TIMES: usize = 2;
 
+/// Giving way in one run ([`Driver::run`]).
+#[derive(Debug, Default)]
+struct GivingWay {
+    /// The whole-model PUs given way to, once per give-way ([`spent`]).
+    tried: Vec<String>,
+    /// Set once a plan still behind the best default after giving way to it as often as it may
+    /// has given way to that default's configuration one last time ([`behind_default`]).
+    last_word: bool,
+}
+
+impl GivingWay {
+    /// The whole-model PU a measured plan gives way to, and why, recorded; None where it stays.
+    /// A pinned plan never gives way, nor any plan once the best default has had its last word.
+    /// Else the plan gives way to the faster of the best default's PU where it is behind that
+    /// default and of a whole-model PU ahead of it ([`faster_whole`]), and, once giving way to
+    /// the default has run out, to the default once more, as the last run ([`behind_default`]).
+    fn next(
+        &mut self,
+        soc: &SocSpec,
+        report: &RunReport,
+        plan: &Plan,
+        cfg: &bident_runtime::RunConfig,
+    ) -> Option<(String, String)> {
+        if !plan.constraints.pin.is_empty() || self.last_word {
+            return None;
+        }
+        let (pu, why) = if let Some((pu, what)) = faster_whole(soc, report, plan, cfg, &self.tried) {
+            let why = format!(
+                "the plan measured {:.1} µs, slower than {what} beside it; planning the whole model on `{pu}` instead",
+                report.measured_us
+            );
+            (pu, why)
+        } else {
+            // the default a user would run instead is the floor: a plan behind it once giving
+            // way has run out ends on it, measured once more
+            let pu = behind_default(soc, report, plan, cfg, &self.tried)?;
+            self.last_word = true;
+            let why = format!(
+                "the plan measured {:.1} µs, behind {} at {:.1} µs beside it, given way to {GIVE_WAY_TIMES} times \
+                 already; planning the whole model on `{pu}` once more, as the last run",
+                report.measured_us, report.backend_default, report.measured_backend_default_us,
+            );
+            (pu, why)
+        };
+        self.tried.push(pu.clone());
+        Some((pu, why))
+    }
+}
+
 /// Whether `pu` has been given way to [`GIVE_WAY_TIMES`] times in this run.
 fn spent(tried: &[String], pu: &str) -> bool {
     tried.iter().filter(|t| *t == pu).count() >= GIVE_WAY_TIMES
@@ -1286,12 +1302,169 @@ mod tests {
     use std::collections::BTreeMap;
 
     use bident_backend::SocSpec;
-    use bident_runtime::WholeRun;
+    use bident_runtime::{RunReport, WholeRun};
     use bident_search::Constraints;
 
     use super::{
-        LAUNCH_AGAIN, LAUNCH_SUSPECT_US, ahead, gives_back, gives_way_to_default, ran_beside, settle_launch, spent,
+        GivingWay, LAUNCH_AGAIN, LAUNCH_SUSPECT_US, ahead, gives_back, gives_way_to_default, ran_beside, settle_launch,
+        spent,
     };
+
+    fn pu(name: &str, backend: &str, cores: &[usize]) -> bident_backend::PuSpec {
+        bident_backend::PuSpec {
+            name: name.into(),
+            backend: backend.into(),
+            kind: bident_backend::PuKind::Cpu,
+            device: "CPU".into(),
+            properties: Default::default(),
+            cores: cores.to_vec(),
+            declared_power_w: 1.0,
+        }
+    }
+
+    /// A plan of the whole model on `on`, `pinned` there or not.
+    fn whole_plan(soc: &SocSpec, on: &str, pinned: bool) -> bident_search::Plan {
+        bident_search::Plan {
+            model: "llama".into(),
+            graph: bident_artifact::ContentHash::of(b"graph"),
+            soc: soc.name.clone(),
+            simulated: false,
+            pus: soc.pus.iter().map(|p| p.name.clone()).collect(),
+            pu_precisions: vec!["default".into(); soc.pus.len()],
+            mode: bident_search::Mode::Sequential,
+            schedule: bident_search::Schedule::Sequential,
+            objective: bident_search::Objective::Latency,
+            search: "dp".into(),
+            constraints: Constraints {
+                pin: if pinned { vec![("0".into(), on.into())] } else { vec![] },
+                whole: Some(on.into()),
+                ..Default::default()
+            },
+            blend: None,
+            steps: vec![],
+            predicted_us: 100.0,
+            predicted_energy_uj: 100.0,
+            search_estimate: 100.0,
+            lower_bound_us: 100.0,
+            lower_bound_energy_uj: 100.0,
+            gap: 0.0,
+            ops_per_pu: [(on.to_string(), 40)].into(),
+            baselines: vec![],
+            best_single_pu: Some(on.into()),
+            best_single_pu_us: Some(100.0),
+        }
+    }
+
+    /// What a run of `plan` measured: `us` a run, ONNX Runtime's defaults (`CPU.ort`'s
+    /// configuration) at `default_us`, and the whole model on each of `wholes`, every block
+    /// saying what the medians say.
+    fn measured(plan: &bident_search::Plan, us: f64, default_us: f64, wholes: &[(&str, f64)]) -> RunReport {
+        let on_default = plan.ops_per_pu.contains_key("CPU.ort");
+        let ratios = |them: f64| vec![them / us; 10];
+        RunReport {
+            models: vec![plan.model.clone()],
+            soc: plan.soc.clone(),
+            pus: plan.pus.clone(),
+            pu_backends: vec!["onnxruntime".into(); plan.pus.len()],
+            simulated: false,
+            measured_on: "test".into(),
+            backend: "onnxruntime".into(),
+            schedule: "sequential".into(),
+            warmup: 3,
+            runs: 50,
+            compile_ms: 1.0,
+            predicted_us: plan.predicted_us,
+            measured_us: us,
+            measured_p10_us: us,
+            measured_p90_us: us,
+            prediction_error: 0.0,
+            prediction_error_blocks: [0.0; 3],
+            prediction_error_fast: None,
+            regret: 0.0,
+            fastest_candidate: String::new(),
+            regret_beyond_noise: 0.0,
+            clearly_faster: None,
+            best_single_pu: vec!["core1.ort".into()],
+            measured_best_single_pu_us: us,
+            backend_default: "onnxruntime CPU defaults".into(),
+            measured_backend_default_us: default_us,
+            backend_defaults: vec![bident_runtime::BackendDefault {
+                backend: "onnxruntime".into(),
+                description: "onnxruntime CPU defaults".into(),
+                precision: Some("f32".into()),
+                measured_us: Some(default_us),
+                refused: None,
+                max_abs_err: Some(0.0),
+                is_plan: on_default,
+                block_ratios: if on_default { vec![] } else { ratios(default_us) },
+            }],
+            measured_whole: wholes
+                .iter()
+                .map(|&(pu, them)| WholeRun {
+                    pu: pu.into(),
+                    measured_us: Some(them),
+                    refused: None,
+                    same_as: None,
+                    block_ratios: ratios(them),
+                })
+                .collect(),
+            blocks: 10,
+            slow_blocks: 0,
+            overhead_us_per_op: 1.0,
+            max_abs_err: 0.0,
+            tolerance: String::new(),
+            ops: vec![],
+        }
+    }
+
+    /// LLaMA on `all` (stop 50): a plan on one core under ONNX Runtime behind its defaults, the
+    /// defaults behind the whole model on that core beside them. Giving way trades the two until
+    /// each is spent, then the defaults have the last word and nothing gives way after it; a
+    /// pinned plan never gives way, nor one ahead of everything beside it.
+    #[test]
+    fn giving_way_runs_out_and_the_default_has_the_last_word() {
+        let soc = SocSpec {
+            name: "all".into(),
+            backend: "openvino".into(),
+            simulated: false,
+            pus: vec![
+                pu("CPU", "openvino", &[]),
+                pu("CPU.ort", "onnxruntime", &[]),
+                pu("core0.ort", "onnxruntime", &[0]),
+                pu("core1.ort", "onnxruntime", &[1]),
+            ],
+        };
+        let cfg = bident_runtime::RunConfig::default();
+        let mut way = GivingWay::default();
+        // (the plan's PU, what it measured, the whole-model run beside it, given way to, last word)
+        let runs = [
+            ("core0.ort", 100.0, ("core1.ort", 99.0), Some("CPU.ort"), false),
+            ("CPU.ort", 95.0, ("core1.ort", 90.0), Some("core1.ort"), false),
+            ("core1.ort", 100.0, ("core0.ort", 99.0), Some("CPU.ort"), false),
+            ("CPU.ort", 95.0, ("core1.ort", 90.0), Some("core1.ort"), false),
+            // both spent: the defaults, once more
+            ("core1.ort", 100.0, ("core0.ort", 99.0), Some("CPU.ort"), true),
+            // and the run ends there, though the whole model on core 1 is ahead again
+            ("CPU.ort", 95.0, ("core1.ort", 90.0), None, true),
+        ];
+        for (k, (on, us, beside, want, last)) in runs.into_iter().enumerate() {
+            let plan = whole_plan(&soc, on, false);
+            let got = way.next(&soc, &measured(&plan, us, 95.0, &[beside]), &plan, &cfg);
+            assert_eq!(got.as_ref().map(|(pu, _)| pu.as_str()), want, "run {k}: {got:?}");
+            assert_eq!(way.last_word, last, "run {k}");
+            if let Some((_, why)) = got {
+                assert_eq!(why.contains("once more, as the last run"), last, "run {k}: {why}");
+            }
+        }
+        assert_eq!(way.tried, ["CPU.ort", "core1.ort", "CPU.ort", "core1.ort", "CPU.ort"]);
+        // a fresh run: a pinned plan stays however far behind; one ahead of all stays too
+        let mut way = GivingWay::default();
+        let pinned = whole_plan(&soc, "core0.ort", true);
+        assert_eq!(way.next(&soc, &measured(&pinned, 200.0, 95.0, &[("core1.ort", 90.0)]), &pinned, &cfg), None);
+        let plan = whole_plan(&soc, "core0.ort", false);
+        assert_eq!(way.next(&soc, &measured(&plan, 80.0, 95.0, &[("core1.ort", 90.0)]), &plan, &cfg), None);
+        assert!(way.tried.is_empty() && !way.last_word);
+    }
 
     /// A launch cost above the suspect line is measured again, the lowest kept, and one that
     /// stays above it is said; a plausible first one is measured once.
@@ -1329,20 +1502,11 @@ mod tests {
     /// reference itself or a plan without one has nothing closer.
     #[test]
     fn a_plan_with_outputs_off_is_made_again_closer_to_the_reference() {
-        let pu = |name: &str, backend: &str| bident_backend::PuSpec {
-            name: name.into(),
-            backend: backend.into(),
-            kind: bident_backend::PuKind::Cpu,
-            device: "CPU".into(),
-            properties: Default::default(),
-            cores: vec![],
-            declared_power_w: 1.0,
-        };
         let soc = SocSpec {
             name: "cores".into(),
             backend: "openvino".into(),
             simulated: false,
-            pus: vec![pu("core0", "openvino"), pu("core1", "openvino"), pu("core0.ort", "onnxruntime")],
+            pus: vec![pu("core0", "openvino", &[]), pu("core1", "openvino", &[]), pu("core0.ort", "onnxruntime", &[])],
         };
         let ops = |pus: &[(&str, u32)]| pus.iter().map(|&(p, n)| (p.to_string(), n)).collect::<BTreeMap<_, _>>();
         let pinned = Constraints {
