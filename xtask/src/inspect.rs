@@ -229,6 +229,10 @@ pub fn annotate(dir: &Path, out: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Print an artifact as YAML, then check it as the stage reading it would: against the
+/// artifacts it derives from in its folder ([`Folder::verify`]), a fused graph under another
+/// name on its own. One that does not verify is printed all the same (that is when one looks),
+/// and the command fails saying why.
 pub fn show(file: &Path) -> Result<()> {
     let bytes = artifact::read_bytes(file)?;
     let (header, _) = artifact::read_header(file, &bytes)?;
@@ -245,6 +249,19 @@ pub fn show(file: &Path) -> Result<()> {
         k => bail!("{}: unknown artifact kind `{k}`", file.display()),
     };
     print!("{yaml}");
+    let name = file.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let not_verified = |e: anyhow::Error| e.context(format!("{}: printed, but it does not verify", file.display()));
+    let verified = Folder::new(dir).verify(name).map_err(|e| not_verified(e.into()))?;
+    if !verified && header.kind == FusedGraph::KIND {
+        bident_ir::verify(&artifact::decode::<FusedGraph>(file, &bytes)?.value).map_err(|e| not_verified(e.into()))?;
+    } else if !verified {
+        eprintln!(
+            "{}: not verified: a fused graph is checked on its own, and fused-graph.bin, phased-graph.bin, \
+             cost-table.bin and plan.bin against the artifacts beside them in their folder",
+            file.display()
+        );
+    }
     Ok(())
 }
 

@@ -130,8 +130,10 @@ fn pipeline_end_to_end_on_the_example() {
     let yaml = String::from_utf8_lossy(&o.stdout);
     assert!(yaml.contains("kind: plan") && yaml.contains("objective: energy"), "{yaml}");
 
+    let good = std::fs::read(&plan).expect("plan");
+
     // a corrupt artifact is rejected, saying which and why
-    let mut bytes = std::fs::read(&plan).expect("plan");
+    let mut bytes = good.clone();
     let n = bytes.len();
     bytes[n - 2] ^= 0x55;
     std::fs::write(&plan, &bytes).expect("write");
@@ -149,6 +151,13 @@ fn pipeline_end_to_end_on_the_example() {
     let o = xtask(&["search", &od]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("the cost table of `example` does not fit"), "{}", stderr(&o));
+    // so is a plan of another model, and show prints it but fails, saying why
+    let stray = other.path().join("plan.bin");
+    std::fs::write(&stray, &good).expect("write");
+    let o = xtask(&["show", &stray.display().to_string()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("kind: plan"));
+    assert!(stderr(&o).contains("plan.bin: printed, but it does not verify"), "{}", stderr(&o));
 }
 
 #[test]

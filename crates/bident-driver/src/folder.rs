@@ -137,6 +137,20 @@ impl Folder {
         Ok((s.value, s.header.payload_hash))
     }
 
+    /// Check the artifact `file` of this folder as a stage reading it does ([`Folder::fused`],
+    /// [`Folder::phased`], [`Folder::costs`], [`Folder::plan`]), against the ones it derives
+    /// from; false for a file no stage reads back through a verifier (a run report).
+    pub fn verify(&self, file: &str) -> Result<bool> {
+        match file {
+            FUSED => drop(self.fused()?),
+            PHASED => drop(self.phased(&self.fused()?.0)?),
+            COSTS => drop(self.costs(&self.fused()?.0)?),
+            PLAN => drop(self.planned()?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
     /// Every artifact up to the plan, each checked against the ones it derives from.
     pub fn planned(&self) -> Result<Planned> {
         let (g, gh) = self.fused()?;
