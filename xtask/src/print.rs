@@ -342,7 +342,7 @@ pub fn measured(r: &RunReport) {
         r.overhead_us_per_op
     );
     println!(
-        "outputs    checked against the whole model in every block (its warm-up runs and its last): max abs error {:.3e}; {}",
+        "outputs    checked against the whole model in every block (its first run and its last): max abs error {:.3e}; {}",
         r.max_abs_err, r.tolerance
     );
     if r.pu_backends.iter().any(|b| Some(b) != r.pu_backends.first()) {

@@ -1010,17 +1010,17 @@ fn measure(
                     }
                     Ok(())
                 };
-                // the outputs of every warm-up run and of the block's last are checked; the
-                // timed runs before it are let go as they end, as a baseline's are, and so is
-                // the one run between the checks and them. Checked between the timed runs, LLaMA
-                // whole on one core under ONNX Runtime measured 5-10% slower as the plan than the
-                // same configuration beside it as a baseline, whichever it was, and a run gave
-                // way five to seven times between the two; checked after the block (each run's
-                // outputs held until then), 4-9%; let go unchecked, within the noise (stop 51).
-                // Kept to the end of the measurement, 2-11% (memory held makes each run
-                // allocate afresh: the likely cause, not proven)
-                warm_up(cfg.warmup, || check(&session.run(&inputs)?.outputs))?;
-                session.run(&inputs)?;
+                // the outputs of the block's first run and of its last are checked; the warm-up
+                // and the timed runs between are let go as they end, as a baseline's are (the
+                // warm-up, at least 5 ms, reaches the same steady state). Checked between the
+                // timed runs, LLaMA whole on one core under ONNX Runtime measured 5-10% slower as
+                // the plan than the same configuration beside it as a baseline, whichever it was,
+                // and a run gave way five to seven times between the two; checked after the block
+                // (each run's outputs held until then), 4-9%; let go unchecked, within the noise
+                // (stop 51). Kept to the end of the measurement, 2-11% (memory held makes each
+                // run allocate afresh: the likely cause, not proven)
+                check(&session.run(&inputs)?.outputs)?;
+                warm_up(cfg.warmup, || session.run(&inputs).map(drop))?;
                 // (total, overhead per task, spans) per run
                 let mut block_runs = Vec::with_capacity(block as usize);
                 let mut last = None;
