@@ -120,6 +120,7 @@ impl OnnxRuntime {
             return Err(lib_err(format!("no such file (set {} to the library's full path)", install::LIBRARY_ENV)));
         }
         let version = library_version(library).map_err(lib_err)?;
+        crate::keep_freed_memory();
         // a failed load is not kept by ort, so a later call with the right path still works
         let builder = ort::init_from(library).map_err(|e| lib_err(e.to_string()))?;
         // `ort` turns ONNX Runtime's telemetry on unless told otherwise, and from 1.32 the

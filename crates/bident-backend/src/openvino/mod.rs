@@ -146,6 +146,7 @@ impl OpenVino {
             )));
         }
         check_symbols(library)?;
+        crate::keep_freed_memory();
         sys::library::load_from(library).map_err(|e| BackendError::Library(format!("{}: {e}", library.display())))?;
         let mut core = ptr::null_mut();
         // SAFETY: out-pointer to a fresh core.
