@@ -70,10 +70,9 @@ impl Worker {
                             if spinning && idle_since.elapsed() < idle_spin && polling_allowed() =>
                         {
                             // yield: another thread pinned here (another session's worker) runs.
-                            // One that kept the core for a time slice ends the spin, and only
-                            // this worker's: the caller's own work between inferences does so
-                            // (the hand-off bench's direct calls, a run's baselines), and made
-                            // every thread of the process stop polling mid-inference too
+                            // A yield that lost the core for a time slice ends this worker's spin
+                            // only, with no back-off for the process ([`yield_core`]): it is
+                            // mostly the caller's own work between inferences (a run's baselines)
                             spinning = yield_briefly();
                             continue;
                         }
