@@ -302,6 +302,8 @@ fn summary(rows: &[Row]) {
 }
 
 fn main() {
+    // as `cargo xtask` runs OpenVINO; SAFETY: no other thread exists yet
+    unsafe { bident_backend::openvino::unbind_threads() };
     let be = backends();
     let mut c = Criterion::default().configure_from_args();
     let mut rows = vec![];

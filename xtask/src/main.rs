@@ -150,6 +150,8 @@ enum Cmd {
 }
 
 fn main() {
+    // SAFETY: the first statement of main: no other thread exists yet.
+    unsafe { bident_backend::openvino::unbind_threads() };
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // help and version (also asked for by giving no arguments) print as clap writes them

@@ -130,6 +130,58 @@ pub fn from_ov(et: Et) -> Option<DType> {
     })
 }
 
+/// The hwloc setting that makes TBB, under OpenVINO's CPU plugin, leave threads where they are.
+const UNBOUND: (&str, &str) = ("HWLOC_THISSYSTEM", "0");
+
+/// Turn off TBB's thread binding for OpenVINO, where it places nothing.
+///
+/// OpenVINO's CPU plugin runs each inference in a TBB arena, and TBB (through hwloc) binds a
+/// thread entering it to the arena's cores and restores the thread's own mask on leaving: two
+/// `sched_setaffinity` calls per inference. On this VM a one-op call to a PU compiled for one
+/// thread took 6.8 µs from an unpinned thread and 9.2 µs from a thread bident pinned to a core
+/// (whose mask each call widens to every core and narrows back), and 3.4-3.6 µs from either
+/// unbound (`cargo bench -p bident-tests --bench handoff`, `direct` and `op1`). On a machine with one NUMA node and one core type the
+/// arena's cores are every core the process may use, so the binding places nothing; there this
+/// sets hwloc's `HWLOC_THISSYSTEM=0`, under which hwloc makes no binding calls. Where a NUMA node
+/// or a core type is there to choose (a `SCHEDULING_CORE_TYPE` PU), or the variable is set
+/// already, it does nothing. Returns whether it set the variable; [`threads_unbound`] says
+/// whether the process runs unbound.
+///
+/// # Safety
+/// It sets an environment variable: call it before the process starts a second thread.
+pub unsafe fn unbind_threads() -> bool {
+    if !cfg!(target_os = "linux") || std::env::var_os(UNBOUND.0).is_some() || binding_places_threads() {
+        return false;
+    }
+    // SAFETY: the caller promises no other thread exists to read the environment meanwhile.
+    unsafe { std::env::set_var(UNBOUND.0, UNBOUND.1) };
+    true
+}
+
+/// Whether OpenVINO runs with TBB's thread binding off in this process ([`unbind_threads`]).
+pub fn threads_unbound() -> bool {
+    std::env::var_os(UNBOUND.0).is_some_and(|v| v == UNBOUND.1)
+}
+
+/// Whether binding a thread to an arena's cores can place it: more than one NUMA node, or a
+/// hybrid processor.
+fn binding_places_threads() -> bool {
+    numa_nodes(Path::new("/sys/devices/system/node")) != 1 || crate::soc::hybrid_cores().is_some()
+}
+
+/// How many NUMA nodes Linux lists in `dir` (`node0`, `node1`, ...): 0 where it cannot be read.
+fn numa_nodes(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.strip_prefix("node").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .count()
+}
+
 impl OpenVino {
     /// Load `libopenvino_c` from its full path (the wheel ships only the versioned name, which
     /// the crate's own finder does not look for) and create a core.
@@ -229,8 +281,12 @@ impl Backend for OpenVino {
             if sys::ov_get_openvino_version(&mut v) != ov_status_e::OK || v.buildNumber.is_null() {
                 return "unknown".into();
             }
-            let s = CStr::from_ptr(v.buildNumber).to_string_lossy().into_owned();
+            let mut s = CStr::from_ptr(v.buildNumber).to_string_lossy().into_owned();
             sys::ov_version_free(&mut v);
+            // how it runs changes its costs: cached ones are keyed by this
+            if threads_unbound() {
+                s.push_str(" (threads unbound)");
+            }
             s
         }
     }
@@ -628,5 +684,20 @@ impl Executable for OvExecutable {
                 unsafe { sys::ov_infer_request_cancel(r.0) };
             }
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Only `nodeN` entries count as NUMA nodes; an unreadable folder counts none, and so
+    /// leaves the binding alone.
+    #[test]
+    fn numa_nodes_are_counted_from_their_folders() {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        for name in ["node0", "node1", "node", "nodex", "online", "possible"] {
+            std::fs::create_dir(dir.path().join(name)).expect("a folder");
+        }
+        assert_eq!(super::numa_nodes(dir.path()), 2);
+        assert_eq!(super::numa_nodes(&dir.path().join("missing")), 0);
     }
 }
