@@ -236,8 +236,15 @@ pub fn annotate(dir: &Path, out: &Path) -> Result<()> {
 pub fn show(file: &Path) -> Result<()> {
     let bytes = artifact::read_bytes(file)?;
     let (header, _) = artifact::read_header(file, &bytes)?;
+    // a fused graph under another name is verified on its own below: decoded once for both
+    let mut fused = None;
     let yaml = match header.kind.as_str() {
-        FusedGraph::KIND => twin::<FusedGraph>(file, &bytes)?,
+        FusedGraph::KIND => {
+            let s = artifact::decode::<FusedGraph>(file, &bytes)?;
+            let yaml = artifact::to_yaml(&s.header, &s.value)?;
+            fused = Some(s.value);
+            yaml
+        }
         PhasedGraph::KIND => twin::<PhasedGraph>(file, &bytes)?,
         bident_profile::coexec::CoExecTable::KIND => twin::<bident_profile::coexec::CoExecTable>(file, &bytes)?,
         bident_search::concurrent::ConcurrentPlan::KIND => {
@@ -253,8 +260,8 @@ pub fn show(file: &Path) -> Result<()> {
     let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let not_verified = |e: anyhow::Error| e.context(format!("{}: printed, but it does not verify", file.display()));
     let verified = Folder::new(dir).verify(name).map_err(|e| not_verified(e.into()))?;
-    if !verified && header.kind == FusedGraph::KIND {
-        bident_ir::verify(&artifact::decode::<FusedGraph>(file, &bytes)?.value).map_err(|e| not_verified(e.into()))?;
+    if let (false, Some(graph)) = (verified, &fused) {
+        bident_ir::verify(graph).map_err(|e| not_verified(e.into()))?;
     } else if !verified {
         eprintln!(
             "{}: not verified: a fused graph is checked on its own, and fused-graph.bin, phased-graph.bin, \
