@@ -137,11 +137,11 @@ const UNBOUND: (&str, &str) = ("HWLOC_THISSYSTEM", "0");
 ///
 /// OpenVINO's CPU plugin runs each inference in a TBB arena, and TBB (through hwloc) binds a
 /// thread entering it to the arena's cores and restores the thread's own mask on leaving: two
-/// `sched_setaffinity` calls per inference. On this VM a one-op call to a PU compiled for one
-/// thread took 6.8 µs from an unpinned thread and 9.2 µs from a thread bident pinned to a core
-/// (whose mask each call widens to every core and narrows back), and 3.4-3.6 µs from either
-/// unbound (`cargo bench -p bident-tests --bench handoff`, `direct` and `op1`). On a machine with one NUMA node and one core type the
-/// arena's cores are every core the process may use, so the binding places nothing; there this
+/// `sched_setaffinity` calls per inference. On the 2-core EPYC VM a one-op call to a PU compiled
+/// for one thread took 6.6-6.9 µs from an unpinned thread and 9.2-12.4 µs from a thread bident
+/// pinned to a core (whose mask each call widens to every core and narrows back), 3.4-3.7 µs
+/// from either unbound (`cargo bench -p bident-tests --bench handoff`). On a machine with one
+/// NUMA node and one core type the arena's cores are every core the process may use, so the binding places nothing; there this
 /// sets hwloc's `HWLOC_THISSYSTEM=0`, under which hwloc makes no binding calls. Where a NUMA node
 /// or a core type is there to choose (a `SCHEDULING_CORE_TYPE` PU), or the variable is set
 /// already, it does nothing. Returns whether it set the variable; [`threads_unbound`] says
