@@ -240,13 +240,17 @@ fn local_pus(
     out
 }
 
+/// Linux's `/sys/devices`, where bident reads the processor's make-up (`BIDENT_SYSFS_DEVICES`
+/// points elsewhere).
+pub(crate) fn sysfs_devices() -> std::path::PathBuf {
+    std::env::var_os("BIDENT_SYSFS_DEVICES").map(std::path::PathBuf::from).unwrap_or_else(|| "/sys/devices".into())
+}
+
 /// The P-cores and E-cores this process may run on, when the processor is hybrid: Linux lists
-/// them in `/sys/devices/cpu_core/cpus` and `/sys/devices/cpu_atom/cpus`
-/// (`BIDENT_SYSFS_DEVICES` points elsewhere). None when either list is missing or empty.
+/// them in `cpu_core/cpus` and `cpu_atom/cpus` under [`sysfs_devices`]. None when either list
+/// is missing or empty.
 pub fn hybrid_cores() -> Option<(Vec<usize>, Vec<usize>)> {
-    let dir =
-        std::env::var_os("BIDENT_SYSFS_DEVICES").map(std::path::PathBuf::from).unwrap_or_else(|| "/sys/devices".into());
-    hybrid_cores_in(&dir, &crate::allowed_cpus())
+    hybrid_cores_in(&sysfs_devices(), &crate::allowed_cpus())
 }
 
 fn hybrid_cores_in(dir: &std::path::Path, allowed: &[usize]) -> Option<(Vec<usize>, Vec<usize>)> {

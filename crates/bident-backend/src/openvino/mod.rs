@@ -141,10 +141,10 @@ const UNBOUND: (&str, &str) = ("HWLOC_THISSYSTEM", "0");
 /// for one thread took 6.6-6.9 µs from an unpinned thread and 9.2-12.4 µs from a thread bident
 /// pinned to a core (whose mask each call widens to every core and narrows back), 3.4-3.7 µs
 /// from either unbound (`cargo bench -p bident-tests --bench handoff`). On a machine with one
-/// NUMA node and one core type the arena's cores are every core the process may use, so the binding places nothing; there this
-/// sets hwloc's `HWLOC_THISSYSTEM=0`, under which hwloc makes no binding calls. Where a NUMA node
-/// or a core type is there to choose (a `SCHEDULING_CORE_TYPE` PU), or the variable is set
-/// already, it does nothing. Returns whether it set the variable; [`threads_unbound`] says
+/// NUMA node and one core type the arena's cores are every core the process may use, so the
+/// binding places nothing; there this sets hwloc's `HWLOC_THISSYSTEM=0`, under which hwloc makes
+/// no binding calls. Where a NUMA node or a core type is there to choose (a
+/// `SCHEDULING_CORE_TYPE` PU), or the variable is set already, it does nothing. Returns whether it set the variable; [`threads_unbound`] says
 /// whether the process runs unbound.
 ///
 /// # Safety
@@ -163,10 +163,10 @@ pub fn threads_unbound() -> bool {
     std::env::var_os(UNBOUND.0).is_some_and(|v| v == UNBOUND.1)
 }
 
-/// Whether binding a thread to an arena's cores can place it: more than one NUMA node, or a
-/// hybrid processor.
+/// Whether binding a thread to an arena's cores can place it: other than one NUMA node (none
+/// readable counts as other), or a hybrid processor.
 fn binding_places_threads() -> bool {
-    numa_nodes(Path::new("/sys/devices/system/node")) != 1 || crate::soc::hybrid_cores().is_some()
+    numa_nodes(&crate::soc::sysfs_devices().join("system/node")) != 1 || crate::soc::hybrid_cores().is_some()
 }
 
 /// How many NUMA nodes Linux lists in `dir` (`node0`, `node1`, ...): 0 where it cannot be read.
