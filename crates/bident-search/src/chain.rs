@@ -12,6 +12,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use crate::Objective;
+use crate::measured::MeasuredRuns;
 
 /// Costs along an execution order, ready for the DP and the evaluator; stored flat, op-major
 /// (op i's entry for PU j at `i * k + j`).
@@ -27,8 +28,8 @@ pub struct Chain {
     power: Vec<f64>,
     /// What op i saves on PU j when op i-1 ran there too (0 for the first op).
     saving: Vec<f64>,
-    /// Runs measured whole: (first position, last position, PU) -> cost of the run.
-    runs: std::collections::HashMap<(usize, usize, usize), f64>,
+    /// Runs measured whole, by position.
+    runs: MeasuredRuns,
     pub accelerator: Vec<bool>,
 }
 
@@ -73,13 +74,15 @@ impl Chain {
     /// The same chain knowing what some runs of consecutive positions cost measured whole
     /// (`(first, last, pu)`); only the concurrent evaluator prices them.
     pub(crate) fn with_runs(mut self, runs: std::collections::HashMap<(usize, usize, usize), f64>) -> Self {
-        self.runs = runs;
+        let rows: Vec<Vec<Option<f64>>> = self.w.chunks(self.k.max(1)).map(<[_]>::to_vec).collect();
+        let next: Vec<Option<usize>> = (0..rows.len()).map(|p| (p + 1 < rows.len()).then_some(p + 1)).collect();
+        self.runs = MeasuredRuns::new(runs, &rows, &next);
         self
     }
 
-    /// What the run of positions `first..=last` on PU `pu` cost measured whole, if it was.
-    pub(crate) fn run_cost(&self, first: usize, last: usize, pu: usize) -> Option<f64> {
-        self.runs.get(&(first, last, pu)).copied()
+    /// The runs measured whole, by position ([`MeasuredRuns::price`] prices a stream's runs).
+    pub(crate) fn runs(&self) -> &MeasuredRuns {
+        &self.runs
     }
 
     /// The same chain where op i saves `saving[i * k + j]` on PU j after op i-1 on j, clamped to

@@ -717,8 +717,9 @@ pub struct Evaluation {
 /// 1 / SF(its PU, the other's) while the other stream has an op running on another PU, whether
 /// that op started before it or mid-way, and at rate 1 otherwise; transfers are not slowed; an
 /// op waits while the other stream runs on a PU it shares hardware with, SF infinite). Each op is priced after its stream's last op and its freshness (as the search does);
-/// where a stream's run of ops compiled together was measured whole, its ops' execution is
-/// scaled to that measurement. None if an op cannot run where placed.
+/// where a stream's run of ops compiled together was measured whole, or holds most of one, its
+/// ops' execution is their share of that measurement ([`crate::MeasuredRuns`]). None if an op
+/// cannot run where placed.
 pub fn evaluate(a: &Chain, b: &Chain, sf: &[Vec<f64>], co: &dyn CoCost, steps: &[PathStep]) -> Option<Evaluation> {
     let k = a.pus();
     let step = Stepper::new(a, b, sf, co, Objective::Latency);
@@ -742,11 +743,15 @@ pub fn evaluate(a: &Chain, b: &Chain, sf: &[Vec<f64>], co: &dyn CoCost, steps: &
             lb = y;
         }
     }
-    // pass 2: per stream, the scale of each op's execution from runs measured whole
-    let scales = |stream: usize, ch: &Chain| -> Option<Vec<f64>> {
+    // pass 2: per stream, each op's execution: its pair price, or its share of a run measured
+    // whole ([`MeasuredRuns::price`])
+    let works = |stream: usize, ch: &Chain| -> Option<Vec<f64>> {
         let ops: Vec<(usize, usize, usize, bool)> =
             ctx.iter().filter_map(|c| if stream == 0 { c.0 } else { c.1 }).collect();
-        let mut scale = vec![1.0; ch.len()];
+        let mut work = vec![0.0; ch.len()];
+        for o in &ops {
+            work[o.0] = step.parts(stream, o.0, o.1, o.2, o.3)?.1;
+        }
         let mut r = 0;
         while r < ops.len() {
             let joins = |o: &(usize, usize, usize, bool)| o.3 && o.2 == o.1 && o.0 > 0;
@@ -754,23 +759,13 @@ pub fn evaluate(a: &Chain, b: &Chain, sf: &[Vec<f64>], co: &dyn CoCost, steps: &
             while end < ops.len() && joins(&ops[end]) && ops[end].1 == ops[r].1 {
                 end += 1;
             }
-            let (first, last, x) = (ops[r].0, ops[end - 1].0, ops[r].1);
-            if end - r >= 3
-                && let Some(t) = ch.run_cost(first, last, x)
-            {
-                let approx: f64 = ops[r..end]
-                    .iter()
-                    .map(|o| step.parts(stream, o.0, o.1, o.2, o.3).map(|p| p.1))
-                    .sum::<Option<f64>>()?;
-                if approx > 0.0 {
-                    ops[r..end].iter().for_each(|o| scale[o.0] = t / approx);
-                }
-            }
+            let run: Vec<usize> = ops[r..end].iter().map(|o| o.0).collect();
+            ch.runs().price(&run, ops[r].1, &mut work);
             r = end;
         }
-        Some(scale)
+        Some(work)
     };
-    let scale = [scales(0, a)?, scales(1, b)?];
+    let work = [works(0, a)?, works(1, b)?];
     // pass 3: as the runtime runs it: each PU runs its ops in step order (A's before B's within
     // a step) one at a time, each stream its ops in order, the streams otherwise independent.
     // Event by event: an op first pays its transfers, then its execution progresses at rate
@@ -788,8 +783,8 @@ pub fn evaluate(a: &Chain, b: &Chain, sf: &[Vec<f64>], co: &dyn CoCost, steps: &
     for (s, (ca, cb)) in ctx.iter().enumerate() {
         for (stream, c) in [(0, ca), (1, cb)] {
             if let Some((i, x, last, fresh)) = *c {
-                let (t, w) = step.parts(stream, i, x, last, fresh)?;
-                tasks.push(Task { step: s, stream, i, x, t, w: w * scale[stream][i] });
+                let (t, _) = step.parts(stream, i, x, last, fresh)?;
+                tasks.push(Task { step: s, stream, i, x, t, w: work[stream][i] });
             }
         }
     }

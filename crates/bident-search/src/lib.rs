@@ -22,6 +22,7 @@ pub mod chain;
 pub mod concurrent;
 pub mod diff;
 mod forkjoin;
+pub mod measured;
 pub mod pass;
 pub mod problem;
 mod wide;
@@ -36,6 +37,7 @@ use serde::{Deserialize, Serialize};
 
 pub use chain::Chain;
 pub use diff::{Move, PlanDiff, diff};
+pub use measured::MeasuredRuns;
 pub use pass::{MappingSearch, Placement, plan_from_placement, search_by};
 use problem::PhaseMemo;
 pub use problem::{OrderLinks, Problem, Schedule, Timeline};

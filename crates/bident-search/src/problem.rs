@@ -18,7 +18,8 @@
 //!   one sub-model (under a parallel schedule only neighbours that overlap nothing else: same
 //!   branch, or both in phases of one branch). An op in a run costs its weight less the measured
 //!   saving of compiling it with its predecessor (pairs in `CostTable::segments`); where the
-//!   whole run was measured (a longer entry there), its ops' costs are scaled to that figure.
+//!   whole run was measured (a longer entry there), or it holds at least half of the longest run
+//!   measured on its PU, its ops share that measurement by their weights ([`MeasuredRuns`]).
 
 use std::cell::Cell;
 use std::cmp::Reverse;
@@ -29,6 +30,7 @@ use bident_profile::CostTable;
 use serde::{Deserialize, Serialize};
 
 use crate::Objective;
+use crate::measured::MeasuredRuns;
 
 /// How a plan's ops are run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,7 +81,7 @@ pub struct Problem {
     /// (compiled together), in [0, w].
     pub saving: Vec<Vec<f64>>,
     /// Measured runs of three or more ops: `(first op, last op, pu)` -> cost of the run.
-    pub segment_cost: std::collections::HashMap<(usize, usize, usize), f64>,
+    pub segment_cost: MeasuredRuns,
     /// `launch[pu]`: what an inference costs the runtime beyond its ops where it uses that PU
     /// (µs; 0 where not measured); a mapping's latency adds the largest of its PUs' once.
     pub launch: Vec<f64>,
@@ -187,6 +189,7 @@ impl Problem {
                 }
             }
         }
+        let segment_cost = MeasuredRuns::new(segment_cost, &w, &next);
         let flag = |ops: &[u32]| {
             let mut v = vec![false; n];
             for &o in ops {
@@ -225,8 +228,8 @@ impl Problem {
     }
 
     /// Per op, its cost in its run (µs, before contention), where some runs were measured whole:
-    /// weight less saving, scaled over a measured run to its measured cost. None if an op sits
-    /// where it cannot run.
+    /// weight less saving, or its share of a measured run ([`MeasuredRuns`]). None if an op
+    /// sits where it cannot run.
     fn effective(&self, assign: &[usize], schedule: Schedule) -> Option<Vec<f64>> {
         let mut eff = vec![0.0; self.ops()];
         let order: Vec<usize> = self.order().collect();
@@ -237,18 +240,10 @@ impl Problem {
                 end += 1;
             }
             let run = &order[k..end];
-            let mut sum = 0.0;
             for &c in run {
                 eff[c] = self.w[c][assign[c]]? - self.saved(assign, c, schedule);
-                sum += eff[c];
             }
-            if run.len() >= 3
-                && let Some(&t) = self.segment_cost.get(&(run[0], run[run.len() - 1], assign[run[0]]))
-            {
-                for &c in run {
-                    eff[c] = if sum > 0.0 { eff[c] * t / sum } else { t / run.len() as f64 };
-                }
-            }
+            self.segment_cost.price(run, assign[run[0]], &mut eff);
             k = end;
         }
         Some(eff)
@@ -286,26 +281,9 @@ impl Problem {
                     .fold(f64::INFINITY, f64::min)
             })
             .collect();
-        for (&(first, last, j), &t) in &self.segment_cost {
-            let mut run = vec![first];
-            while let Some(&c) = run.last().filter(|&&c| c != last) {
-                match self.next[c] {
-                    Some(x) => run.push(x),
-                    None => break,
-                }
-            }
-            let approx: Option<Vec<f64>> = run
-                .iter()
-                .enumerate()
-                .map(|(i, &c)| self.w[c][j].map(|w| if i == 0 { w } else { w - self.saving[c][j] }))
-                .collect();
-            let Some(approx) = approx else { continue };
-            let sum: f64 = approx.iter().sum();
-            for (&c, a) in run.iter().zip(approx) {
-                let share = if sum > 0.0 { a * t / sum } else { t / run.len() as f64 };
-                floor_us[c] = floor_us[c].min(share);
-                floor_uj[c] = floor_uj[c].min(share * self.power[c][j]);
-            }
+        for (c, j, share) in self.segment_cost.shares() {
+            floor_us[c] = floor_us[c].min(share);
+            floor_uj[c] = floor_uj[c].min(share * self.power[c][j]);
         }
         let least = |c: usize| floor_us[c];
         let energy = floor_uj.iter().sum::<f64>();
@@ -377,7 +355,7 @@ impl Problem {
         let runs = self
             .segment_cost
             .iter()
-            .filter_map(|(&(first, last, j), &t)| {
+            .filter_map(|((first, last, j), t)| {
                 let (p0, p1) = (pos[first]?, pos[last]?);
                 // the positions between must be the run's neighbours in order
                 (p0 < p1 && (p0..p1).all(|p| self.next[ops[p]] == Some(ops[p + 1]))).then_some(((p0, p1, j), t))

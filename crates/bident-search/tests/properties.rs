@@ -2,7 +2,9 @@
 //! shaped like the partitioner's output (phases of 1-3 branches, branches of 1-3 ops, each
 //! branch's head fed by a tail of the previous phase).
 
-use bident_search::{Mode, Objective, OrderLinks, Problem, Schedule, SearchConfig, best_mapping, heuristic_mapping};
+use bident_search::{
+    MeasuredRuns, Mode, Objective, OrderLinks, Problem, Schedule, SearchConfig, best_mapping, heuristic_mapping,
+};
 use proptest::prelude::*;
 
 /// A random instance: `shape[phase][branch]` = ops in that branch; costs from `r`.
@@ -89,6 +91,7 @@ fn problem(shape: &[Vec<usize>], k: usize, r: &mut impl FnMut() -> f64) -> Probl
             }
         }
     }
+    let segment_cost = MeasuredRuns::new(segment_cost, &w, &next);
     Problem {
         w,
         h2d: (0..n).map(|_| (0..k).map(|_| 20.0 * r()).collect()).collect(),
