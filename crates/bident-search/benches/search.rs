@@ -3,7 +3,7 @@
 //!
 //! `cargo bench -p bident-search`; the figures are for the machine it runs on.
 
-use bident_search::{Chain, Mode, Objective, Problem, SearchConfig, best_mapping};
+use bident_search::{Chain, MeasuredRuns, Mode, Objective, Problem, SearchConfig, best_mapping};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 
 fn rng() -> impl FnMut() -> f64 {
@@ -95,6 +95,26 @@ fn pipeline_with_skips(n: usize, k: usize, width: usize, skip: usize) -> Problem
     let mut to_host = vec![false; n];
     to_host[n - 1] = true;
     problem(k, phases, place, (preds, succs), (from_host, to_host))
+}
+
+/// [`pipeline`] as refine leaves it: runs measured whole, the whole model on every PU that runs
+/// it all (at half its ops' weights) and on every PU five runs of 15 ops (at 0.6 of theirs), so
+/// the search prices plans by the evaluator rather than its fast paths.
+fn measured(n: usize, k: usize) -> Problem {
+    let mut p = pipeline(n, k, 4);
+    let order: Vec<usize> = p.order().collect();
+    let mut runs = std::collections::HashMap::new();
+    for j in 0..k {
+        let weight = |ops: &[usize]| ops.iter().map(|&c| p.w[c][j].unwrap_or(0.0)).sum::<f64>();
+        runs.insert((order[0], order[n - 1], j), 0.5 * weight(&order));
+        // between the ops the accelerator lacks (every 17th)
+        for m in (0..n / 17).step_by(6) {
+            let run = &order[17 * m + 1..(17 * m + 16).min(n)];
+            runs.insert((run[0], run[run.len() - 1], j), 0.6 * weight(run));
+        }
+    }
+    p.segment_cost = MeasuredRuns::new(runs, &p.w, &p.next);
+    p
 }
 
 /// The floor of the paper's DP: a straight eq. (1) over flat arrays (latency, no savings), the
@@ -212,6 +232,14 @@ fn searches(c: &mut Criterion) {
     let p = pipeline_with_skips(4600, 3, 4, 5);
     let cfg = SearchConfig { objective: Objective::Latency, mode: Mode::Sequential, ..Default::default() };
     g.bench_with_input(BenchmarkId::new("sequential_k3_residual", 4600), &p, |b, p| b.iter(|| best_mapping(p, &cfg)));
+    // runs measured whole, as after refine: every plan priced by the evaluator
+    let p = measured(500, 3);
+    for mode in [Mode::Sequential, Mode::Parallel] {
+        let cfg = SearchConfig { objective: Objective::Latency, mode, ..Default::default() };
+        g.bench_with_input(BenchmarkId::new(format!("{}_k3_measured_runs", mode.name()), 500), &p, |b, p| {
+            b.iter(|| best_mapping(p, &cfg))
+        });
+    }
     // phases of three branches of 3 ops: 3^9 assignments each, solved exactly (as ViT's Q/K/V)
     let p = pipeline(500, 3, 3);
     for mode in [Mode::Sequential, Mode::Parallel] {

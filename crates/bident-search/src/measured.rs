@@ -119,17 +119,18 @@ impl MeasuredRuns {
         }
         // the longest block of neighbours in the run priced by one measured run
         let of = |c: usize| self.longest.get(c * self.pus + pu).copied().flatten();
-        let (mut best, mut at) = ((0, 0), 0);
+        let (mut best, mut at, mut held) = ((0, 0, None), 0, of(first));
         for k in 1..=run.len() {
-            if k == run.len() || of(run[k]) != of(run[at]) {
-                if of(run[at]).is_some() && k - at > best.1 - best.0 {
-                    best = (at, k);
+            let here = run.get(k).and_then(|&c| of(c));
+            if k == run.len() || here != held {
+                if held.is_some() && k - at > best.1 - best.0 {
+                    best = (at, k, held);
                 }
-                at = k;
+                (at, held) = (k, here);
             }
         }
         let block = &run[best.0..best.1];
-        let Some(r) = block.first().and_then(|&c| of(c)).map(|i| &self.runs[i as usize]) else { return };
+        let Some(r) = best.2.map(|i| &self.runs[i as usize]) else { return };
         if block.len() < 3 || 2 * block.len() < r.ops.len() {
             return;
         }
