@@ -716,10 +716,11 @@ pub struct Evaluation {
 /// ops in order, the streams otherwise independent; an op's execution progresses at rate
 /// 1 / SF(its PU, the other's) while the other stream has an op running on another PU, whether
 /// that op started before it or mid-way, and at rate 1 otherwise; transfers are not slowed; an
-/// op waits while the other stream runs on a PU it shares hardware with, SF infinite). Each op is priced after its stream's last op and its freshness (as the search does);
-/// where a stream's run of ops compiled together was measured whole, or holds most of one, its
-/// ops' execution is their share of that measurement ([`crate::MeasuredRuns`]). None if an op
-/// cannot run where placed.
+/// op waits while the other stream runs on a PU it shares hardware with, SF infinite). Each op
+/// is priced after its stream's last op and its freshness (as the search does); where a
+/// stream's run of ops compiled together was measured whole, or holds at least half of a run
+/// measured whole, its ops' execution is their share of that measurement
+/// ([`crate::MeasuredRuns`]). None if an op cannot run where placed.
 pub fn evaluate(a: &Chain, b: &Chain, sf: &[Vec<f64>], co: &dyn CoCost, steps: &[PathStep]) -> Option<Evaluation> {
     let k = a.pus();
     let step = Stepper::new(a, b, sf, co, Objective::Latency);

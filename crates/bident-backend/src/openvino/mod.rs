@@ -144,8 +144,8 @@ const UNBOUND: (&str, &str) = ("HWLOC_THISSYSTEM", "0");
 /// NUMA node and one core type the arena's cores are every core the process may use, so the
 /// binding places nothing; there this sets hwloc's `HWLOC_THISSYSTEM=0`, under which hwloc makes
 /// no binding calls. Where a NUMA node or a core type is there to choose (a
-/// `SCHEDULING_CORE_TYPE` PU), or the variable is set already, it does nothing. Returns whether it set the variable; [`threads_unbound`] says
-/// whether the process runs unbound.
+/// `SCHEDULING_CORE_TYPE` PU), or the variable is set already, it does nothing. Returns whether
+/// it set the variable; [`threads_unbound`] says whether the process runs unbound.
 ///
 /// # Safety
 /// It sets an environment variable: call it before the process starts a second thread.
