@@ -239,11 +239,9 @@ impl Problem {
             while end < order.len() && self.joins(assign, order[end], schedule) {
                 end += 1;
             }
-            let run = &order[k..end];
-            for &c in run {
-                eff[c] = self.w[c][assign[c]]? - self.saved(assign, c, schedule);
+            if !self.price_run(assign, schedule, &order[k..end], &mut eff) {
+                return None;
             }
-            self.segment_cost.price(run, assign[run[0]], &mut eff);
             k = end;
         }
         Some(eff)
@@ -785,8 +783,7 @@ impl Problem {
             .sum()
     }
 
-    /// The objective from a full evaluation (infinite if infeasible): what the local objectives
-    /// fall back to where measured runs make an op's cost depend on its whole run.
+    /// The objective from a full evaluation (infinite if infeasible).
     fn full_objective(&self, assign: &[usize], schedule: Schedule, obj: Objective) -> f64 {
         self.evaluate(assign, schedule).map_or(f64::INFINITY, |t| t.objective(obj))
     }
@@ -928,7 +925,7 @@ impl Problem {
     /// involved.
     pub(crate) fn local_objective(&self, assign: &[usize], ops: &[usize], schedule: Schedule, obj: Objective) -> f64 {
         if !self.segment_cost.is_empty() {
-            return self.full_objective(assign, schedule, obj);
+            return self.local_measured(assign, ops, schedule, obj);
         }
         let (mut shares, mut spans) = (0.0, 0.0);
         self.local_parts(
@@ -944,7 +941,7 @@ impl Problem {
     /// op, without allocating: in a DAG an op's predecessors and successors are distinct).
     fn local_single(&self, assign: &[usize], c: usize, schedule: Schedule, obj: Objective) -> f64 {
         if !self.segment_cost.is_empty() {
-            return self.full_objective(assign, schedule, obj);
+            return self.local_measured(assign, &[c], schedule, obj);
         }
         let parallel = |x: usize| schedule == Schedule::Parallel && self.phases[self.place[x].0].len() > 1;
         let mut total = 0.0;
@@ -969,6 +966,151 @@ impl Problem {
             n_phases += 1;
         }
         total + phases[..n_phases].iter().map(|&pi| self.phase_objective(assign, pi, schedule, obj)).sum::<f64>()
+    }
+
+    /// [`Problem::local_objective`] where runs were measured whole ([`MeasuredRuns`]). There an
+    /// op's cost reads its whole run, so moving `ops` can change the cost of every op of the runs
+    /// around them: from each moved op back to the nearest run boundary no moved op touches (its
+    /// ops and the op before it stay where they are and stay apart) and on to the next one, a
+    /// stretch whose runs may split or merge but whose ends stay put. The part of the objective
+    /// made by those stretches' ops, the moved ops' producers and consumers (their transfers)
+    /// and every parallel phase among them, and the launch cost: the change a move makes is the
+    /// change a full evaluation finds, for the price of the stretches, not of the plan.
+    fn local_measured(&self, assign: &[usize], ops: &[usize], schedule: Schedule, obj: Objective) -> f64 {
+        let mut scratch = RUN_SCRATCH.with(|s| s.take());
+        let total = self.local_measured_with(assign, ops, schedule, obj, &mut scratch);
+        RUN_SCRATCH.with(|s| s.replace(scratch));
+        total
+    }
+
+    fn local_measured_with(
+        &self,
+        assign: &[usize],
+        ops: &[usize],
+        schedule: Schedule,
+        obj: Objective,
+        s: &mut RunScratch,
+    ) -> f64 {
+        let now = s.next_stamp(self.ops());
+        let moved = |x: usize| ops.contains(&x);
+        // whether the boundary before `x` is one every assignment of `ops` leaves where it is
+        let fixed = |x: usize| self.prev[x].is_none_or(|p| !moved(x) && !moved(p) && !self.joins(assign, x, schedule));
+        s.region.clear();
+        for &c in ops {
+            if s.priced[c] == now {
+                continue;
+            }
+            let mut start = c;
+            while let Some(p) = self.prev[start].filter(|_| !fixed(start)) {
+                start = p;
+            }
+            // the stretch's runs, one after another, priced as the evaluator prices them
+            loop {
+                s.run.clear();
+                s.run.push(start);
+                let mut last = start;
+                while let Some(x) = self.next[last].filter(|&x| self.joins(assign, x, schedule)) {
+                    s.run.push(x);
+                    last = x;
+                }
+                if !self.price_run(assign, schedule, &s.run, &mut s.eff) {
+                    return f64::INFINITY;
+                }
+                for &x in &s.run {
+                    s.priced[x] = now;
+                }
+                s.region.extend_from_slice(&s.run);
+                match self.next[last] {
+                    Some(x) if !fixed(x) => start = x,
+                    _ => break,
+                }
+            }
+        }
+        let parallel = |x: usize| schedule == Schedule::Parallel && self.phases[self.place[x].0].len() > 1;
+        let mut total = 0.0;
+        s.phases.clear();
+        // the stretches' ops, at their costs in their runs
+        for &x in &s.region {
+            if parallel(x) {
+                let pi = self.place[x].0;
+                if !s.phases.contains(&pi) {
+                    s.phases.push(pi);
+                }
+                continue;
+            }
+            total += match obj {
+                Objective::Latency => s.eff[x],
+                Objective::Energy => s.eff[x] * self.power[x][assign[x]],
+            };
+        }
+        // the transfers a move changes: the moved ops' and their producers' and consumers' (the
+        // cost in its run of one outside the stretches is the same under every assignment of
+        // `ops`, and left out)
+        let parts = ops.iter().flat_map(|&c| {
+            std::iter::once(c).chain(self.preds[c].iter().copied()).chain(self.succs[c].iter().copied())
+        });
+        for x in parts {
+            if s.counted[x] == now {
+                continue;
+            }
+            s.counted[x] = now;
+            let j = assign[x];
+            if self.w[x][j].is_none() {
+                return f64::INFINITY;
+            }
+            if parallel(x) {
+                let pi = self.place[x].0;
+                if !s.phases.contains(&pi) {
+                    s.phases.push(pi);
+                }
+                continue;
+            }
+            let (i, o) = self.transfers(assign, x);
+            total += match obj {
+                Objective::Latency => i + o,
+                Objective::Energy => (i + o) * self.power[x][j],
+            };
+        }
+        for &pi in &s.phases {
+            // a parallel phase's runs stay within its branches
+            for b in &self.phases[pi] {
+                let mut at = 0;
+                while at < b.len() {
+                    let mut end = at + 1;
+                    while end < b.len() && self.joins(assign, b[end], schedule) {
+                        end += 1;
+                    }
+                    if !self.price_run(assign, schedule, &b[at..end], &mut s.eff) {
+                        return f64::INFINITY;
+                    }
+                    at = end;
+                }
+            }
+            total += match self.run_phase(assign, pi, 0.0, schedule, Some(&s.eff), None) {
+                Some((span, energy)) => match obj {
+                    Objective::Latency => span,
+                    Objective::Energy => energy,
+                },
+                None => return f64::INFINITY,
+            };
+        }
+        if obj == Objective::Latency {
+            total += self.launch_of(assign.iter().copied());
+        }
+        total
+    }
+
+    /// Prices `run` (neighbours in the order, one run under `assign` and `schedule`) into `eff`
+    /// as [`Problem::effective`] does; false if its PU cannot run one of its ops.
+    fn price_run(&self, assign: &[usize], schedule: Schedule, run: &[usize], eff: &mut [f64]) -> bool {
+        let Some(&first) = run.first() else { return true };
+        let pu = assign[first];
+        for &c in run {
+            let Some(w) = self.w[c][pu] else { return false };
+            eff[c] = w - self.saved(assign, c, schedule);
+        }
+        self.segment_cost.price(run, pu, eff);
+        true
     }
 
     /// Move op `c` to the PU that most lowers the objective; true if it moved. Where `cache` is
@@ -1061,8 +1203,8 @@ impl Problem {
     pub const EXACT_PHASE_LIMIT: usize = 59_049;
 
     /// The limit under a sequential schedule (there a phase's ops add up, and the DP and block
-    /// moves see most of it), and where measured runs make every local evaluation a full one
-    /// (O(ops)).
+    /// moves see most of it), and where measured runs make every local evaluation price the
+    /// runs around the phase, which can be as long as the plan ([`Problem::local_measured`]).
     const EXACT_PHASE_LIMIT_SMALL: usize = 4096;
 
     /// Solve a phase of several branches exactly (every assignment of its ops, the rest fixed)
@@ -1446,8 +1588,8 @@ impl Problem {
         // its ops)
         let mut touched = vec![false; np];
         // the spans and bounds of the phases at the current assignment, for the prices before
-        // moves and to rule out moves without simulating them (where measured runs make prices
-        // whole evaluations, none are kept)
+        // moves and to rule out moves without simulating them (where measured runs make an op's
+        // price read its whole run, none are kept)
         let spans = Spans::new(self, memo);
         let cache = (keep && self.segment_cost.is_empty()).then_some(&spans);
         // a trial (a single, branch or block move tried) made since the last move that can
@@ -2137,6 +2279,32 @@ struct PhaseScratch {
 
 thread_local! {
     static SCRATCH: Cell<PhaseScratch> = Cell::new(PhaseScratch::default());
+    static RUN_SCRATCH: Cell<RunScratch> = Cell::new(RunScratch::default());
+}
+
+/// Buffers of [`Problem::local_measured`], reused between calls: per op its cost in its run,
+/// and the call that last priced it and counted it (a stamp, so nothing is cleared per call);
+/// the ops of the stretches, of one run, and the parallel phases met.
+#[derive(Default)]
+struct RunScratch {
+    eff: Vec<f64>,
+    priced: Vec<u32>,
+    counted: Vec<u32>,
+    stamp: u32,
+    region: Vec<usize>,
+    run: Vec<usize>,
+    phases: Vec<usize>,
+}
+
+impl RunScratch {
+    /// A stamp no op carries yet, for a problem of `n` ops.
+    fn next_stamp(&mut self, n: usize) -> u32 {
+        if self.eff.len() != n || self.stamp == u32::MAX {
+            (self.eff, self.priced, self.counted, self.stamp) = (vec![0.0; n], vec![0; n], vec![0; n], 0);
+        }
+        self.stamp += 1;
+        self.stamp
+    }
 }
 
 /// [`Problem::exact_phase`] under a parallel schedule as a depth-first search over the phase's
@@ -2497,6 +2665,84 @@ pub(crate) mod tests {
             s ^= s << 17;
             (s >> 11) as f64 / (1u64 << 53) as f64
         }
+    }
+
+    /// Where runs were measured whole, a move's local price changes by what the full evaluation's
+    /// does: moves of one op, of blocks of 2-4 neighbours in the order and of a phase's ops, to
+    /// PUs that can and cannot run them, on random multi-phase problems ([`multi_phase`]) with
+    /// the whole order measured on the PU that runs every op, and every branch of 3 ops or more, up to twelve
+    /// runs of 3-12 neighbours measured on random PUs, and launch costs; plans starting whole on that PU (one long run)
+    /// or scattered; both schedules and objectives.
+    #[test]
+    fn measured_runs_are_priced_locally_as_the_evaluator_prices_them() {
+        let mut r = xorshift();
+        let pick = |r: &mut dyn FnMut() -> f64, n: usize| ((r() * n as f64) as usize).min(n - 1);
+        let (mut checked, mut priced_from_runs) = (0, 0);
+        for case in 0..300 {
+            let mut p = multi_phase(&mut r, case, 12.0, 4.0);
+            let (n, k) = (p.ops(), p.pus());
+            let order: Vec<usize> = p.order().collect();
+            let weight = |ops: &[usize], j: usize| ops.iter().map(|&c| p.w[c][j].unwrap_or(0.0)).sum::<f64>();
+            let mut runs = std::collections::HashMap::from([((order[0], order[n - 1], 0), 0.4 * weight(&order, 0))]);
+            for _ in 0..pick(&mut r, 13) {
+                let (len, at, j) = (3 + pick(&mut r, 10), pick(&mut r, n), pick(&mut r, k));
+                if at + len <= n {
+                    runs.insert((order[at], order[at + len - 1], j), (0.2 + r()) * weight(&order[at..at + len], j));
+                }
+            }
+            // every branch of three or more ops on that PU too (runs under a parallel schedule)
+            for b in p.phases.iter().flatten().filter(|b| b.len() >= 3) {
+                runs.insert((b[0], b[b.len() - 1], 0), (0.2 + r()) * weight(b, 0));
+            }
+            p.segment_cost = MeasuredRuns::new(runs, &p.w, &p.next);
+            p.launch = (0..k).map(|_| 5.0 * r()).collect();
+            for schedule in [Schedule::Sequential, Schedule::Parallel] {
+                for obj in [Objective::Latency, Objective::Energy] {
+                    let scattered = r() < 0.5;
+                    let mut assign: Vec<usize> =
+                        (0..n).map(|c| if scattered && p.w[c][1].is_some() && r() < 0.2 { 1 } else { 0 }).collect();
+                    for _ in 0..20 {
+                        let ops: Vec<usize> = match pick(&mut r, 3) {
+                            0 => vec![order[pick(&mut r, n)]],
+                            1 => {
+                                let at = pick(&mut r, n);
+                                order[at..(at + 2 + pick(&mut r, 3)).min(n)].to_vec()
+                            }
+                            _ => p.phases[pick(&mut r, p.phases.len())].concat(),
+                        };
+                        let full = |a: &[usize]| p.full_objective(a, schedule, obj);
+                        let (full_before, before) = (full(&assign), p.local_objective(&assign, &ops, schedule, obj));
+                        let kept = assign.clone();
+                        let to = pick(&mut r, k);
+                        ops.iter().for_each(|&c| assign[c] = if r() < 0.7 { to } else { pick(&mut r, k) });
+                        let (full_after, after) = (full(&assign), p.local_objective(&assign, &ops, schedule, obj));
+                        let moved = format!("case {case}, {schedule:?}, {obj:?}: {ops:?} from {kept:?} to {assign:?}");
+                        assert_eq!(full_after.is_finite(), after.is_finite(), "{moved}");
+                        if !full_after.is_finite() {
+                            assign = kept;
+                            continue;
+                        }
+                        let (local, whole) = (after - before, full_after - full_before);
+                        assert!(
+                            (local - whole).abs() <= 1e-9 * full_before.max(1.0),
+                            "{moved}: {local} against {whole}"
+                        );
+                        checked += 1;
+                        // whether some op of the plan is priced from a run measured whole
+                        let eff = p.effective(&assign, schedule).expect("feasible");
+                        let pairs = |c: usize| p.w[c][assign[c]].map(|w| w - p.saved(&assign, c, schedule));
+                        priced_from_runs += (0..n).any(|c| pairs(c) != Some(eff[c])) as usize;
+                        if r() < 0.7 {
+                            assign = kept;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            checked > 10_000 && priced_from_runs * 2 > checked,
+            "{checked} moves, {priced_from_runs} priced from runs measured whole: the cases test too little"
+        );
     }
 
     /// A parallel climb that keeps its phases' spans and bounds between moves ([`Spans`]),
