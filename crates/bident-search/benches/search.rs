@@ -3,7 +3,7 @@
 //!
 //! `cargo bench -p bident-search`; the figures are for the machine it runs on.
 
-use bident_search::{Chain, MeasuredRuns, Mode, Objective, Problem, SearchConfig, best_mapping};
+use bident_search::{Chain, MeasuredRuns, Mode, Objective, OpCosts, Problem, SearchConfig, best_mapping};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 
 fn rng() -> impl FnMut() -> f64 {
@@ -113,7 +113,7 @@ fn measured(n: usize, k: usize) -> Problem {
             runs.insert((run[0], run[run.len() - 1], j), 0.6 * weight(run));
         }
     }
-    p.segment_cost = MeasuredRuns::new(runs, &p.w, &p.next);
+    p.segment_cost = MeasuredRuns::new(runs, OpCosts { w: &p.w, saving: &p.saving, power: &p.power, next: &p.next });
     p
 }
 

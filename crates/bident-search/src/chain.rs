@@ -12,7 +12,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use crate::Objective;
-use crate::measured::MeasuredRuns;
+use crate::measured::{MeasuredRuns, OpCosts};
 
 /// Costs along an execution order, ready for the DP and the evaluator; stored flat, op-major
 /// (op i's entry for PU j at `i * k + j`).
@@ -74,9 +74,11 @@ impl Chain {
     /// The same chain knowing what some runs of consecutive positions cost measured whole
     /// (`(first, last, pu)`); only the concurrent evaluator prices them.
     pub(crate) fn with_runs(mut self, runs: std::collections::HashMap<(usize, usize, usize), f64>) -> Self {
-        let rows: Vec<Vec<Option<f64>>> = self.w.chunks(self.k.max(1)).map(<[_]>::to_vec).collect();
-        let next: Vec<Option<usize>> = (0..rows.len()).map(|p| (p + 1 < rows.len()).then_some(p + 1)).collect();
-        self.runs = MeasuredRuns::new(runs, &rows, &next);
+        let rows = |v: &[f64]| -> Vec<Vec<f64>> { v.chunks(self.k.max(1)).map(<[_]>::to_vec).collect() };
+        let w: Vec<Vec<Option<f64>>> = self.w.chunks(self.k.max(1)).map(<[_]>::to_vec).collect();
+        let next: Vec<Option<usize>> = (0..w.len()).map(|p| (p + 1 < w.len()).then_some(p + 1)).collect();
+        let (saving, power) = (rows(&self.saving), rows(&self.power));
+        self.runs = MeasuredRuns::new(runs, OpCosts { w: &w, saving: &saving, power: &power, next: &next });
         self
     }
 

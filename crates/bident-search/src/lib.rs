@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 
 pub use chain::Chain;
 pub use diff::{Move, PlanDiff, diff};
-pub use measured::MeasuredRuns;
+pub use measured::{MeasuredRuns, OpCosts};
 pub use pass::{MappingSearch, Placement, plan_from_placement, search_by};
 use problem::PhaseMemo;
 pub use problem::{OrderLinks, Problem, Schedule, Timeline};

@@ -11,7 +11,9 @@
 
 use std::collections::HashMap;
 
-/// One run measured whole on `pu`: its ops in order, their weights there and their sum.
+/// One run measured whole on `pu`: its ops in order, their weights there and their sum; where
+/// it starts in the order, and the sums of its ops' weights, of their weights times their power
+/// and of their power before each op (for [`Run::shares_of`]).
 #[derive(Clone, Debug)]
 struct Run {
     ops: Vec<usize>,
@@ -19,6 +21,8 @@ struct Run {
     cost: f64,
     weights: Vec<f64>,
     weight: f64,
+    at: usize,
+    sums: Vec<[f64; 3]>,
 }
 
 impl Run {
@@ -26,10 +30,35 @@ impl Run {
     fn share(&self, k: usize) -> f64 {
         share(self.cost, self.weights[k], self.weight, self.ops.len())
     }
+
+    /// The shares of the ops at `from..to` in the run, as time and as energy.
+    fn shares_of(&self, from: usize, to: usize) -> (f64, f64) {
+        let d = |i: usize| self.sums[to][i] - self.sums[from][i];
+        if self.weight > 0.0 {
+            (self.cost * d(0) / self.weight, self.cost * d(1) / self.weight)
+        } else {
+            let each = self.cost / self.ops.len() as f64;
+            (each * (to - from) as f64, each * d(2))
+        }
+    }
+}
+
+/// Per PU, along the execution order: the sums of the ops' pair prices (weight less saving) as
+/// time and as energy, and the count of ops the PU cannot run, before each position; the
+/// stretches of neighbours whose longest run measured on it is the same (`(first position,
+/// end position, run)`, in order); each op's saving and power there.
+#[derive(Clone, Debug, Default)]
+struct Along {
+    pairs: Vec<[f64; 2]>,
+    missing: Vec<u32>,
+    stretches: Vec<(usize, usize, u32)>,
+    saving: Vec<f64>,
+    power: Vec<f64>,
 }
 
 /// The runs of three or more neighbours in the execution order measured whole: `(first op,
-/// last op, pu)` -> cost (µs), and for every (op, PU) the longest of them holding the op.
+/// last op, pu)` -> cost (µs), and for every (op, PU) the longest of them holding the op; and
+/// per PU the sums along the order that price a whole run at once ([`MeasuredRuns::run_cost`]).
 #[derive(Clone, Debug, Default)]
 pub struct MeasuredRuns {
     cost: HashMap<(usize, usize, usize), f64>,
@@ -39,14 +68,30 @@ pub struct MeasuredRuns {
     /// `longest[op * pus + pu]`: index into `runs`.
     longest: Vec<Option<u32>>,
     pus: usize,
+    /// The execution order, each op's position in it, and per PU the sums along it.
+    order: Vec<usize>,
+    position: Vec<usize>,
+    along: Vec<Along>,
+}
+
+/// What the ops cost where they run alone or in pairs, as [`MeasuredRuns::new`] reads them:
+/// per op and PU its weight (None where the PU cannot run it), what it saves after its
+/// predecessor in the order, and its power; per op the next in the order.
+#[derive(Clone, Copy, Debug)]
+pub struct OpCosts<'a> {
+    pub w: &'a [Vec<Option<f64>>],
+    pub saving: &'a [Vec<f64>],
+    pub power: &'a [Vec<f64>],
+    pub next: &'a [Option<usize>],
 }
 
 impl MeasuredRuns {
-    /// From the measured costs, the ops' weights (`w[op][pu]`) and the execution order's links
-    /// (`next[op]`). An entry whose ops are not neighbours in the order, or that holds an op its
-    /// PU cannot run, prices nothing.
-    pub fn new(cost: HashMap<(usize, usize, usize), f64>, w: &[Vec<Option<f64>>], next: &[Option<usize>]) -> Self {
+    /// From the measured costs and the ops' own ([`OpCosts`]). An entry whose ops are not
+    /// neighbours in the order, or that holds an op its PU cannot run, prices nothing.
+    pub fn new(cost: HashMap<(usize, usize, usize), f64>, op_costs: OpCosts<'_>) -> Self {
+        let OpCosts { w, next, .. } = op_costs;
         let pus = w.first().map_or(0, Vec::len);
+        let (order, position) = order_of(next);
         let mut keys: Vec<_> = cost.iter().map(|(&k, &t)| (k, t)).collect();
         // the index does not depend on the map's order
         keys.sort_by_key(|a| a.0);
@@ -64,7 +109,15 @@ impl MeasuredRuns {
             if let (true, Some(weights)) = (ops.last() == Some(&last) && ops.len() >= 3, weights) {
                 index.insert((first, last, pu), runs.len() as u32);
                 let weight = weights.iter().sum();
-                runs.push(Run { ops, pu, cost: t, weights, weight });
+                let power = |c: usize| op_costs.power.get(c).and_then(|r| r.get(pu)).copied().unwrap_or(0.0);
+                let sums = std::iter::once([0.0; 3])
+                    .chain(ops.iter().zip(&weights).scan([0.0; 3], |acc, (&c, &wc)| {
+                        *acc = [acc[0] + wc, acc[1] + wc * power(c), acc[2] + power(c)];
+                        Some(*acc)
+                    }))
+                    .collect();
+                let at = position.get(first).copied().unwrap_or(0);
+                runs.push(Run { ops, pu, cost: t, weights, weight, at, sums });
             }
         }
         let mut longest: Vec<Option<u32>> = vec![None; w.len() * pus];
@@ -76,7 +129,59 @@ impl MeasuredRuns {
                 }
             }
         }
-        MeasuredRuns { cost, runs, index, longest, pus }
+        let along = (0..pus).map(|pu| Along::new(pu, &order, &longest, pus, op_costs)).collect();
+        MeasuredRuns { cost, runs, index, longest, pus, order, position, along }
+    }
+
+    /// What the run of the ops at positions `from..=to` of the execution order costs on `pu`
+    /// (every op but the first joining the one before it), as time and as energy: what
+    /// [`MeasuredRuns::price`] gives its ops, summed, without visiting them (the sums along the
+    /// order, and the stretches that meet the run). None where `pu` cannot run one of them.
+    pub(crate) fn run_cost(&self, from: usize, to: usize, pu: usize) -> Option<(f64, f64)> {
+        let a = self.along.get(pu)?;
+        if to < from || to >= self.order.len() || a.missing[to + 1] != a.missing[from] {
+            return None;
+        }
+        // the first op pays its weight: it saves nothing
+        let pairs = |lo: usize, hi: usize| {
+            let first = if lo == from { [a.saving[lo], a.saving[lo] * a.power[lo]] } else { [0.0; 2] };
+            [a.pairs[hi + 1][0] - a.pairs[lo][0] + first[0], a.pairs[hi + 1][1] - a.pairs[lo][1] + first[1]]
+        };
+        let [us, uj] = pairs(from, to);
+        if to - from < 2 {
+            return Some((us, uj));
+        }
+        if let Some(&i) = self.index.get(&(self.order[from], self.order[to], pu)) {
+            let r = &self.runs[i as usize];
+            return Some(r.shares_of(0, r.ops.len()));
+        }
+        // the longest block of the run priced by one measured run (the first among equals)
+        let start = a.stretches.partition_point(|&(_, end, _)| end <= from);
+        let mut best: Option<(usize, usize, u32)> = None;
+        for &(s, e, r) in a.stretches[start..].iter().take_while(|&&(s, _, _)| s <= to) {
+            let (lo, hi) = (s.max(from), e.min(to + 1));
+            if best.is_none_or(|(bl, bh, _)| hi - lo > bh - bl) {
+                best = Some((lo, hi, r));
+            }
+        }
+        let Some((lo, hi, r)) = best else { return Some((us, uj)) };
+        let r = &self.runs[r as usize];
+        if hi - lo < 3 || 2 * (hi - lo) < r.ops.len() {
+            return Some((us, uj));
+        }
+        let [bus, buj] = pairs(lo, hi - 1);
+        let (sus, suj) = r.shares_of(lo - r.at, hi - r.at);
+        Some((us - bus + sus, uj - buj + suj))
+    }
+
+    /// Op `c`'s position in the execution order.
+    pub(crate) fn position(&self, c: usize) -> usize {
+        self.position[c]
+    }
+
+    /// The execution order, as the links given to [`MeasuredRuns::new`] make it.
+    pub(crate) fn order(&self) -> &[usize] {
+        &self.order
     }
 
     pub fn is_empty(&self) -> bool {
@@ -140,6 +245,56 @@ impl MeasuredRuns {
     }
 }
 
+/// The execution order the links give (from the op no other op leads to), and each op's
+/// position in it (ops the walk does not reach come last, in their numbering).
+fn order_of(next: &[Option<usize>]) -> (Vec<usize>, Vec<usize>) {
+    let n = next.len();
+    let mut led = vec![false; n];
+    next.iter().flatten().filter(|&&x| x < n).for_each(|&x| led[x] = true);
+    let mut order = Vec::with_capacity(n);
+    let mut position = vec![usize::MAX; n];
+    let mut at = (0..n).find(|&c| !led[c]);
+    while let Some(c) = at.filter(|&c| position[c] == usize::MAX) {
+        position[c] = order.len();
+        order.push(c);
+        at = next[c].filter(|&x| x < n);
+    }
+    for (c, at) in position.iter_mut().enumerate() {
+        if *at == usize::MAX {
+            *at = order.len();
+            order.push(c);
+        }
+    }
+    (order, position)
+}
+
+impl Along {
+    fn new(pu: usize, order: &[usize], longest: &[Option<u32>], pus: usize, op_costs: OpCosts<'_>) -> Self {
+        let get = |v: &[Vec<f64>], c: usize| v.get(c).and_then(|r| r.get(pu)).copied().unwrap_or(0.0);
+        let mut a = Along {
+            pairs: vec![[0.0; 2]],
+            missing: vec![0],
+            saving: order.iter().map(|&c| get(op_costs.saving, c)).collect(),
+            power: order.iter().map(|&c| get(op_costs.power, c)).collect(),
+            stretches: vec![],
+        };
+        for (k, &c) in order.iter().enumerate() {
+            let w = op_costs.w.get(c).and_then(|r| r.get(pu)).copied().flatten();
+            let pair = w.map_or(0.0, |w| w - a.saving[k]);
+            let last = a.pairs[k];
+            a.pairs.push([last[0] + pair, last[1] + pair * a.power[k]]);
+            a.missing.push(a.missing[k] + w.is_none() as u32);
+            let held = longest.get(c * pus + pu).copied().flatten();
+            match (a.stretches.last_mut(), held) {
+                (Some((_, end, r)), Some(h)) if *end == k && *r == h => *end = k + 1,
+                (_, Some(h)) => a.stretches.push((k, k + 1, h)),
+                _ => {}
+            }
+        }
+        a
+    }
+}
+
 /// Op `c`'s share of a run's measured cost `t`: by its weight `wc` of the run's `total`, or
 /// evenly over its `n` ops where the weights sum to nothing.
 fn share(t: f64, wc: f64, total: f64, n: usize) -> f64 {
@@ -155,6 +310,12 @@ mod tests {
         (vec![vec![Some(10.0), Some(10.0)]; n], (0..n).map(|c| (c + 1 < n).then_some(c + 1)).collect())
     }
 
+    /// The runs measured on that chain, nothing saved in pairs, 1 W everywhere.
+    fn runs(cost: HashMap<(usize, usize, usize), f64>, w: &[Vec<Option<f64>>], next: &[Option<usize>]) -> MeasuredRuns {
+        let (saving, power) = (vec![vec![0.0; 2]; w.len()], vec![vec![1.0; 2]; w.len()]);
+        MeasuredRuns::new(cost, OpCosts { w, saving: &saving, power: &power, next })
+    }
+
     /// What `run` costs on `pu` where every op's pair price is 1 µs.
     fn priced(m: &MeasuredRuns, run: &[usize], pu: usize) -> f64 {
         let mut eff = vec![1.0; 7];
@@ -165,7 +326,7 @@ mod tests {
     #[test]
     fn a_run_near_a_measured_one_is_priced_from_it() {
         let (w, next) = chain(6);
-        let m = MeasuredRuns::new(HashMap::from([((0, 5, 0), 120.0), ((1, 3, 1), 6.0)]), &w, &next);
+        let m = runs(HashMap::from([((0, 5, 0), 120.0), ((1, 3, 1), 6.0)]), &w, &next);
         // the run itself, and the run less an op at either end: its shares of 120
         assert_eq!(priced(&m, &[0, 1, 2, 3, 4, 5], 0), 120.0);
         assert_eq!(priced(&m, &[1, 2, 3, 4, 5], 0), 100.0);
@@ -180,9 +341,61 @@ mod tests {
         assert_eq!(priced(&m, &[2, 3], 1), 2.0);
         assert_eq!(priced(&m, &[0, 1], 0), 2.0);
         let (w, next) = chain(7);
-        let wide = MeasuredRuns::new(HashMap::from([((0, 6, 0), 140.0)]), &w, &next);
+        let wide = runs(HashMap::from([((0, 6, 0), 140.0)]), &w, &next);
         assert_eq!(priced(&wide, &[0, 1, 2, 3], 0), 80.0);
         assert_eq!(priced(&wide, &[0, 1, 2], 0), 3.0, "3 of 7 ops");
+    }
+
+    /// [`MeasuredRuns::run_cost`] of every run on a chain of 12 ops is the sum of what
+    /// [`MeasuredRuns::price`] gives its ops, as time and as energy: runs measured whole, near
+    /// one, holding parts of two, and on a PU that cannot run an op; random weights, savings and
+    /// powers.
+    #[test]
+    fn a_run_costs_what_its_ops_are_priced() {
+        let mut s = 0x9E37_79B9_7F4A_7C15u64;
+        let mut r = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let n = 12;
+        let mut w: Vec<Vec<Option<f64>>> = (0..n).map(|_| vec![Some(1.0 + 9.0 * r()), Some(1.0 + 9.0 * r())]).collect();
+        w[9][1] = None;
+        let saving: Vec<Vec<f64>> = w.iter().map(|row| row.iter().map(|w| w.unwrap_or(0.0) * r()).collect()).collect();
+        let power: Vec<Vec<f64>> = (0..n).map(|_| vec![1.0 + r(), 1.0 + r()]).collect();
+        let next: Vec<Option<usize>> = (0..n).map(|c| (c + 1 < n).then_some(c + 1)).collect();
+        let cost = HashMap::from([((0, 7, 0), 30.0), ((5, 11, 0), 25.0), ((2, 6, 1), 12.0), ((1, 3, 1), 4.0)]);
+        let m = MeasuredRuns::new(cost, OpCosts { w: &w, saving: &saving, power: &power, next: &next });
+        let mut checked = 0;
+        for pu in 0..2 {
+            for from in 0..n {
+                for to in from..n {
+                    let run: Vec<usize> = (from..=to).collect();
+                    let feasible = run.iter().all(|&c| w[c][pu].is_some());
+                    let mut eff = vec![0.0; n];
+                    for &c in &run {
+                        eff[c] = w[c][pu].unwrap_or(0.0) - if c > from { saving[c][pu] } else { 0.0 };
+                    }
+                    m.price(&run, pu, &mut eff);
+                    let us: f64 = run.iter().map(|&c| eff[c]).sum();
+                    let uj: f64 = run.iter().map(|&c| eff[c] * power[c][pu]).sum();
+                    match m.run_cost(from, to, pu) {
+                        Some((a, b)) => {
+                            assert!(feasible, "{from}..={to} on {pu}: priced, but an op cannot run there");
+                            assert!(
+                                (a - us).abs() < 1e-9 && (b - uj).abs() < 1e-9,
+                                "{from}..={to} on {pu}: {a}, {b} against {us}, {uj}"
+                            );
+                            checked += 1;
+                        }
+                        None => assert!(!feasible, "{from}..={to} on {pu}: not priced"),
+                    }
+                }
+            }
+        }
+        // every run of the 12 ops on PU 0; on PU 1 those within ops 0-8 or 10-11
+        assert_eq!(checked, 78 + 45 + 3);
     }
 
     #[test]
@@ -190,7 +403,7 @@ mod tests {
         let (mut w, next) = chain(6);
         w[4][1] = None;
         // not neighbours in the order (5 comes after 0 only through 1..4), and an op PU 1 cannot run
-        let m = MeasuredRuns::new(HashMap::from([((5, 0, 0), 50.0), ((2, 5, 1), 40.0)]), &w, &next);
+        let m = runs(HashMap::from([((5, 0, 0), 50.0), ((2, 5, 1), 40.0)]), &w, &next);
         assert_eq!(m.shares().count(), 0);
         assert_eq!(m.get(5, 0, 0), Some(50.0));
         assert_eq!(priced(&m, &[1, 2, 3, 4, 5], 0), 5.0);
@@ -200,7 +413,7 @@ mod tests {
     fn shares_follow_the_weights() {
         let (mut w, next) = chain(6);
         w[0][0] = Some(30.0);
-        let m = MeasuredRuns::new(HashMap::from([((0, 2, 0), 10.0)]), &w, &next);
+        let m = runs(HashMap::from([((0, 2, 0), 10.0)]), &w, &next);
         assert_eq!(m.shares().collect::<Vec<_>>(), vec![(0, 0, 6.0), (1, 0, 2.0), (2, 0, 2.0)]);
     }
 }

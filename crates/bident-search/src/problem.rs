@@ -30,7 +30,7 @@ use bident_profile::CostTable;
 use serde::{Deserialize, Serialize};
 
 use crate::Objective;
-use crate::measured::MeasuredRuns;
+use crate::measured::{MeasuredRuns, OpCosts};
 
 /// How a plan's ops are run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -189,7 +189,9 @@ impl Problem {
                 }
             }
         }
-        let segment_cost = MeasuredRuns::new(segment_cost, &w, &next);
+        let power = field(|c| c.power_w);
+        let segment_cost =
+            MeasuredRuns::new(segment_cost, OpCosts { w: &w, saving: &saving, power: &power, next: &next });
         let flag = |ops: &[u32]| {
             let mut v = vec![false; n];
             for &o in ops {
@@ -201,7 +203,7 @@ impl Problem {
             w,
             h2d: field(|c| c.h2d_us),
             d2h: field(|c| c.d2h_us),
-            power: field(|c| c.power_w),
+            power,
             accelerator: t.soc.pus.iter().enumerate().map(|(j, p)| p.kind.is_accelerator() && !every(j)).collect(),
             preds,
             succs,
@@ -992,56 +994,57 @@ impl Problem {
         s: &mut RunScratch,
     ) -> f64 {
         let now = s.next_stamp(self.ops());
+        let m = &self.segment_cost;
+        let (order, n) = (m.order(), self.ops());
         let moved = |x: usize| ops.contains(&x);
-        // whether the boundary before `x` is one every assignment of `ops` leaves where it is
-        let fixed = |x: usize| self.prev[x].is_none_or(|p| !moved(x) && !moved(p) && !self.joins(assign, x, schedule));
-        s.region.clear();
-        for &c in ops {
-            if s.priced[c] == now {
-                continue;
-            }
-            let mut start = c;
-            while let Some(p) = self.prev[start].filter(|_| !fixed(start)) {
-                start = p;
-            }
-            // the stretch's runs, one after another, priced as the evaluator prices them
-            loop {
-                s.run.clear();
-                s.run.push(start);
-                let mut last = start;
-                while let Some(x) = self.next[last].filter(|&x| self.joins(assign, x, schedule)) {
-                    s.run.push(x);
-                    last = x;
-                }
-                if !self.price_run(assign, schedule, &s.run, &mut s.eff) {
-                    return f64::INFINITY;
-                }
-                for &x in &s.run {
-                    s.priced[x] = now;
-                }
-                s.region.extend_from_slice(&s.run);
-                match self.next[last] {
-                    Some(x) if !fixed(x) => start = x,
-                    _ => break,
-                }
-            }
-        }
-        let parallel = |x: usize| schedule == Schedule::Parallel && self.phases[self.place[x].0].len() > 1;
+        let seq = schedule == Schedule::Sequential;
+        // whether the op at position `k` of the order joins the one before it, and whether the
+        // boundary before it is one every assignment of `ops` leaves where it is
+        let joins = |k: usize| {
+            let x = order[k];
+            assign[x] == assign[order[k - 1]] && (seq || self.joins_in_parallel[x])
+        };
+        let fixed = |k: usize| k == 0 || (!moved(order[k]) && !moved(order[k - 1]) && !joins(k));
+        let parallel = |x: usize| !seq && self.phases[self.place[x].0].len() > 1;
         let mut total = 0.0;
         s.phases.clear();
-        // the stretches' ops, at their costs in their runs
-        for &x in &s.region {
-            if parallel(x) {
-                let pi = self.place[x].0;
-                if !s.phases.contains(&pi) {
-                    s.phases.push(pi);
-                }
+        s.stretches.clear();
+        for &c in ops {
+            let at = m.position(c);
+            if s.stretches.iter().any(|&(from, to)| (from..to).contains(&at)) {
                 continue;
             }
-            total += match obj {
-                Objective::Latency => s.eff[x],
-                Objective::Energy => s.eff[x] * self.power[x][assign[x]],
-            };
+            let mut start = at;
+            while !fixed(start) {
+                start -= 1;
+            }
+            // the stretch's runs, one after another, each priced whole ([`MeasuredRuns::run_cost`])
+            let mut from = start;
+            loop {
+                let mut to = from + 1;
+                while to < n && joins(to) {
+                    to += 1;
+                }
+                let first = order[from];
+                if parallel(first) {
+                    // a run of a parallel phase: the phase is priced whole, below
+                    let pi = self.place[first].0;
+                    if !s.phases.contains(&pi) {
+                        s.phases.push(pi);
+                    }
+                } else {
+                    let Some((us, uj)) = m.run_cost(from, to - 1, assign[first]) else { return f64::INFINITY };
+                    total += match obj {
+                        Objective::Latency => us,
+                        Objective::Energy => uj,
+                    };
+                }
+                if to == n || fixed(to) {
+                    s.stretches.push((start, to));
+                    break;
+                }
+                from = to;
+            }
         }
         // the transfers a move changes: the moved ops' and their producers' and consumers' (the
         // cost in its run of one outside the stretches is the same under every assignment of
@@ -2282,17 +2285,15 @@ thread_local! {
     static RUN_SCRATCH: Cell<RunScratch> = Cell::new(RunScratch::default());
 }
 
-/// Buffers of [`Problem::local_measured`], reused between calls: per op its cost in its run,
-/// and the call that last priced it and counted it (a stamp, so nothing is cleared per call);
-/// the ops of the stretches, of one run, and the parallel phases met.
+/// Buffers of [`Problem::local_measured`], reused between calls: per op its cost in its run (in
+/// the parallel phases priced) and the call that last counted its transfers (a stamp, so
+/// nothing is cleared per call); the stretches (positions in the order) and parallel phases met.
 #[derive(Default)]
 struct RunScratch {
     eff: Vec<f64>,
-    priced: Vec<u32>,
     counted: Vec<u32>,
     stamp: u32,
-    region: Vec<usize>,
-    run: Vec<usize>,
+    stretches: Vec<(usize, usize)>,
     phases: Vec<usize>,
 }
 
@@ -2300,7 +2301,7 @@ impl RunScratch {
     /// A stamp no op carries yet, for a problem of `n` ops.
     fn next_stamp(&mut self, n: usize) -> u32 {
         if self.eff.len() != n || self.stamp == u32::MAX {
-            (self.eff, self.priced, self.counted, self.stamp) = (vec![0.0; n], vec![0; n], vec![0; n], 0);
+            (self.eff, self.counted, self.stamp) = (vec![0.0; n], vec![0; n], 0);
         }
         self.stamp += 1;
         self.stamp
@@ -2694,7 +2695,8 @@ pub(crate) mod tests {
             for b in p.phases.iter().flatten().filter(|b| b.len() >= 3) {
                 runs.insert((b[0], b[b.len() - 1], 0), (0.2 + r()) * weight(b, 0));
             }
-            p.segment_cost = MeasuredRuns::new(runs, &p.w, &p.next);
+            let costs = OpCosts { w: &p.w, saving: &p.saving, power: &p.power, next: &p.next };
+            p.segment_cost = MeasuredRuns::new(runs, costs);
             p.launch = (0..k).map(|_| 5.0 * r()).collect();
             for schedule in [Schedule::Sequential, Schedule::Parallel] {
                 for obj in [Objective::Latency, Objective::Energy] {

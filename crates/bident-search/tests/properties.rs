@@ -3,7 +3,8 @@
 //! branch's head fed by a tail of the previous phase).
 
 use bident_search::{
-    MeasuredRuns, Mode, Objective, OrderLinks, Problem, Schedule, SearchConfig, best_mapping, heuristic_mapping,
+    MeasuredRuns, Mode, Objective, OpCosts, OrderLinks, Problem, Schedule, SearchConfig, best_mapping,
+    heuristic_mapping,
 };
 use proptest::prelude::*;
 
@@ -91,8 +92,7 @@ fn problem(shape: &[Vec<usize>], k: usize, r: &mut impl FnMut() -> f64) -> Probl
             }
         }
     }
-    let segment_cost = MeasuredRuns::new(segment_cost, &w, &next);
-    Problem {
+    let mut p = Problem {
         w,
         h2d: (0..n).map(|_| (0..k).map(|_| 20.0 * r()).collect()).collect(),
         d2h: (0..n).map(|_| (0..k).map(|_| 20.0 * r()).collect()).collect(),
@@ -119,10 +119,13 @@ fn problem(shape: &[Vec<usize>], k: usize, r: &mut impl FnMut() -> f64) -> Probl
         next,
         joins_in_parallel,
         saving,
-        segment_cost,
+        segment_cost: Default::default(),
         launch: vec![],
         progress: Default::default(),
-    }
+    };
+    p.segment_cost =
+        MeasuredRuns::new(segment_cost, OpCosts { w: &p.w, saving: &p.saving, power: &p.power, next: &p.next });
+    p
 }
 
 fn rng(seed: u64) -> impl FnMut() -> f64 {
