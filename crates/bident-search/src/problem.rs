@@ -974,133 +974,80 @@ impl Problem {
     /// op's cost reads its whole run, so moving `ops` can change the cost of every op of the runs
     /// around them: from each moved op back to the nearest run boundary no moved op touches (its
     /// ops and the op before it stay where they are and stay apart) and on to the next one, a
-    /// stretch whose runs may split or merge but whose ends stay put. The part of the objective
-    /// made by those stretches' ops, the moved ops' producers and consumers (their transfers)
-    /// and every parallel phase among them, and the launch cost: the change a move makes is the
-    /// change a full evaluation finds, for the price of the stretches, not of the plan.
+    /// stretch whose runs may split or merge but whose ends stay put ([`Stretches`]). The part of
+    /// the objective made by those stretches' runs, the moved ops' producers and consumers (their
+    /// transfers) and every parallel phase among them, and the launch cost: the change a move
+    /// makes is the change a full evaluation finds, for the price of the stretches, not of the
+    /// plan.
     fn local_measured(&self, assign: &[usize], ops: &[usize], schedule: Schedule, obj: Objective) -> f64 {
-        let mut scratch = RUN_SCRATCH.with(|s| s.take());
-        let total = self.local_measured_with(assign, ops, schedule, obj, &mut scratch);
-        RUN_SCRATCH.with(|s| s.replace(scratch));
-        total
+        self.stretches(assign, ops, schedule).price(self, assign, obj)
     }
 
-    fn local_measured_with(
-        &self,
-        assign: &[usize],
-        ops: &[usize],
-        schedule: Schedule,
-        obj: Objective,
-        s: &mut RunScratch,
-    ) -> f64 {
-        let now = s.next_stamp(self.ops());
+    /// The stretches a move of `ops` can change ([`Problem::local_measured`]), walked once for
+    /// every choice of PUs for them.
+    fn stretches<'a>(&self, assign: &[usize], ops: &'a [usize], schedule: Schedule) -> Stretches<'a> {
         let m = &self.segment_cost;
-        let (order, n) = (m.order(), self.ops());
-        let moved = |x: usize| ops.contains(&x);
+        let order = m.order();
+        let n = order.len();
         let seq = schedule == Schedule::Sequential;
+        // a move of many ops (a long branch) looks them up in a mask
+        let mask = (ops.len() > 16).then(|| {
+            let mut mask = vec![false; n];
+            ops.iter().for_each(|&c| mask[c] = true);
+            mask
+        });
+        let moved = |x: usize| mask.as_ref().map_or_else(|| ops.contains(&x), |m| m[x]);
         // whether the op at position `k` of the order joins the one before it, and whether the
-        // boundary before it is one every assignment of `ops` leaves where it is
+        // boundary before it is one every choice for `ops` leaves where it is
         let joins = |k: usize| {
             let x = order[k];
             assign[x] == assign[order[k - 1]] && (seq || self.joins_in_parallel[x])
         };
-        let fixed = |k: usize| k == 0 || (!moved(order[k]) && !moved(order[k - 1]) && !joins(k));
-        let parallel = |x: usize| !seq && self.phases[self.place[x].0].len() > 1;
-        let mut total = 0.0;
-        s.phases.clear();
-        s.stretches.clear();
+        let fixed = |k: usize| k == 0 || (!joins(k) && !moved(order[k]) && !moved(order[k - 1]));
+        let mut pieces = Vec::new();
+        let mut spans: Vec<(usize, usize)> = Vec::new();
         for &c in ops {
             let at = m.position(c);
-            if s.stretches.iter().any(|&(from, to)| (from..to).contains(&at)) {
+            if spans.iter().any(|&(from, to)| (from..to).contains(&at)) {
                 continue;
             }
             let mut start = at;
             while !fixed(start) {
                 start -= 1;
             }
-            // the stretch's runs, one after another, each priced whole ([`MeasuredRuns::run_cost`])
-            let mut from = start;
+            let mut k = start;
             loop {
-                let mut to = from + 1;
-                while to < n && joins(to) {
-                    to += 1;
-                }
-                let first = order[from];
-                if parallel(first) {
-                    // a run of a parallel phase: the phase is priced whole, below
-                    let pi = self.place[first].0;
-                    if !s.phases.contains(&pi) {
-                        s.phases.push(pi);
+                let from = k;
+                k += 1;
+                if !moved(order[from]) {
+                    // the ops that stay, as far as they run together
+                    while k < n && !moved(order[k]) && joins(k) {
+                        k += 1;
                     }
-                } else {
-                    let Some((us, uj)) = m.run_cost(from, to - 1, assign[first]) else { return f64::INFINITY };
-                    total += match obj {
-                        Objective::Latency => us,
-                        Objective::Energy => uj,
-                    };
                 }
-                if to == n || fixed(to) {
-                    s.stretches.push((start, to));
+                pieces.push(Some((from, k)));
+                if k == n || fixed(k) {
                     break;
                 }
-                from = to;
             }
+            pieces.push(None);
+            spans.push((start, k));
         }
-        // the transfers a move changes: the moved ops' and their producers' and consumers' (the
-        // cost in its run of one outside the stretches is the same under every assignment of
-        // `ops`, and left out)
-        let parts = ops.iter().flat_map(|&c| {
-            std::iter::once(c).chain(self.preds[c].iter().copied()).chain(self.succs[c].iter().copied())
-        });
-        for x in parts {
-            if s.counted[x] == now {
-                continue;
-            }
-            s.counted[x] = now;
-            let j = assign[x];
-            if self.w[x][j].is_none() {
-                return f64::INFINITY;
-            }
-            if parallel(x) {
-                let pi = self.place[x].0;
-                if !s.phases.contains(&pi) {
-                    s.phases.push(pi);
-                }
-                continue;
-            }
-            let (i, o) = self.transfers(assign, x);
-            total += match obj {
-                Objective::Latency => i + o,
-                Objective::Energy => (i + o) * self.power[x][j],
-            };
-        }
-        for &pi in &s.phases {
-            // a parallel phase's runs stay within its branches
-            for b in &self.phases[pi] {
-                let mut at = 0;
-                while at < b.len() {
-                    let mut end = at + 1;
-                    while end < b.len() && self.joins(assign, b[end], schedule) {
-                        end += 1;
-                    }
-                    if !self.price_run(assign, schedule, &b[at..end], &mut s.eff) {
-                        return f64::INFINITY;
-                    }
-                    at = end;
+        // the PUs the ops that stay use, for the launch cost (where one was measured)
+        let mut used = vec![];
+        if self.launch.iter().any(|&l| l != 0.0) {
+            used = vec![0usize; self.pus()];
+            match &mask {
+                Some(m) => (0..n).filter(|&c| !m[c]).for_each(|c| used[assign[c]] += 1),
+                None => {
+                    assign.iter().for_each(|&j| used[j] += 1);
+                    // each moved op once
+                    let first = |i: usize| !ops[..i].contains(&ops[i]);
+                    (0..ops.len()).filter(|&i| first(i)).for_each(|i| used[assign[ops[i]]] -= 1);
                 }
             }
-            total += match self.run_phase(assign, pi, 0.0, schedule, Some(&s.eff), None) {
-                Some((span, energy)) => match obj {
-                    Objective::Latency => span,
-                    Objective::Energy => energy,
-                },
-                None => return f64::INFINITY,
-            };
         }
-        if obj == Objective::Latency {
-            total += self.launch_of(assign.iter().copied());
-        }
-        total
+        Stretches { ops, schedule, pieces, used }
     }
 
     /// Prices `run` (neighbours in the order, one run under `assign` and `schedule`) into `eff`
@@ -1128,9 +1075,16 @@ impl Problem {
         cache: Option<&Spans>,
     ) -> bool {
         let cur = assign[c];
+        // where runs were measured whole, the stretches around `c` are walked once for every PU
+        let one = [c];
+        let stretches = (!self.segment_cost.is_empty()).then(|| self.stretches(assign, &one, schedule));
+        let local = |assign: &[usize]| match &stretches {
+            Some(st) => st.price(self, assign, obj),
+            None => self.local_single(assign, c, schedule, obj),
+        };
         let before = match cache {
             Some(s) => s.prepare(self, assign, &[c], obj),
-            None => self.local_single(assign, c, schedule, obj),
+            None => local(assign),
         };
         let tolerance = 1e-9 * before.abs().max(1.0);
         let mut best = (0.0, cur);
@@ -1138,7 +1092,7 @@ impl Problem {
             assign[c] = j;
             let after = match cache {
                 Some(s) => s.price(self, assign, obj, before + best.0 - tolerance),
-                None => Some(self.local_single(assign, c, schedule, obj)),
+                None => Some(local(assign)),
             };
             let Some(after) = after else { continue };
             let delta = after - before;
@@ -1172,9 +1126,14 @@ impl Problem {
             many = ops.iter().map(|&c| assign[c]).collect();
             &many
         };
+        let stretches = (!self.segment_cost.is_empty()).then(|| self.stretches(assign, ops, schedule));
+        let local = |assign: &[usize]| match &stretches {
+            Some(st) => st.price(self, assign, obj),
+            None => self.local_objective(assign, ops, schedule, obj),
+        };
         let before = match cache {
             Some(s) => s.prepare(self, assign, ops, obj),
-            None => self.local_objective(assign, ops, schedule, obj),
+            None => local(assign),
         };
         let tolerance = 1e-9 * before.abs().max(1.0);
         let mut best: Option<(f64, &[usize])> = None;
@@ -1186,7 +1145,7 @@ impl Problem {
             let threshold = before + best.map_or(0.0, |b| b.0) - tolerance;
             let after = match cache {
                 Some(s) => s.price(self, assign, obj, threshold),
-                None => Some(self.local_objective(assign, ops, schedule, obj)),
+                None => Some(local(assign)),
             };
             let Some(after) = after else { continue };
             let delta = after - before;
@@ -1233,7 +1192,12 @@ impl Problem {
         let options: Vec<Vec<usize>> =
             ops.iter().map(|&c| (0..self.pus()).filter(|&j| self.w[c][j].is_some()).collect()).collect();
         let current: Vec<usize> = ops.iter().map(|&c| assign[c]).collect();
-        let before = self.local_objective(assign, &ops, schedule, obj);
+        let stretches = (!self.segment_cost.is_empty()).then(|| self.stretches(assign, &ops, schedule));
+        let local = |assign: &[usize]| match &stretches {
+            Some(st) => st.price(self, assign, obj),
+            None => self.local_objective(assign, &ops, schedule, obj),
+        };
+        let before = local(assign);
         let tolerance = 1e-9 * before.abs().max(1.0);
         let mut best: Option<(f64, Vec<usize>)> = None;
         if schedule == Schedule::Parallel && self.segment_cost.is_empty() {
@@ -1256,7 +1220,7 @@ impl Problem {
                 assign[c] = o[d];
             }
             if ops.iter().zip(&current).any(|(&c, &j)| assign[c] != j) {
-                let delta = self.local_objective(assign, &ops, schedule, obj) - before;
+                let delta = local(assign) - before;
                 if delta < best.as_ref().map_or(0.0, |b| b.0) - tolerance {
                     best = Some((delta, ops.iter().map(|&c| assign[c]).collect()));
                 }
@@ -2285,15 +2249,133 @@ thread_local! {
     static RUN_SCRATCH: Cell<RunScratch> = Cell::new(RunScratch::default());
 }
 
-/// Buffers of [`Problem::local_measured`], reused between calls: per op its cost in its run (in
-/// the parallel phases priced) and the call that last counted its transfers (a stamp, so
-/// nothing is cleared per call); the stretches (positions in the order) and parallel phases met.
+/// The stretches of the order a move of `ops` can change where runs were measured whole
+/// ([`Problem::local_measured`]): each as its pieces, a moved op or the longest runs of
+/// neighbours that stay (no choice for `ops` splits or joins them inside), found once for every
+/// choice of PUs for `ops`; and per PU how many of the ops that stay run there (for the launch
+/// cost; empty where none was measured).
+pub(crate) struct Stretches<'a> {
+    ops: &'a [usize],
+    schedule: Schedule,
+    /// `(first position, end position)` of a piece; None ends a stretch.
+    pieces: Vec<Option<(usize, usize)>>,
+    used: Vec<usize>,
+}
+
+impl Stretches<'_> {
+    /// What the stretches, the transfers of the moved ops and their producers and consumers, the
+    /// parallel phases among them and the launch cost come to with `ops` where `assign` has them
+    /// ([`Problem::local_measured`]).
+    pub(crate) fn price(&self, p: &Problem, assign: &[usize], obj: Objective) -> f64 {
+        let mut scratch = RUN_SCRATCH.with(|s| s.take());
+        let total = self.price_with(p, assign, obj, &mut scratch);
+        RUN_SCRATCH.with(|s| s.replace(scratch));
+        total
+    }
+
+    fn price_with(&self, p: &Problem, assign: &[usize], obj: Objective, s: &mut RunScratch) -> f64 {
+        let now = s.next_stamp(p.ops());
+        let (m, ops, schedule) = (&p.segment_cost, self.ops, self.schedule);
+        let order = m.order();
+        let seq = schedule == Schedule::Sequential;
+        let parallel = |x: usize| !seq && p.phases[p.place[x].0].len() > 1;
+        let mut total = 0.0;
+        s.phases.clear();
+        // the runs the pieces make, each priced whole ([`MeasuredRuns::run_cost`]); a run of a
+        // parallel phase stays within its branch, and the phase is priced whole below
+        let mut run: Option<(usize, usize, usize)> = None;
+        for piece in self.pieces.iter().chain([&None]) {
+            if let (Some((from, to)), Some((first, end, pu))) = (piece, run) {
+                let x = order[*from];
+                if end == *from && assign[x] == pu && (seq || p.joins_in_parallel[x]) {
+                    run = Some((first, *to, pu));
+                    continue;
+                }
+            }
+            if let Some((first, end, pu)) = run.take() {
+                let x = order[first];
+                if parallel(x) {
+                    if !s.phases.contains(&p.place[x].0) {
+                        s.phases.push(p.place[x].0);
+                    }
+                } else {
+                    let Some((us, uj)) = m.run_cost(first, end - 1, pu) else { return f64::INFINITY };
+                    total += match obj {
+                        Objective::Latency => us,
+                        Objective::Energy => uj,
+                    };
+                }
+            }
+            run = piece.map(|(from, to)| (from, to, assign[order[from]]));
+        }
+        // the transfers a move changes: the moved ops' and their producers' and consumers' (the
+        // cost in its run of one outside the stretches is the same under every assignment of
+        // `ops`, and left out)
+        let parts = ops
+            .iter()
+            .flat_map(|&c| std::iter::once(c).chain(p.preds[c].iter().copied()).chain(p.succs[c].iter().copied()));
+        for x in parts {
+            if s.counted[x] == now {
+                continue;
+            }
+            s.counted[x] = now;
+            let j = assign[x];
+            if p.w[x][j].is_none() {
+                return f64::INFINITY;
+            }
+            if parallel(x) {
+                let pi = p.place[x].0;
+                if !s.phases.contains(&pi) {
+                    s.phases.push(pi);
+                }
+                continue;
+            }
+            let (i, o) = p.transfers(assign, x);
+            total += match obj {
+                Objective::Latency => i + o,
+                Objective::Energy => (i + o) * p.power[x][j],
+            };
+        }
+        for &pi in &s.phases {
+            // a parallel phase's runs stay within its branches
+            for b in &p.phases[pi] {
+                let mut at = 0;
+                while at < b.len() {
+                    let mut end = at + 1;
+                    while end < b.len() && p.joins(assign, b[end], schedule) {
+                        end += 1;
+                    }
+                    if !p.price_run(assign, schedule, &b[at..end], &mut s.eff) {
+                        return f64::INFINITY;
+                    }
+                    at = end;
+                }
+            }
+            total += match p.run_phase(assign, pi, 0.0, schedule, Some(&s.eff), None) {
+                Some((span, energy)) => match obj {
+                    Objective::Latency => span,
+                    Objective::Energy => energy,
+                },
+                None => return f64::INFINITY,
+            };
+        }
+        if obj == Objective::Latency && !self.used.is_empty() {
+            let on = |j: usize| self.used[j] > 0 || ops.iter().any(|&c| assign[c] == j);
+            total +=
+                (0..p.pus()).filter(|&j| on(j)).map(|j| p.launch.get(j).copied().unwrap_or(0.0)).fold(0.0, f64::max);
+        }
+        total
+    }
+}
+
+/// Buffers of [`Stretches::price`], reused between calls: per op its cost in its run (in the
+/// parallel phases priced) and the call that last counted its transfers (a stamp, so nothing
+/// is cleared per call); the parallel phases met.
 #[derive(Default)]
 struct RunScratch {
     eff: Vec<f64>,
     counted: Vec<u32>,
     stamp: u32,
-    stretches: Vec<(usize, usize)>,
     phases: Vec<usize>,
 }
 
@@ -2669,7 +2751,7 @@ pub(crate) mod tests {
     }
 
     /// Where runs were measured whole, a move's local price changes by what the full evaluation's
-    /// does: moves of one op, of blocks of 2-4 neighbours in the order and of a phase's ops, to
+    /// does, whether its stretches are walked before and after it or once ([`Stretches`]): moves of one op, of blocks of 2-4 neighbours in the order and of a phase's ops, to
     /// PUs that can and cannot run them, on random multi-phase problems ([`multi_phase`]) with
     /// the whole order measured on the PU that runs every op, and every branch of 3 ops or more, up to twelve
     /// runs of 3-12 neighbours measured on random PUs, and launch costs; plans starting whole on that PU (one long run)
@@ -2714,21 +2796,23 @@ pub(crate) mod tests {
                         };
                         let full = |a: &[usize]| p.full_objective(a, schedule, obj);
                         let (full_before, before) = (full(&assign), p.local_objective(&assign, &ops, schedule, obj));
+                        // the stretches walked once, before the move, price it too
                         let kept = assign.clone();
+                        let stretches = p.stretches(&kept, &ops, schedule);
                         let to = pick(&mut r, k);
                         ops.iter().for_each(|&c| assign[c] = if r() < 0.7 { to } else { pick(&mut r, k) });
                         let (full_after, after) = (full(&assign), p.local_objective(&assign, &ops, schedule, obj));
+                        let walked_once = stretches.price(&p, &assign, obj) - stretches.price(&p, &kept, obj);
                         let moved = format!("case {case}, {schedule:?}, {obj:?}: {ops:?} from {kept:?} to {assign:?}");
                         assert_eq!(full_after.is_finite(), after.is_finite(), "{moved}");
+                        assert_eq!(full_after.is_finite(), walked_once.is_finite(), "{moved}");
                         if !full_after.is_finite() {
                             assign = kept;
                             continue;
                         }
                         let (local, whole) = (after - before, full_after - full_before);
-                        assert!(
-                            (local - whole).abs() <= 1e-9 * full_before.max(1.0),
-                            "{moved}: {local} against {whole}"
-                        );
+                        let close = |a: f64| (a - whole).abs() <= 1e-9 * full_before.max(1.0);
+                        assert!(close(local) && close(walked_once), "{moved}: {local}, {walked_once} against {whole}");
                         checked += 1;
                         // whether some op of the plan is priced from a run measured whole
                         let eff = p.effective(&assign, schedule).expect("feasible");
