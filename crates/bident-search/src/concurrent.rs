@@ -127,11 +127,11 @@ impl Artifact for ConcurrentPlan {
 /// factor: the two PUs share hardware and never run at once, [`Problem::interference`]) and
 /// same-PU costs `co`. Returns the steps as (op of A, op of B) with PUs, and the objective value.
 ///
-/// Exact, and pruned: [`CostToGo`] bounds what any state still has to pay, a greedy walk that
+/// Exact, and pruned: a cost-to-go bounds what any state still has to pay, a greedy walk that
 /// follows the bound gives an incumbent, and the DP skips every state whose cost so far plus
 /// its bound exceeds the incumbent, and (where `co` is monotone) every state that a twin (the
 /// same ops done, other last PUs or freshness) reached for less than the most their
-/// continuations can differ by ([`Joint::gaps`]; with no slope for `co`, or for energy, a
+/// continuations can differ by (`Joint::gaps`; with no slope for `co`, or for energy, a
 /// fresher twin on the same PUs for no more). The bound is consistent (no step costs less than
 /// the bound falls along it), so no state of an optimal path is skipped unless a twin as good
 /// is kept: the plan's objective is the whole DP's optimum (between equal optima it may pick
@@ -1035,7 +1035,7 @@ impl CoCost for Measured<'_> {
 
     /// A measured pair's cost does not depend on the solo times; a fitted model
     /// `max(a t_x + b t_y + c min(t_x, t_y) + d, t_x)` never falls when its slopes `a`, `a + c`,
-    /// `b` and `b + c` are non-negative ([`monotone_fit`]).
+    /// `b` and `b + c` are non-negative (`monotone_fit`).
     fn monotone(&self) -> bool {
         self.table.fit.iter().flatten().all(monotone_fit)
     }

@@ -13,7 +13,7 @@
 //!   than the best sequential one;
 //! - instances of at most [`Problem::EXHAUSTIVE_LIMIT`] assignments are also solved by exhaustive
 //!   search, so their plans are optimal under the evaluator;
-//! - [`diff`]: the ops that moved between two plans of one graph, and the table `plan-diff`
+//! - [`mod@diff`]: the ops that moved between two plans of one graph, and the table `plan-diff`
 //!   prints.
 //!
 //! Owns the `Plan` artifact and `check_plan`. Architecture invariant: no I/O and no backend.
@@ -580,7 +580,7 @@ fn exact_if_small(p: &Problem, cfg: &SearchConfig, found: Mapping) -> Mapping {
 
 /// The DP on the phased order, then hill climbing under the sequential evaluator; a single-PU
 /// mapping that beats the result is improved the same way and taken instead. Without measured
-/// runs the DP is exact across forks and joins ([`Problem::sequential_dp`]) and the climb
+/// runs the DP is exact across forks and joins (`Problem::sequential_dp`) and the climb
 /// starts only where it was not (none: the DP's optimum is the search's); with them it is
 /// eq. (1) on the order and the climb starts everywhere.
 pub fn sequential_mapping(p: &Problem, obj: Objective) -> Option<Mapping> {

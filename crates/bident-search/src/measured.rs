@@ -58,7 +58,7 @@ struct Along {
 
 /// The runs of three or more neighbours in the execution order measured whole: `(first op,
 /// last op, pu)` -> cost (µs), and for every (op, PU) the longest of them holding the op; and
-/// per PU the sums along the order that price a whole run at once ([`MeasuredRuns::run_cost`]).
+/// per PU the sums along the order that price a whole run at once (`MeasuredRuns::run_cost`).
 #[derive(Clone, Debug, Default)]
 pub struct MeasuredRuns {
     cost: HashMap<(usize, usize, usize), f64>,

@@ -1234,7 +1234,7 @@ impl Problem {
         best.is_some()
     }
 
-    /// Longest run of neighbours in the execution order that [`Problem::block_moves`] moves.
+    /// Longest run of neighbours in the execution order that `Problem::block_moves` moves.
     pub const MAX_BLOCK: usize = 4;
 
     /// One pass of block moves: every run of 2..=[`Problem::MAX_BLOCK`] neighbours in the
@@ -1448,7 +1448,7 @@ impl Problem {
     /// from a sequential local optimum (where no single or block move helps, as
     /// [`crate::sequential_mapping`] leaves it), with the same moves. There a move is priced as
     /// the DP or the sequential climb priced it unless an op among its parts is one of
-    /// [`Problem::priced_otherwise`], so the first pass tries only the ops within two links of
+    /// `Problem::priced_otherwise`, so the first pass tries only the ops within two links of
     /// those, and of the moves made during it.
     pub fn improve_parallel_from_dp(&self, assign: &mut [usize], obj: Objective) -> usize {
         self.improve_parallel_with(assign, obj, &PhaseMemo::new(self))
