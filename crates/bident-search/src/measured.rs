@@ -352,13 +352,7 @@ mod tests {
     /// powers.
     #[test]
     fn a_run_costs_what_its_ops_are_priced() {
-        let mut s = 0x9E37_79B9_7F4A_7C15u64;
-        let mut r = move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut r = crate::problem::tests::xorshift();
         let n = 12;
         let mut w: Vec<Vec<Option<f64>>> = (0..n).map(|_| vec![Some(1.0 + 9.0 * r()), Some(1.0 + 9.0 * r())]).collect();
         w[9][1] = None;

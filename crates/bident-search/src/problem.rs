@@ -235,18 +235,7 @@ impl Problem {
     fn effective(&self, assign: &[usize], schedule: Schedule) -> Option<Vec<f64>> {
         let mut eff = vec![0.0; self.ops()];
         let order: Vec<usize> = self.order().collect();
-        let mut k = 0;
-        while k < order.len() {
-            let mut end = k + 1;
-            while end < order.len() && self.joins(assign, order[end], schedule) {
-                end += 1;
-            }
-            if !self.price_run(assign, schedule, &order[k..end], &mut eff) {
-                return None;
-            }
-            k = end;
-        }
-        Some(eff)
+        self.price_runs(assign, schedule, &order, &mut eff).then_some(eff)
     }
 
     /// What op `c` saves under `assign` and `schedule` by running right after its predecessor
@@ -1050,16 +1039,24 @@ impl Problem {
         Stretches { ops, schedule, pieces, used }
     }
 
-    /// Prices `run` (neighbours in the order, one run under `assign` and `schedule`) into `eff`
-    /// as [`Problem::effective`] does; false if its PU cannot run one of its ops.
-    fn price_run(&self, assign: &[usize], schedule: Schedule, run: &[usize], eff: &mut [f64]) -> bool {
-        let Some(&first) = run.first() else { return true };
-        let pu = assign[first];
-        for &c in run {
-            let Some(w) = self.w[c][pu] else { return false };
-            eff[c] = w - self.saved(assign, c, schedule);
+    /// Prices the runs of `ops` (neighbours in the order, the first starting a run: the whole
+    /// order, or a branch of a parallel phase under a parallel schedule) into `eff`, each op at
+    /// its cost in its run ([`Problem::effective`]); false if an op sits where it cannot run.
+    fn price_runs(&self, assign: &[usize], schedule: Schedule, ops: &[usize], eff: &mut [f64]) -> bool {
+        let mut k = 0;
+        while k < ops.len() {
+            let mut end = k + 1;
+            while end < ops.len() && self.joins(assign, ops[end], schedule) {
+                end += 1;
+            }
+            let (run, pu) = (&ops[k..end], assign[ops[k]]);
+            for &c in run {
+                let Some(w) = self.w[c][pu] else { return false };
+                eff[c] = w - self.saved(assign, c, schedule);
+            }
+            self.segment_cost.price(run, pu, eff);
+            k = end;
         }
-        self.segment_cost.price(run, pu, eff);
         true
     }
 
@@ -2338,18 +2335,8 @@ impl Stretches<'_> {
         }
         for &pi in &s.phases {
             // a parallel phase's runs stay within its branches
-            for b in &p.phases[pi] {
-                let mut at = 0;
-                while at < b.len() {
-                    let mut end = at + 1;
-                    while end < b.len() && p.joins(assign, b[end], schedule) {
-                        end += 1;
-                    }
-                    if !p.price_run(assign, schedule, &b[at..end], &mut s.eff) {
-                        return f64::INFINITY;
-                    }
-                    at = end;
-                }
+            if !p.phases[pi].iter().all(|b| p.price_runs(assign, schedule, b, &mut s.eff)) {
+                return f64::INFINITY;
             }
             total += match p.run_phase(assign, pi, 0.0, schedule, Some(&s.eff), None) {
                 Some((span, energy)) => match obj {
