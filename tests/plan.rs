@@ -186,6 +186,73 @@ fn plans_on_lunar_lake() {
     }
 }
 
+/// A PU that may run only the whole model (`whole_only`: its precision gave wrong outputs cut
+/// into sub-models) runs every op or none: the plan is the faster of the whole model there and
+/// the best plan without that PU. Each PU a plan on `lunar-lake` shares with others is tried,
+/// and both outcomes occur; a plan that cuts such a PU fails the plan check.
+#[test]
+fn a_whole_only_pu_runs_the_whole_model_or_nothing() {
+    use bident_search::{Constraints, Mode, SearchConfig};
+    let soc = bident_profile::simulate::VirtualSoc::preset("lunar-lake").expect("lunar-lake");
+    let (mut whole, mut without) = (0, 0);
+    for name in ["example", "attention", "mlp"] {
+        let path = root().join(format!("tests/data/import/{name}.yaml"));
+        let g = import(&read_case(&path), &path);
+        let phased = bident_partition::partition(&g).expect("partition");
+        let costs = bident_profile::simulate::simulate(&g, &soc).expect("simulate");
+        for mode in [Mode::Sequential, Mode::Parallel] {
+            let search = |constraints| {
+                bident_search::search(&phased, &costs, &SearchConfig { mode, constraints, ..Default::default() })
+                    .expect("search")
+            };
+            let free = search(Constraints::default());
+            if free.ops_per_pu.len() < 2 {
+                continue;
+            }
+            for pu in free.ops_per_pu.keys() {
+                let only = search(Constraints { whole_only: vec![pu.clone()], ..Default::default() });
+                let rest = search(Constraints { exclude: vec![pu.clone()], ..Default::default() });
+                let alone = free.baselines.iter().find(|b| &b.pu == pu).and_then(|b| b.predicted_us).expect("whole");
+                let best = rest.predicted_us.min(alone);
+                assert!(
+                    (only.predicted_us - best).abs() <= 1e-9 * best,
+                    "{name} {pu}: {} vs {best}",
+                    only.predicted_us
+                );
+                match only.ops_per_pu.get(pu) {
+                    None => without += 1,
+                    Some(&n) if n as usize == g.ops.len() => whole += 1,
+                    Some(n) => panic!("{name} {pu}: {n} of {} ops on a whole-only PU", g.ops.len()),
+                }
+                assert!(only.lower_bound_us <= only.predicted_us * (1.0 + 1e-9), "{name} {pu}: bound");
+                let mut cut = free.clone();
+                cut.constraints.whole_only = vec![pu.clone()];
+                let err = bident_search::check_plan(&cut, &phased, &costs).expect_err("a cut whole-only PU");
+                assert!(err.to_string().contains("may run only the whole model"), "{err}");
+            }
+            // several at once, in either order: the fastest whole model of them, or the rest
+            let used: Vec<String> = free.ops_per_pu.keys().cloned().collect();
+            let rest = bident_search::search(
+                &phased,
+                &costs,
+                &SearchConfig {
+                    mode,
+                    constraints: Constraints { exclude: used.clone(), ..Default::default() },
+                    ..Default::default()
+                },
+            )
+            .map_or(f64::INFINITY, |p| p.predicted_us);
+            let alone = free.baselines.iter().filter(|b| used.contains(&b.pu)).filter_map(|b| b.predicted_us);
+            let best = alone.fold(rest, f64::min);
+            for order in [used.clone(), used.iter().rev().cloned().collect()] {
+                let only = search(Constraints { whole_only: order, ..Default::default() });
+                assert!((only.predicted_us - best).abs() <= 1e-9 * best, "{name}: {} vs {best}", only.predicted_us);
+            }
+        }
+    }
+    assert!(whole > 0 && without > 0, "whole {whole}, without {without}");
+}
+
 /// A `plan-diff` case (`tests/data/plan-diff/NAME.yaml`): a stored baseline plan and the search
 /// to diff it against, on the virtual `lunar-lake` SoC.
 #[derive(serde::Deserialize)]

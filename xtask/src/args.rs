@@ -195,7 +195,7 @@ impl PlanArgs {
                 pin: pairs("pin", &self.pin)?,
                 forbid: pairs("forbid", &self.forbid)?,
                 exclude: self.exclude_pu.clone(),
-                whole: None,
+                ..Default::default()
             },
             partition: partition.to_string(),
             search: self.search.clone(),

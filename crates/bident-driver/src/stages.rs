@@ -721,24 +721,10 @@ impl Driver<'_> {
                 }
                 Err(e) => e,
             };
-            // outputs beyond the tolerance of a reduced precision: that precision is wrong for
-            // this model (OpenVINO's bf16 attention, cut into sub-models, gave garbage), so the
-            // plan is made again in exact precision rather than reported as it is
-            let reduced: Vec<String> =
-                plan.0.ops_per_pu.keys().filter(|pu| soc.pu(pu).is_some_and(|p| !p.is_exact())).cloned().collect();
-            if matches!(err, bident_runtime::RuntimeError::Outputs(_)) && !reduced.is_empty() {
-                self.note(
-                    Stage::Run,
-                    format!(
-                        "{}; the plan computes some ops in reduced precision on {}: planning again without it",
-                        chain(&err),
-                        reduced.join(", ")
-                    ),
-                );
-                let mut c = plan.0.constraints.clone();
-                c.pin.retain(|(_, p)| !reduced.contains(p));
-                c.whole.take_if(|p| reduced.contains(p));
-                c.exclude.extend(reduced);
+            if matches!(err, bident_runtime::RuntimeError::Outputs(_))
+                && let Some((c, why)) = whole_or_without_reduced(&plan.0.ops_per_pu, &plan.0.constraints, soc)
+            {
+                self.note(Stage::Run, format!("{}; {why}", chain(&err)));
                 plan = replan(&c)?;
                 continue;
             }
@@ -1200,6 +1186,51 @@ fn default_ahead(soc: &SocSpec, report: &RunReport, plan: &Plan, cfg: &bident_ru
         .flatten()
 }
 
+/// For a plan (`ops_per_pu`, `constraints`) whose outputs were beyond the tolerance and that
+/// computes ops in reduced precision: the constraints of the plan to try instead, and why. That
+/// precision cut into sub-models may be wrong for the model where the whole model in it is not
+/// (OpenVINO's bf16 on MiniLM's attention gave garbage cut, and its defaults, the whole model in
+/// bf16, are within the tolerance): each such PU the plan cut may then run the whole model only
+/// (`whole_only`), and one that ran the whole model, or could only, runs nothing. Pins to them
+/// are dropped. None where the plan computes nothing in reduced precision.
+fn whole_or_without_reduced(
+    ops_per_pu: &BTreeMap<String, u32>,
+    constraints: &Constraints,
+    soc: &SocSpec,
+) -> Option<(Constraints, String)> {
+    let reduced: Vec<&String> = ops_per_pu
+        .iter()
+        .filter(|&(pu, &n)| n > 0 && soc.pu(pu).is_some_and(|p| !p.is_exact()))
+        .map(|(pu, _)| pu)
+        .collect();
+    if reduced.is_empty() {
+        return None;
+    }
+    let whole = ops_per_pu.values().filter(|&&n| n > 0).count() == 1;
+    let mut c = constraints.clone();
+    c.pin.retain(|(_, p)| !reduced.contains(&p));
+    c.whole.take_if(|p| reduced.contains(&&*p));
+    for &pu in &reduced {
+        if whole || c.whole_only.contains(pu) {
+            c.whole_only.retain(|p| p != pu);
+            c.exclude.push(pu.clone());
+        } else {
+            c.whole_only.push(pu.clone());
+        }
+    }
+    let on: Vec<&str> = reduced.iter().map(|pu| pu.as_str()).collect();
+    let why = if whole {
+        format!("the plan computes the whole model in reduced precision on {}: planning again without it", on[0])
+    } else {
+        format!(
+            "the plan computes some ops in reduced precision on {}: planning again with the whole model there or \
+             none of it",
+            on.join(", ")
+        )
+    };
+    Some((c, why))
+}
+
 /// For a plan (`ops_per_pu`, `constraints`) whose outputs were beyond the tolerance: the
 /// constraints of one closer to the `reference` (the run's, [`bident_runtime::reference_pu`]: the
 /// whole model on it is what the outputs are checked against) and why. A plan with ops on another backend than the
@@ -1536,6 +1567,40 @@ mod tests {
         assert!(super::closer_to_the_reference(&ops(&[("core0", 8)]), Some("core0"), &none, &soc).is_none());
         assert!(super::closer_to_the_reference(&ops(&[("core0", 5), ("core1", 3)]), None, &none, &soc).is_none());
         assert!(super::closer_to_the_reference(&ops(&[("core0", 8)]), Some("npu"), &none, &soc).is_none());
+    }
+
+    /// A plan cut across a reduced-precision PU whose outputs were off is made again with that
+    /// PU whole or unused (MiniLM's bf16 cut gave garbage, its defaults in bf16 did not); one
+    /// whose outputs were off with the whole model there runs nothing there.
+    #[test]
+    fn a_reduced_precision_cut_with_outputs_off_leaves_that_pu_whole_or_nothing() {
+        let exact = |name: &str| {
+            let mut p = pu(name, "openvino", &[]);
+            p.properties.insert(bident_backend::soc::PRECISION_KEY.into(), "f32".into());
+            p
+        };
+        let soc = SocSpec {
+            name: "cores".into(),
+            backend: "openvino".into(),
+            simulated: false,
+            pus: vec![exact("CPU"), pu("CPU.bf16", "openvino", &[]), pu("core0.bf16", "openvino", &[0])],
+        };
+        let ops = |pus: &[(&str, u32)]| pus.iter().map(|&(p, n)| (p.to_string(), n)).collect::<BTreeMap<_, _>>();
+        let pinned = Constraints { pin: vec![("3".into(), "core0.bf16".into())], ..Default::default() };
+        let cut = ops(&[("CPU", 2), ("CPU.bf16", 60), ("core0.bf16", 9)]);
+        let (c, why) = super::whole_or_without_reduced(&cut, &pinned, &soc).expect("a reduced cut");
+        assert_eq!(
+            (c.whole_only, c.exclude, c.pin),
+            (vec!["CPU.bf16".to_string(), "core0.bf16".into()], vec![], vec![])
+        );
+        assert!(why.contains("on CPU.bf16, core0.bf16: planning again with the whole model there or none"), "{why}");
+        // the whole model there, off too: that PU is dropped
+        let whole = Constraints { whole: Some("CPU.bf16".into()), whole_only: vec!["CPU.bf16".into()], ..pinned };
+        let (c, why) = super::whole_or_without_reduced(&ops(&[("CPU.bf16", 71)]), &whole, &soc).expect("whole");
+        assert_eq!((c.whole, c.whole_only, c.exclude), (None, vec![], vec!["CPU.bf16".to_string()]));
+        assert!(why.contains("the whole model in reduced precision on CPU.bf16: planning again without it"), "{why}");
+        // nothing in reduced precision: another cause
+        assert!(super::whole_or_without_reduced(&ops(&[("CPU", 71), ("CPU.bf16", 0)]), &whole, &soc).is_none());
     }
 
     /// Two alike cores may trade places between runs: a run gives way to a PU again, but not a

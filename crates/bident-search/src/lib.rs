@@ -135,6 +135,11 @@ pub struct Constraints {
     pub forbid: Vec<(String, String)>,
     /// PUs no op may use.
     pub exclude: Vec<String>,
+    /// PUs that may run the whole model but no part of it: cut into sub-models, their reduced
+    /// precision gave outputs beyond the tolerance (OpenVINO's bf16 on MiniLM's attention). The
+    /// search weighs the whole model on each against its best plan on the other PUs.
+    #[serde(default)]
+    pub whole_only: Vec<String>,
     /// Every op on this PU: the model whole there, because a measured run gave way to it (not a
     /// user's pin: a later run or a serving session may plan away from it again).
     #[serde(default)]
@@ -146,7 +151,14 @@ impl Constraints {
     /// named is one of `pus`, and no op is pinned twice under one name. Ops are checked by the
     /// search.
     pub fn check_names(&self, pus: &[&str]) -> Result<(), SearchError> {
-        let named = self.pin.iter().chain(&self.forbid).map(|(_, pu)| pu).chain(&self.exclude).chain(&self.whole);
+        let named = self
+            .pin
+            .iter()
+            .chain(&self.forbid)
+            .map(|(_, pu)| pu)
+            .chain(&self.exclude)
+            .chain(&self.whole_only)
+            .chain(&self.whole);
         if let Some(pu) = named.into_iter().find(|pu| !pus.contains(&pu.as_str())) {
             return Err(SearchError::Constraint(format!("no PU named `{pu}` (the SoC has {})", pus.join(", "))));
         }
@@ -159,7 +171,7 @@ impl Constraints {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.pin.is_empty() && self.forbid.is_empty() && self.exclude.is_empty()
+        self.pin.is_empty() && self.forbid.is_empty() && self.exclude.is_empty() && self.whole_only.is_empty()
     }
 
     /// Remove from `p` every (op, PU) the constraints rule out; returns the pinned ops.
@@ -185,6 +197,15 @@ impl Constraints {
             for (c, row) in p.w.iter_mut().enumerate() {
                 if row[j].take().is_some() {
                     why[c].push(format!("{name} is excluded"));
+                }
+            }
+        }
+        // a whole-only PU stays open where the whole model is placed on it
+        for name in self.whole_only.iter().filter(|&pu| self.whole.as_ref() != Some(pu)) {
+            let j = pu(name)?;
+            for (c, row) in p.w.iter_mut().enumerate() {
+                if row[j].take().is_some() {
+                    why[c].push(format!("{name} may run only the whole model"));
                 }
             }
         }
@@ -402,7 +423,7 @@ impl Plan {
 
 impl Artifact for Plan {
     const KIND: &'static str = "plan";
-    const SCHEMA_VERSION: u32 = 7;
+    const SCHEMA_VERSION: u32 = 8;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -470,11 +491,43 @@ pub(crate) fn search_with(
     let constrained = p.clone();
     adjust(&mut p);
     p.progress = cfg.progress.clone();
-    let best = search.map(&p, cfg).ok_or(SearchError::Empty)?;
+    let mut best = search.map(&p, cfg).ok_or(SearchError::Empty)?;
     pass::check_mapping(search.name(), &p, &best)?;
-    let bound = constrained.lower_bound(best.schedule);
+    let mut bound = constrained.lower_bound(best.schedule);
+    // the whole model on a whole-only PU, where it beats the plan on the others
+    let mut open = full.clone();
+    adjust(&mut open);
+    let value = |q: &Problem, m: &Mapping| q.evaluate(&m.assign, m.schedule).map(|t| t.objective(cfg.objective));
+    let mut best_value = value(&p, &best).unwrap_or(f64::INFINITY);
+    for (j, tl) in whole_only(&full, &cfg.constraints, costs) {
+        bound = (bound.0.min(tl.latency_us), bound.1.min(tl.energy_uj));
+        let whole = Mapping { assign: vec![j; full.ops()], schedule: Schedule::Sequential, estimate: 0.0 };
+        if let Some(v) = value(&open, &whole).filter(|&v| v < best_value) {
+            (best, best_value) = (Mapping { estimate: v, ..whole }, v);
+        }
+    }
     let plan = build_plan(&full, phased, costs, best, cfg, &pinned, search.name())?;
     checked(with_bound(plan, bound), phased, costs)
+}
+
+/// The whole-only PUs of `c` the whole model may run on under the rest of `c` (its pins,
+/// forbids and exclusions; none where `c` places the model whole already), each with the
+/// whole model's timeline there.
+fn whole_only(full: &Problem, c: &Constraints, costs: &CostTable) -> Vec<(usize, Timeline)> {
+    if c.whole.is_some() {
+        return vec![];
+    }
+    c.whole_only
+        .iter()
+        .filter(|&pu| {
+            let on_it = Constraints { whole: Some(pu.clone()), ..c.clone() };
+            on_it.apply(&mut full.clone(), costs).is_ok()
+        })
+        .filter_map(|pu| {
+            let j = costs.soc.pus.iter().position(|q| &q.name == pu)?;
+            Some((j, full.whole_on(j)?))
+        })
+        .collect()
 }
 
 /// `plan` with the lower bounds of its problem and its gap to them.
@@ -799,6 +852,19 @@ pub fn check_plan(plan: &Plan, phased: &PhasedGraph, costs: &CostTable) -> Resul
     let got: Vec<OpId> = plan.steps.iter().map(|s| s.op).collect();
     if got != order {
         return bad("steps are not the phased graph's ops in its execution order".into());
+    }
+    let mut counted = BTreeMap::new();
+    for s in &plan.steps {
+        *counted.entry(s.pu.clone()).or_insert(0) += 1;
+    }
+    if counted != plan.ops_per_pu {
+        return bad(format!("`ops_per_pu` says {:?}, the steps {counted:?}", plan.ops_per_pu));
+    }
+    let c = &plan.constraints;
+    let whole = plan.steps.windows(2).all(|w| w[0].pu == w[1].pu);
+    if let Some(s) = plan.steps.iter().find(|s| c.exclude.contains(&s.pu) || (!whole && c.whole_only.contains(&s.pu))) {
+        let why = if c.exclude.contains(&s.pu) { "is excluded" } else { "may run only the whole model" };
+        return bad(format!("op {} `{}` is mapped to PU `{}`, which {why}", s.op, s.name, s.pu));
     }
     let mut assign = vec![0; order.len()];
     for s in &plan.steps {
