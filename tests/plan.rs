@@ -253,6 +253,24 @@ fn a_whole_only_pu_runs_the_whole_model_or_nothing() {
     assert!(whole > 0 && without > 0, "whole {whole}, without {without}");
 }
 
+/// Constraints are empty only with none set: each kind alone makes them not empty, `whole` (set
+/// when a measured run gave way) among them, so `--with` refuses every one.
+#[test]
+fn constraints_are_empty_only_with_none_set() {
+    use bident_search::Constraints;
+    assert!(Constraints::default().is_empty());
+    let pair = || ("0".to_string(), "CPU".to_string());
+    for c in [
+        Constraints { pin: vec![pair()], ..Default::default() },
+        Constraints { forbid: vec![pair()], ..Default::default() },
+        Constraints { exclude: vec!["CPU".into()], ..Default::default() },
+        Constraints { whole_only: vec!["CPU".into()], ..Default::default() },
+        Constraints { whole: Some("CPU".into()), ..Default::default() },
+    ] {
+        assert!(!c.is_empty(), "{c:?}");
+    }
+}
+
 /// A `plan-diff` case (`tests/data/plan-diff/NAME.yaml`): a stored baseline plan and the search
 /// to diff it against, on the virtual `lunar-lake` SoC.
 #[derive(serde::Deserialize)]

@@ -171,7 +171,11 @@ impl Constraints {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.pin.is_empty() && self.forbid.is_empty() && self.exclude.is_empty() && self.whole_only.is_empty()
+        self.pin.is_empty()
+            && self.forbid.is_empty()
+            && self.exclude.is_empty()
+            && self.whole_only.is_empty()
+            && self.whole.is_none()
     }
 
     /// Remove from `p` every (op, PU) the constraints rule out; returns the pinned ops.
