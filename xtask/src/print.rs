@@ -454,17 +454,20 @@ pub fn served(s: &bident_driver::Served, window: usize) {
         let from = w.detected_after + 1;
         let before = median(&s.latencies[from.saturating_sub(2 * window)..from.min(n)]);
         match w.outcome {
-            Outcome::Swapped(k) => println!(
-                "re-plan    drift on {} ({:.2}x) seen after inference {}: new plan ({}) from inference {k}, predicted {:.1} \
-                 µs where the old plan would take {:.1}; median {before:.1} µs before, {:.1} µs after",
-                w.pu,
-                w.factor,
-                w.detected_after,
-                w.ops_per_pu.iter().map(|(pu, n)| format!("{n} on {pu}")).collect::<Vec<_>>().join(", "),
-                w.new_predicted_us,
-                w.old_predicted_us,
-                median(&s.latencies[k.min(n)..(k + 2 * window).min(n)])
-            ),
+            Outcome::Swapped(k) => {
+                let after = median(&s.latencies[k.min(n)..(k + 2 * window).min(n)]);
+                println!(
+                    "re-plan    drift on {} ({:.2}x) seen after inference {}: new plan ({}) from inference {k}, predicted \
+                     {:.1} µs where the old plan would take {:.1}; median {before:.1} µs before, {after:.1} µs after{}",
+                    w.pu,
+                    w.factor,
+                    w.detected_after,
+                    w.ops_per_pu.iter().map(|(pu, n)| format!("{n} on {pu}")).collect::<Vec<_>>().join(", "),
+                    w.new_predicted_us,
+                    w.old_predicted_us,
+                    if after > before { " (slower than before it: the new plan's prediction missed)" } else { "" }
+                )
+            }
             Outcome::Kept => println!(
                 "re-plan    drift on {} ({:.2}x) seen after inference {}: the search kept the plan (predicted {:.1} µs)",
                 w.pu, w.factor, w.detected_after, w.new_predicted_us
@@ -474,5 +477,18 @@ pub fn served(s: &bident_driver::Served, window: usize) {
                 w.pu, w.factor, w.detected_after
             ),
         }
+    }
+    let last = s.switches.iter().rev().find_map(|w| match w.outcome {
+        Outcome::Swapped(k) => Some(k),
+        _ => None,
+    });
+    if let (Some(fresh), Some(k)) = (s.fresh_us, last) {
+        let after = median(&s.latencies[k.min(n)..(k + 2 * window).min(n)]);
+        println!(
+            "recovery   the last plan served afresh, its PU slowed from the start: median {fresh:.1} µs; in the {} \
+             inferences from its swap {after:.1} µs, {:.2}x of it [measured]",
+            (k + 2 * window).min(n) - k.min(n),
+            after / fresh
+        );
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bident_artifact::ContentHash;
-use bident_backend::fault::FaultyBackend;
+use bident_backend::fault::{Fault, FaultSpec, FaultyBackend};
 use bident_backend::{Backend, Backends, SocSpec};
 use bident_ir::{FusedGraph, OpId};
 use bident_partition::PhasedGraph;
@@ -874,7 +874,7 @@ impl Driver<'_> {
         let one = SocSpec { pus: vec![soc.pus[reference].clone()], ..soc.clone() };
         let whole = bident_runtime::Program::whole(&p.g, &one, 0, p.g.reference_model()?)?;
         // the reference runs on the backend itself, not on the fault wrapped around it
-        let want = bident_runtime::Session::load(whole, &one, raw, cfg.op_timeout)?
+        let want = bident_runtime::Session::load(whole, &one, raw.clone(), cfg.op_timeout)?
             .run(std::slice::from_ref(&inputs))?
             .outputs
             .swap_remove(0);
@@ -887,7 +887,9 @@ impl Driver<'_> {
             ..Default::default()
         };
         let (g, p_soc) = (p.g.clone(), soc.clone());
-        let mut server = bident_runtime::Server::new((p.g, p.phased), p.costs, p.plan, soc, be, search, cfg)?;
+        let (phased, costs) = (p.phased.clone(), p.costs.clone());
+        let mut server =
+            bident_runtime::Server::new((p.g, p.phased), p.costs, p.plan, soc, be, search.clone(), cfg.clone())?;
         let mut latencies = vec![];
         for k in 0..inferences {
             let inf = server.infer(&inputs)?;
@@ -906,9 +908,40 @@ impl Driver<'_> {
         let path = folder.path("serve-trace.json");
         std::fs::write(&path, server.trace_json()).map_err(DriverError::io(&path))?;
         self.note(Stage::Run, format!("the serving trace -> {}", path.display()));
-        Ok(Served { switches: server.switches().to_vec(), latencies, plan: server.plan().clone() })
+        // what the swapped-in plan takes in a server that never ran another, on the PU slowed
+        // from the start: the latency a recovery is judged against
+        let last = server.plan().clone();
+        let swapped = server.switches().iter().any(|s| s.swapped_before().is_some());
+        let fresh_us = match &opts.fault {
+            Some(FaultSpec { pu, fault: Fault::SlowAfter(_, factor) }) if swapped => {
+                let slowed = FaultSpec { pu: pu.clone(), fault: Fault::SlowAfter(0, *factor) };
+                let be: Arc<dyn Backend> = Arc::new(FaultyBackend::new(raw, slowed));
+                let mut fresh = bident_runtime::Server::new(
+                    (g.clone(), phased),
+                    costs,
+                    last.clone(),
+                    p_soc.clone(),
+                    be,
+                    search,
+                    cfg,
+                )?;
+                let mut t = vec![];
+                for k in 0..inferences.min(FRESH_INFERENCES) {
+                    let inf = fresh.infer(&inputs)?;
+                    bident_runtime::check_plan_outputs(&g, fresh.plan(), &p_soc, &inf.outputs[0], &want)
+                        .map_err(|e| DriverError::from(e).context(format!("serving afresh, inference {k}")))?;
+                    t.push(inf.total_us);
+                }
+                (!t.is_empty()).then(|| bident_profile::quantile(&mut t, 0.5))
+            }
+            _ => None,
+        };
+        Ok(Served { switches: server.switches().to_vec(), latencies, plan: last, fresh_us })
     }
 }
+
+/// Inferences of the swapped-in plan served afresh ([`Served::fresh_us`]).
+const FRESH_INFERENCES: usize = 100;
 
 /// What a serving run did.
 pub struct Served {
@@ -917,6 +950,9 @@ pub struct Served {
     pub latencies: Vec<f64>,
     /// The plan serving at the end.
     pub plan: Plan,
+    /// Where a slowed PU's fault made the server swap plans: the median latency (µs) of the plan
+    /// serving at the end, served afresh with that PU slowed from the start.
+    pub fresh_us: Option<f64>,
 }
 
 /// `cfg` with every PU that runs the whole model among the runs measured beside `plan`: the
