@@ -916,6 +916,8 @@ impl Driver<'_> {
             Some(FaultSpec { pu, fault: Fault::SlowAfter(_, factor) }) if swapped => {
                 let slowed = FaultSpec { pu: pu.clone(), fault: Fault::SlowAfter(0, *factor) };
                 let be: Arc<dyn Backend> = Arc::new(FaultyBackend::new(raw, slowed));
+                // measured only: no standby sessions to compile
+                let cfg = bident_runtime::ServeConfig { standby: false, ..cfg };
                 let mut fresh = bident_runtime::Server::new(
                     (g.clone(), phased),
                     costs,
