@@ -146,18 +146,29 @@ fn redactions() -> insta::Settings {
     s
 }
 
+/// The example models imported, partitioned and priced on the virtual `lunar-lake` SoC.
+fn lunar_lake_cases()
+-> Vec<(&'static str, bident_ir::FusedGraph, bident_partition::PhasedGraph, bident_profile::CostTable)> {
+    let soc = bident_profile::simulate::VirtualSoc::preset("lunar-lake").expect("lunar-lake");
+    ["example", "attention", "mlp"]
+        .into_iter()
+        .map(|name| {
+            let path = root().join(format!("tests/data/import/{name}.yaml"));
+            let g = import(&read_case(&path), &path);
+            let phased = bident_partition::partition(&g).expect("partition");
+            let costs = bident_profile::simulate::simulate(&g, &soc).expect("simulate");
+            (name, g, phased, costs)
+        })
+        .collect()
+}
+
 /// Plans on the virtual `lunar-lake` SoC for the example models, in both modes and for both
 /// objectives (snapshots), with the orderings the search guarantees under the evaluator:
 /// parallel <= sequential <= best single PU, and no energy plan above the best single PU's energy.
 #[test]
 fn plans_on_lunar_lake() {
     use bident_search::{Mode, Objective, SearchConfig};
-    let soc = bident_profile::simulate::VirtualSoc::preset("lunar-lake").expect("lunar-lake");
-    for name in ["example", "attention", "mlp"] {
-        let path = root().join(format!("tests/data/import/{name}.yaml"));
-        let g = import(&read_case(&path), &path);
-        let phased = bident_partition::partition(&g).expect("partition");
-        let costs = bident_profile::simulate::simulate(&g, &soc).expect("simulate");
+    for (name, _, phased, costs) in lunar_lake_cases() {
         for objective in [Objective::Latency, Objective::Energy] {
             let plan = |mode| {
                 bident_search::search(&phased, &costs, &SearchConfig { objective, mode, ..Default::default() })
@@ -193,13 +204,8 @@ fn plans_on_lunar_lake() {
 #[test]
 fn a_whole_only_pu_runs_the_whole_model_or_nothing() {
     use bident_search::{Constraints, Mode, SearchConfig};
-    let soc = bident_profile::simulate::VirtualSoc::preset("lunar-lake").expect("lunar-lake");
     let (mut whole, mut without) = (0, 0);
-    for name in ["example", "attention", "mlp"] {
-        let path = root().join(format!("tests/data/import/{name}.yaml"));
-        let g = import(&read_case(&path), &path);
-        let phased = bident_partition::partition(&g).expect("partition");
-        let costs = bident_profile::simulate::simulate(&g, &soc).expect("simulate");
+    for (name, g, phased, costs) in lunar_lake_cases() {
         for mode in [Mode::Sequential, Mode::Parallel] {
             let search = |constraints| {
                 bident_search::search(&phased, &costs, &SearchConfig { mode, constraints, ..Default::default() })
