@@ -233,13 +233,10 @@ fn soak_ten_thousand_inferences() {
     assert!(end <= warm + 8 * 1024 * 1024, "RSS grew from {warm} to {end} bytes");
 }
 
-/// Serving through a plan that drifts: the PU with most of the plan's ops runs 20 times slower
-/// from the 30th inference on. The server notices within a few windows, re-plans off the hot
-/// path and swaps the new plan in within 50 inferences of the slowdown; every inference's
-/// outputs match the whole model, and the latency after the swap is well below the slowed
-/// plan's. The trace shows the switch.
-#[test]
-fn a_server_replans_when_a_pu_drifts() {
+/// The example served 150 inferences across both pinned cores, the PU with most of the plan's
+/// ops running 20 times slower from the 30th on, every inference's outputs checked against the
+/// whole model: the server, the slowed PU and its ops in the plan, and every latency.
+fn serve_through_a_slowdown(standby: bool) -> (bident_runtime::Server, String, u32, Vec<f64>) {
     use bident_backend::fault::{Fault, SlowFactor};
     use bident_runtime::{ServeConfig, Server};
     let (g, phased) = model("example");
@@ -254,19 +251,18 @@ fn a_server_replans_when_a_pu_drifts() {
     let pu = soc.pus.iter().position(|p| p.name == busiest).expect("its index");
     // the slowed PU's backend calls per inference: its tasks in the session
     let calls = Program::from_plan(&g, &plan, &soc, Grouping::Merged).expect("program").0.queues[pu].len() as u64;
-    let slow_from = 30;
     let fault = FaultSpec {
         pu: busiest.clone(),
         // 20x, as the CLI's serving tests: at 5x, timed beside other tests, the recovered latency
         // once measured 0.605x of the slowed one against the 0.6 asserted
-        fault: Fault::SlowAfter(slow_from * calls, SlowFactor::new(20.0).expect("20x")),
+        fault: Fault::SlowAfter(SLOW_FROM as u64 * calls, SlowFactor::new(20.0).expect("20x")),
     };
     let faulty = Arc::new(FaultyBackend::new(be.clone(), fault));
     let inputs = bident_runtime::model_inputs(&g, 0);
     let want = reference(&g, &soc, &inputs);
     // drift is 4x sustained, not the default 1.3x: beside other tests, load alone once drifted
     // a PU past 1.3x before the fault and re-planned, so the fault, counted in calls, began later
-    let serve = ServeConfig { threshold: 4.0, ..ServeConfig::default() };
+    let serve = ServeConfig { threshold: 4.0, standby, ..ServeConfig::default() };
     let mut server = Server::new((g, phased), costs, plan, soc, faulty, search, serve).expect("serve");
     let mut totals = vec![];
     for _ in 0..150 {
@@ -276,19 +272,53 @@ fn a_server_replans_when_a_pu_drifts() {
         }
         totals.push(inf.total_us);
     }
+    (server, busiest, before, totals)
+}
+
+/// The inference a [`serve_through_a_slowdown`] slows its PU from.
+const SLOW_FROM: usize = 30;
+
+/// Serving through a plan that drifts: the server notices within a few windows, gives way at
+/// once to a standby whole-model session the re-priced table puts below the slowed plan (within
+/// 50 inferences of the slowdown), and searches again off the hot path; the latency after the
+/// swap is well below the slowed plan's. The trace shows the switch.
+#[test]
+fn a_server_replans_when_a_pu_drifts() {
+    let (server, busiest, before, totals) = serve_through_a_slowdown(true);
     // the slowed PU's switch (timed beside other tests, the other core can drift past the
     // threshold too and be re-planned first: CI saw that once)
     let switches = server.switches().to_vec();
     let switch = switches.iter().find(|s| s.pu == busiest).cloned().unwrap_or_else(|| panic!("{switches:?}"));
-    assert_eq!(switch.pu, busiest);
     assert!(switch.factor > 2.0, "{switch:?}");
+    assert_eq!(switch.via, bident_runtime::Via::Standby, "{switches:?}");
     let swapped = switch.swapped_before().expect("a new plan was swapped in");
-    assert!(swapped > slow_from as usize && swapped <= slow_from as usize + 50, "{switch:?}");
+    assert_eq!(swapped, switch.detected_after + 1, "{switch:?}");
+    assert!(swapped > SLOW_FROM && swapped <= SLOW_FROM + 50, "{switch:?}");
+    // the search follows, on the same drift
+    assert!(switches.iter().any(|s| s.via == bident_runtime::Via::Search && s.detected_after == switch.detected_after));
     // the new plan moved ops off the slowed PU
     assert!(server.plan().ops_per_pu.get(&busiest).copied().unwrap_or(0) < before, "{switch:?}");
     let median = |v: &[f64]| bident_profile::quantile(&mut v.to_vec(), 0.5);
-    let (slowed, after) = (median(&totals[slow_from as usize + 2..swapped]), median(&totals[swapped + 5..]));
+    let (slowed, after) = (median(&totals[SLOW_FROM + 2..swapped]), median(&totals[swapped + 5..]));
     assert!(after < 0.6 * slowed, "slowed {slowed:.1} µs, after the swap {after:.1} µs ({switch:?})");
     let trace = server.trace_json();
     assert!(trace.contains("re-planning") && trace.contains("new plan"), "{trace}");
+}
+
+/// Without standby sessions, the search's plan is swapped in only once the runs it priced from
+/// pairs (its segments of three or more ops, and every PU's whole model: this table has only
+/// ops and pairs) were measured whole and the search ran again on them: the plan serving at the
+/// end is priced on measured runs.
+#[test]
+fn a_server_measures_a_new_plans_runs_before_it_swaps_it_in() {
+    let (mut server, busiest, before, _) = serve_through_a_slowdown(false);
+    server.settle(Duration::from_secs(120)).expect("the re-plan lands");
+    let switches = server.switches().to_vec();
+    let switch = switches.iter().find(|s| s.pu == busiest).cloned().unwrap_or_else(|| panic!("{switches:?}"));
+    assert_eq!(switch.via, bident_runtime::Via::Search, "{switches:?}");
+    assert!(switch.swapped_before().is_some() && switch.measured > 0, "{switch:?}");
+    assert!(server.plan().ops_per_pu.get(&busiest).copied().unwrap_or(0) < before, "{switch:?}");
+    let (_, phased) = model("example");
+    let unmeasured = bident_search::segments_to_measure(server.plan(), server.costs(), &phased);
+    assert!(unmeasured.is_empty(), "{unmeasured:?} ({switch:?})");
 }

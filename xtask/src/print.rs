@@ -443,52 +443,76 @@ pub fn measured_json(r: &RunReport) -> serde_json::Map<String, serde_json::Value
 
 /// What `cargo xtask serve` did: every re-plan, and the latency in windows around it.
 pub fn served(s: &bident_driver::Served, window: usize) {
-    use bident_runtime::Outcome;
+    use bident_runtime::{Outcome, Via};
     let median = |v: &[f64]| if v.is_empty() { f64::NAN } else { bident_profile::quantile(&mut v.to_vec(), 0.5) };
     let n = s.latencies.len();
     println!("served     {n} inferences, median {:.1} µs [measured]", median(&s.latencies));
     if s.switches.is_empty() {
         println!("drift      none: no PU left its calibrated ratio of measured to predicted time for long");
     }
+    let ops = |o: &[(String, u32)]| o.iter().map(|(pu, n)| format!("{n} on {pu}")).collect::<Vec<_>>().join(", ");
     for w in &s.switches {
         let from = w.detected_after + 1;
         let before = median(&s.latencies[from.saturating_sub(2 * window)..from.min(n)]);
+        let how = match w.via {
+            Via::Standby => "gave way at once to a standby:".to_string(),
+            Via::Search if w.measured > 0 => format!("searched, {} runs measured whole first:", w.measured),
+            Via::Search => "searched:".to_string(),
+        };
+        let seen =
+            format!("re-plan    drift on {} ({:.2}x) seen after inference {}: {how}", w.pu, w.factor, w.detected_after);
         match w.outcome {
+            Outcome::Swapped(k) if k >= n => println!(
+                "{seen} new plan ({}), predicted {:.1} µs where the serving plan would take {:.1}, ready after serving ended",
+                ops(&w.ops_per_pu),
+                w.new_predicted_us,
+                w.old_predicted_us
+            ),
             Outcome::Swapped(k) => {
-                let after = median(&s.latencies[k.min(n)..(k + 2 * window).min(n)]);
+                let after = median(&s.latencies[k..(k + 2 * window).min(n)]);
                 println!(
-                    "re-plan    drift on {} ({:.2}x) seen after inference {}: new plan ({}) from inference {k}, predicted \
-                     {:.1} µs where the old plan would take {:.1}; median {before:.1} µs before, {after:.1} µs after{}",
-                    w.pu,
-                    w.factor,
-                    w.detected_after,
-                    w.ops_per_pu.iter().map(|(pu, n)| format!("{n} on {pu}")).collect::<Vec<_>>().join(", "),
+                    "{seen} new plan ({}) from inference {k}, predicted {:.1} µs where the serving plan would take {:.1}; \
+                     median {before:.1} µs before, {after:.1} µs after{}",
+                    ops(&w.ops_per_pu),
                     w.new_predicted_us,
                     w.old_predicted_us,
                     if after > before { " (slower than before it: the new plan's prediction missed)" } else { "" }
                 )
             }
-            Outcome::Kept => println!(
-                "re-plan    drift on {} ({:.2}x) seen after inference {}: the search kept the plan (predicted {:.1} µs)",
-                w.pu, w.factor, w.detected_after, w.new_predicted_us
+            Outcome::Kept(k) => println!(
+                "{seen} the serving plan stays (predicted {:.1} µs; decided {})",
+                w.new_predicted_us,
+                if k < n { format!("before inference {k}") } else { "after serving ended".into() }
             ),
-            Outcome::Pending => println!(
-                "re-plan    drift on {} ({:.2}x) seen after inference {}: still planning when serving ended",
-                w.pu, w.factor, w.detected_after
-            ),
+            Outcome::Pending => println!("{seen} still planning when serving ended"),
         }
     }
-    let last = s.switches.iter().rev().find_map(|w| match w.outcome {
-        Outcome::Swapped(k) => Some(k),
-        _ => None,
-    });
-    if let (Some(fresh), Some(k)) = (s.fresh_us, last) {
-        let after = median(&s.latencies[k.min(n)..(k + 2 * window).min(n)]);
+    let last = s.switches.iter().rev().find_map(|w| w.swapped_before().filter(|&k| k < n));
+    if let (Some((plan, fresh)), Some(k)) = (&s.fresh, last) {
+        let after = median(&s.latencies[k..(k + 2 * window).min(n)]);
+        let placed = |p: &bident_search::Plan| p.steps.iter().map(|s| (s.op, s.pu.clone())).collect::<Vec<_>>();
+        let same = if placed(plan) == placed(&s.plan) {
+            "the plan serving at the end"
+        } else {
+            "not the plan serving at the end"
+        };
+        // the first window after the swap whose median is within RECOVERED of the fresh plan's
+        let within = (k..n.saturating_sub(window - 1))
+            .step_by(window)
+            .find(|&j| median(&s.latencies[j..j + window]) <= RECOVERED * fresh)
+            .map_or("never".to_string(), |j| format!("from inference {j}"));
         println!(
-            "recovery   the last plan served afresh, its PU slowed from the start: median {fresh:.1} µs; in the {} \
-             inferences from its swap {after:.1} µs, {:.2}x of it [measured]",
-            (k + 2 * window).min(n) - k.min(n),
+            "recovery   a fresh plan ({}; {same}: the profile re-priced by the injected slowdown, searched and \
+             refined), served afresh with its PU slowed from the start: median {fresh:.1} µs; after the last swap \
+             (inference {k}) windows of {window} served within {:.0}% of it {within}; the first {} inferences \
+             {after:.1} µs, {:.2}x of it [measured]",
+            plan.ops_per_pu.iter().map(|(pu, n)| format!("{n} on {pu}")).collect::<Vec<_>>().join(", "),
+            (RECOVERED - 1.0) * 100.0,
+            (k + 2 * window).min(n) - k,
             after / fresh
         );
     }
 }
+
+/// A served window within this of a fresh plan's latency has recovered (issue 17: 10%).
+const RECOVERED: f64 = 1.10;

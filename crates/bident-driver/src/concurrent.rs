@@ -8,11 +8,10 @@ use bident_ir::FusedGraph;
 use bident_partition::PhasedGraph;
 use bident_profile::{CostTable, ProfileConfig};
 use bident_runtime::RunReport;
-use bident_search::Mode;
 use bident_search::concurrent::{self, ConcurrentMode, ConcurrentPlan, Measured, TimeSlicing};
+use bident_search::{Mode, whole_model_runs};
 
 use crate::folder::{COSTS, REPORT};
-use crate::stages::whole_model_runs;
 use crate::{Driver, DriverError, Folder, ImportSpec, Options, Result, Soc};
 
 /// Two models' plans at once on modelled co-execution costs (time slicing: two ops on one PU

@@ -33,7 +33,7 @@ pub use folder::{Folder, Lock, Planned};
 pub use imports::read_plan;
 pub use passes::Passes;
 pub use soc::{BackendName, Soc, load_backends};
-pub use stages::{Outcome, Prepared, REFINE_ROUNDS, Served, independent_pus, segments_to_measure};
+pub use stages::{Outcome, Prepared, Served, independent_pus};
 
 /// Where a model comes from.
 #[derive(Clone, Debug, PartialEq)]

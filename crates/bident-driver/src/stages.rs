@@ -15,16 +15,13 @@ use bident_ir::{FusedGraph, OpId};
 use bident_partition::PhasedGraph;
 use bident_profile::{CostTable, ProfileConfig};
 use bident_runtime::{RunReport, consistently_faster, faster_blocks};
-use bident_search::{Constraints, Plan};
+use bident_search::{Constraints, Plan, REFINE_ROUNDS, segments_to_measure};
 
 use crate::folder::{COSTS, FUSED, PHASED, PLAN, REPORT};
 use crate::{
     Driver, DriverError, Event, Folder, FusionSource, Goal, ImportSpec, Measuring, Options, PlanOptions, Result,
     RunOptions, Soc, Stage,
 };
-
-/// Rounds of measuring a plan's segments and searching again, at most.
-pub const REFINE_ROUNDS: usize = 4;
 
 /// A model imported, partitioned and profiled in its locked folder: what [`Driver::plan`]
 /// searches on.
@@ -855,8 +852,11 @@ impl Driver<'_> {
 
     /// Serve `inferences` inferences of the folder's plan through a [`bident_runtime::Server`]
     /// that re-plans when a PU drifts (`opts.fault` may slow one on purpose: `PU:slow=F@N`).
-    /// Every inference's outputs are checked against the whole model on an exact PU; the
-    /// server's trace goes to `serve-trace.json`. Nothing else in the folder changes.
+    /// Every inference's outputs are checked against the whole model on an exact PU; a re-plan
+    /// still in flight at the end is waited for; the server's trace goes to
+    /// `serve-trace.json`. Where a `slow` fault made the server swap plans, a fresh plan is
+    /// made and served with that PU slowed from the start ([`Served::fresh`]). Nothing else in
+    /// the folder changes.
     pub fn serve(
         &self,
         folder: &Folder,
@@ -905,23 +905,33 @@ impl Driver<'_> {
                 });
             }
         }
+        // a re-plan still measuring or compiling lands before anything else is timed
+        server.settle(SETTLE).map_err(|e| DriverError::from(e).context("serving, the last re-plan"))?;
         let path = folder.path("serve-trace.json");
         std::fs::write(&path, server.trace_json()).map_err(DriverError::io(&path))?;
         self.note(Stage::Run, format!("the serving trace -> {}", path.display()));
-        // what the swapped-in plan takes in a server that never ran another, on the PU slowed
-        // from the start: the latency a recovery is judged against
-        let last = server.plan().clone();
+        // what a fresh pipeline would plan with the PU slowed from the start, served in a
+        // server that never ran another: the latency a recovery is judged against
         let swapped = server.switches().iter().any(|s| s.swapped_before().is_some());
-        let fresh_us = match &opts.fault {
+        let fresh = match &opts.fault {
             Some(FaultSpec { pu, fault: Fault::SlowAfter(_, factor) }) if swapped => {
                 let slowed = FaultSpec { pu: pu.clone(), fault: Fault::SlowAfter(0, *factor) };
                 let be: Arc<dyn Backend> = Arc::new(FaultyBackend::new(raw, slowed));
+                let j = p_soc.pus.iter().position(|q| q.name == *pu);
+                let j = j.ok_or_else(|| DriverError::Invalid(format!("no PU `{pu}` in the plan's SoC")))?;
+                let mut costs = costs;
+                costs.scale_pu(j, factor.get());
+                let first = bident_search::search(&phased, &costs, &search)?;
+                let m = Measuring { cache: false, ..Default::default() };
+                let plan = self.refine_costs(&g, &phased, &mut costs, first, (&p_soc, be.as_ref()), m, &mut |c| {
+                    Ok(bident_search::search(&phased, c, &search)?)
+                })?;
                 // measured only: no standby sessions to compile
                 let cfg = bident_runtime::ServeConfig { standby: false, ..cfg };
                 let mut fresh = bident_runtime::Server::new(
                     (g.clone(), phased),
                     costs,
-                    last.clone(),
+                    plan.clone(),
                     p_soc.clone(),
                     be,
                     search,
@@ -934,15 +944,18 @@ impl Driver<'_> {
                         .map_err(|e| DriverError::from(e).context(format!("serving afresh, inference {k}")))?;
                     t.push(inf.total_us);
                 }
-                (!t.is_empty()).then(|| bident_profile::quantile(&mut t, 0.5))
+                (!t.is_empty()).then(|| (plan, bident_profile::quantile(&mut t, 0.5)))
             }
             _ => None,
         };
-        Ok(Served { switches: server.switches().to_vec(), latencies, plan: last, fresh_us })
+        Ok(Served { switches: server.switches().to_vec(), latencies, plan: server.plan().clone(), fresh })
     }
 }
 
-/// Inferences of the swapped-in plan served afresh ([`Served::fresh_us`]).
+/// How long serving waits, at its end, for a re-plan still measuring or compiling.
+const SETTLE: Duration = Duration::from_secs(300);
+
+/// Inferences of a fresh plan served afresh ([`Served::fresh`]).
 const FRESH_INFERENCES: usize = 100;
 
 /// What a serving run did.
@@ -952,9 +965,10 @@ pub struct Served {
     pub latencies: Vec<f64>,
     /// The plan serving at the end.
     pub plan: Plan,
-    /// Where a slowed PU's fault made the server swap plans: the median latency (µs) of the plan
-    /// serving at the end, served afresh with that PU slowed from the start.
-    pub fresh_us: Option<f64>,
+    /// Where a slowed PU's fault made the server swap plans: a fresh plan (the profile's table
+    /// re-priced by the injected slowdown, searched and refined on runs measured with that PU
+    /// slowed, as a pipeline would) and its median latency (µs), served afresh so.
+    pub fresh: Option<(Plan, f64)>,
 }
 
 /// `cfg` with every PU that runs the whole model among the runs measured beside `plan`: the
@@ -1026,32 +1040,6 @@ fn write_front(folder: &Folder, front: &[Plan]) -> Result<()> {
 pub fn independent_pus(soc: &SocSpec) -> bool {
     let x = soc.exclusive();
     (0..x.len()).any(|i| (0..x.len()).any(|j| i != j && !x[i][j]))
-}
-
-/// The plan's segments of three or more ops and each PU's whole-model run, where the table has
-/// no measurement of them yet: (ops in execution order, PU index).
-pub fn segments_to_measure(plan: &Plan, costs: &CostTable, phased: &PhasedGraph) -> Vec<(Vec<OpId>, usize)> {
-    let measured = |ops: &[OpId], pu: usize| costs.segments.iter().any(|s| s.ops == ops && s.per_pu[pu].is_some());
-    let whole = whole_model_runs(costs, phased);
-    let mut wanted: Vec<(Vec<OpId>, usize)> = plan
-        .segments()
-        .into_iter()
-        .filter_map(|(ops, pu)| costs.soc.pus.iter().position(|p| p.name == pu).map(|j| (ops, j)))
-        .chain(whole)
-        .filter(|(ops, j)| ops.len() >= 3 && !measured(ops, *j))
-        .collect();
-    wanted.sort();
-    wanted.dedup();
-    wanted
-}
-
-/// The whole model as one run on every PU that can run all of its ops: (execution order, PU).
-pub(crate) fn whole_model_runs(costs: &CostTable, phased: &PhasedGraph) -> Vec<(Vec<OpId>, usize)> {
-    let order = phased.order();
-    (0..costs.soc.pus.len())
-        .filter(|&j| order.iter().all(|&o| costs.cost(o, j).is_some()))
-        .map(|j| (order.clone(), j))
-        .collect()
 }
 
 /// How much faster than the plan by medians (as regret) a PU running the whole model beside it

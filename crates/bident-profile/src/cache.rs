@@ -95,7 +95,7 @@ impl CostCache {
         let config = (pu.kind, &pu.device, &pu.properties, &pu.cores);
         let protocol = (
             "plain-timed",
-            "fast-state",
+            if cfg.fast_state { "fast-state" } else { "any-state" },
             "quiet-progress",
             cfg.warmup,
             cfg.runs,

@@ -266,6 +266,10 @@ pub struct ProfileConfig {
     /// If the re-timed entries moved by more than this (median relative change), the PU's
     /// cached entries are stale: every one of them is measured again, the re-timed ones too.
     pub drift: f64,
+    /// Start measured rounds in the PU's cores' fast state ([`speed`]), waiting for it within a
+    /// budget. Off, rounds run in whatever state the cores are in: a server measuring beside
+    /// its own inferences would wait out the budget, spinning beside every one of them.
+    pub fast_state: bool,
 }
 
 impl Default for ProfileConfig {
@@ -287,6 +291,7 @@ impl Default for ProfileConfig {
             segments: vec![],
             recheck: 3,
             drift: 0.25,
+            fast_state: true,
         }
     }
 }

@@ -499,7 +499,7 @@ fn profile_pu(
                 // measured rounds start in the PU's cores' fast state, probed from this thread (it
                 // must not sleep before its runs) at most every SPEED_EVERY: a probe before
                 // every round of one whole model (~50 µs) put it 5-10% higher
-                if r >= cfg.warmup && last_probe.is_none_or(|t: Instant| t.elapsed() >= SPEED_EVERY) {
+                if cfg.fast_state && r >= cfg.warmup && last_probe.is_none_or(|t: Instant| t.elapsed() >= SPEED_EVERY) {
                     let w = crate::speed::await_fast_on(&pu.cores, SPEED_WAIT, &mut budget);
                     slow += usize::from(w.is_some_and(|w| !w.fast()));
                     last_probe = Some(Instant::now());

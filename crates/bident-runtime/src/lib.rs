@@ -27,7 +27,7 @@ use bident_tensor::HostTensor;
 use serde::{Deserialize, Serialize};
 
 pub use program::{Grouping, Program, Task};
-pub use serve::{Outcome, ServeConfig, Server, Switch};
+pub use serve::{Outcome, ServeConfig, Server, Switch, Via};
 pub use session::{Inference, Session, Span};
 
 #[derive(Clone, Debug, Serialize)]

@@ -14,7 +14,17 @@
 //! Compiling a new plan takes longer than many inferences of a small model (about 100 ms
 //! here, where the example runs in 0.1 ms), so by default the server keeps a standby session
 //! of the whole model on every other PU that runs it, compiled at load: a re-plan to one of
-//! them swaps at the next inference. That costs a compiled copy of the model per PU.
+//! them swaps at the next inference. That costs a compiled copy of the model per PU. When a
+//! PU drifts, the server first gives way at once to the standby the re-priced table puts
+//! fastest, where it beats the slowed plan ([`Via::Standby`]), and then searches.
+//!
+//! The search prices runs of ops the table has not measured whole from pairs, and that can
+//! miss by 2x (the example's split across `CPU` and `core1` predicted 46 µs, served in 105).
+//! So a re-plan refines as the pipeline does ([`bident_search::segments_to_measure`]): the
+//! runs its plan would serve that the table prices from pairs are measured whole, off the hot
+//! path and through the drifting backend (so in its present state), and the search runs again
+//! on the grown table, before anything is compiled. What it measures never enters a profile
+//! cache: it is the PU's state while drifting, not its normal.
 
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -23,8 +33,8 @@ use std::time::{Duration, Instant};
 use bident_backend::{Backend, SocSpec};
 use bident_ir::FusedGraph;
 use bident_partition::PhasedGraph;
-use bident_profile::CostTable;
-use bident_search::{Plan, SearchConfig};
+use bident_profile::{CostTable, ProfileConfig};
+use bident_search::{Objective, Placement, Plan, SearchConfig};
 use bident_tensor::HostTensor;
 
 use crate::{Grouping, Inference, Program, RuntimeError, Session};
@@ -45,6 +55,8 @@ pub struct ServeConfig {
     /// Compile the whole model on every other PU at load, so that a re-plan to one of them
     /// swaps at once.
     pub standby: bool,
+    /// How a re-plan measures the runs its plan prices from pairs (off the hot path).
+    pub measure: ProfileConfig,
 }
 
 impl Default for ServeConfig {
@@ -56,9 +68,21 @@ impl Default for ServeConfig {
             grouping: Grouping::Merged,
             op_timeout: Duration::from_secs(60),
             standby: true,
+            // lighter than a profile's (its result only decides between plans) and in whatever
+            // state the cores are in: waiting for their fast state beside the server's own
+            // inferences spun for 150 ms on the example, and doubled their latency meanwhile
+            measure: ProfileConfig { warmup: 5, runs: 50, min_runs: 20, fast_state: false, ..Default::default() },
         }
     }
 }
+
+/// How far below the serving plan a re-plan's plan must be predicted before the server
+/// measures and compiles it while serving: the median prediction error the project aims
+/// at (issue 17). A plan predicted 5% faster is as likely to serve slower.
+const MOVE_MARGIN: f64 = 0.10;
+
+/// Runs of each standby session at load, before it may serve.
+const STANDBY_WARMUP: usize = 5;
 
 /// One re-plan: why, and what it changed.
 #[derive(Clone, Debug, PartialEq)]
@@ -66,6 +90,8 @@ pub struct Switch {
     /// The inference (counted from 0) after which drift was detected.
     pub detected_after: usize,
     pub outcome: Outcome,
+    /// Whether a standby session came in at once, or the search's plan.
+    pub via: Via,
     pub pu: String,
     /// The PU's measured slowdown against its calibration.
     pub factor: f64,
@@ -74,6 +100,18 @@ pub struct Switch {
     pub new_predicted_us: f64,
     /// Ops per PU of the new plan.
     pub ops_per_pu: Vec<(String, u32)>,
+    /// Runs of ops the search's refine measured whole before it settled on the plan.
+    pub measured: usize,
+}
+
+/// Where a re-plan's plan came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    /// A standby whole-model session, swapped in at the next inference: the re-priced table
+    /// put it below the slowed plan, before any search.
+    Standby,
+    /// The search, refined on measured runs, off the hot path.
+    Search,
 }
 
 /// Where a re-plan stands.
@@ -81,8 +119,8 @@ pub struct Switch {
 pub enum Outcome {
     /// Still being searched or compiled.
     Pending,
-    /// The search kept the placement (on the re-priced table).
-    Kept,
+    /// The search kept the placement (on the re-priced table), decided before this inference.
+    Kept(usize),
     /// The new plan served from this inference on.
     Swapped(usize),
 }
@@ -97,10 +135,18 @@ impl Switch {
     }
 }
 
-/// What a background re-plan gives: the new plan, the re-priced table, the old plan's
-/// prediction on it, and the new plan's session (None where the placement did not change or a
-/// standby session runs it).
-type Replanned = (Plan, CostTable, f64, Option<Session>);
+/// What a background re-plan gives.
+struct Replanned {
+    plan: Plan,
+    /// The re-priced table, grown by the runs the refine measured.
+    costs: CostTable,
+    /// The serving plan's prediction on it.
+    old_us: f64,
+    /// The new plan's session: None where the placement did not change or a standby session
+    /// runs it.
+    session: Option<Session>,
+    measured: usize,
+}
 
 /// A plan searched and compiled in the background.
 struct Replan {
@@ -109,6 +155,8 @@ struct Replan {
     /// The drifting PU and its slowdown, as the re-plan priced it.
     pu: usize,
     factor: f64,
+    /// Whether a standby came in when the re-plan began (the PUs were calibrated afresh).
+    gave_way: bool,
 }
 
 /// Inferences through a plan that is searched again when a PU drifts.
@@ -133,6 +181,9 @@ pub struct Server {
     strikes: Vec<usize>,
     ratios: Vec<Vec<f64>>,
     pending: Option<Replan>,
+    /// A standby a re-plan gave way to, swapped in before the next inference: its PU, its plan
+    /// and the re-priced table.
+    giving_way: Option<(usize, Plan, CostTable)>,
     /// Whole-model sessions compiled at load, by PU index ([`ServeConfig::standby`]).
     standby: Vec<(usize, Session)>,
     switches: Vec<Switch>,
@@ -173,7 +224,13 @@ impl Server {
                 }
                 let on_j = Self::whole_plan(&phased, &costs, &plan, &soc.pus[j].name)?;
                 let built = Program::from_plan(&graph, &on_j, &soc, cfg.grouping)?;
-                standby.push((j, Session::load(built, &soc, backend.clone(), cfg.op_timeout)?));
+                let session = Session::load(built, &soc, backend.clone(), cfg.op_timeout)?;
+                // a session's first runs are its slowest (30x here): a standby comes in warm
+                let inputs = crate::model_inputs(&graph, 0);
+                for _ in 0..STANDBY_WARMUP {
+                    session.run(std::slice::from_ref(&inputs))?;
+                }
+                standby.push((j, session));
             }
         }
         let n = soc.pus.len();
@@ -194,6 +251,7 @@ impl Server {
             strikes: vec![0; n],
             ratios: vec![vec![]; n],
             pending: None,
+            giving_way: None,
             standby,
             switches: vec![],
             log: vec![],
@@ -203,13 +261,18 @@ impl Server {
 
     /// `plan`'s model whole on PU `pu`, priced on `costs` under `plan`'s schedule and objective.
     fn whole_plan(phased: &PhasedGraph, costs: &CostTable, plan: &Plan, pu: &str) -> Result<Plan, RuntimeError> {
-        let placed = bident_search::Placement {
-            schedule: plan.schedule,
-            objective: plan.objective,
+        let placed = Placement {
             placement: plan.steps.iter().map(|s| (s.op.to_string(), pu.to_string())).collect(),
+            ..placement(plan)
         };
         bident_search::plan_from_placement(phased, costs, &placed)
             .map_err(|e| RuntimeError::Program(format!("a standby plan on `{pu}`: {e}")))
+    }
+
+    /// The table the server prices plans on: the profile's, re-priced by every drift seen and
+    /// grown by the runs re-plans measured.
+    pub fn costs(&self) -> &CostTable {
+        &self.costs
     }
 
     /// The plan serving now.
@@ -227,9 +290,10 @@ impl Server {
         self.served
     }
 
-    /// One inference of the model on `inputs` (graph input order). A re-plan that finished
-    /// compiling is swapped in first.
+    /// One inference of the model on `inputs` (graph input order). A standby given way to, and
+    /// then a re-plan that finished compiling, are swapped in first.
     pub fn infer(&mut self, inputs: &[Arc<HostTensor>]) -> Result<Inference, RuntimeError> {
+        self.give_way();
         self.swap_if_ready()?;
         let start = self.t0.elapsed().as_secs_f64() * 1e6;
         let inf = self.session.run(std::slice::from_ref(&inputs.to_vec()))?;
@@ -245,6 +309,18 @@ impl Server {
         self.switches.iter().filter(|s| s.swapped_before().is_some()).count()
     }
 
+    /// Serve with the standby a re-plan gave way to ([`Via::Standby`]), if one is due.
+    fn give_way(&mut self) {
+        let Some((j, plan, costs)) = self.giving_way.take() else { return };
+        if let Some(k) = self.standby.iter().position(|(pu, _)| *pu == j) {
+            let session = self.standby.swap_remove(k).1;
+            self.swap_to(session);
+            self.plan = plan;
+            self.costs = costs;
+            self.recalibrate();
+        }
+    }
+
     fn swap_if_ready(&mut self) -> Result<(), RuntimeError> {
         let Some(p) = &self.pending else { return Ok(()) };
         let got = match p.rx.try_recv() {
@@ -252,14 +328,14 @@ impl Server {
             Err(mpsc::TryRecvError::Empty) => return Ok(()),
             Err(mpsc::TryRecvError::Disconnected) => Err(RuntimeError::Program("the re-plan thread stopped".into())),
         };
-        let (switch, pu, factor) = (p.switch, p.pu, p.factor);
+        let (switch, pu, factor, gave_way) = (p.switch, p.pu, p.factor, p.gave_way);
         self.pending = None;
-        let (plan, costs, old_us, session) = got?;
+        let Replanned { plan, costs, old_us, session, measured } = got?;
         let s = &mut self.switches[switch];
         s.old_predicted_us = old_us;
         s.new_predicted_us = plan.predicted_us;
         s.ops_per_pu = plan.ops_per_pu.iter().map(|(pu, &n)| (pu.clone(), n)).collect();
-        s.outcome = Outcome::Kept;
+        s.measured = measured;
         let session = match (session, whole_on(&plan)) {
             (Some(session), _) => Some(session),
             (None, Some(j)) if whole_on(&self.plan) != Some(j) => {
@@ -268,26 +344,32 @@ impl Server {
             }
             (None, _) => None,
         };
+        let kept = session.is_none();
+        s.outcome = if kept { Outcome::Kept(self.served) } else { Outcome::Swapped(self.served) };
         if let Some(session) = session {
-            s.outcome = Outcome::Swapped(self.served);
-            let old = std::mem::replace(&mut self.session, session);
-            // a whole-model session stands by for a later re-plan back to its PU; any other
-            // is dropped (its workers, idle between inferences, are joined here)
-            if let Some(j) = whole_on(&self.plan) {
-                self.standby.push((j, old));
-            }
+            self.swap_to(session);
         }
         // kept or not, the plan is now priced on the re-priced table: the drift is the PU's
         // new normal
-        let kept = s.outcome == Outcome::Kept;
         self.costs = costs;
         self.plan = plan;
-        if kept {
-            self.rebase(pu, factor);
-        } else {
-            self.recalibrate();
+        match (kept, gave_way) {
+            (true, false) => self.rebase(pu, factor),
+            // a standby came in when the re-plan began: the PUs were calibrated afresh then
+            (true, true) => {}
+            (false, _) => self.recalibrate(),
         }
         Ok(())
+    }
+
+    /// Serve with `session` from the next inference on. A whole-model session stands by for a
+    /// later re-plan back to its PU; any other is dropped (its workers, idle between
+    /// inferences, are joined here).
+    fn swap_to(&mut self, session: Session) {
+        let old = std::mem::replace(&mut self.session, session);
+        if let Some(j) = whole_on(&self.plan) {
+            self.standby.push((j, old));
+        }
     }
 
     /// The plan, and so the session, was kept: the drifting PU's calibrated ratio takes on the
@@ -359,42 +441,100 @@ impl Server {
             }
         }
         if let Some((pu, factor)) = drifting {
-            self.replan(pu, factor);
+            self.replan(pu, factor)?;
         }
         Ok(())
     }
 
-    /// Re-price `pu` by `factor`, search and compile in the background.
-    fn replan(&mut self, pu: usize, factor: f64) {
+    /// Re-price `pu` by `factor`; give way at once to the standby that beats the slowed plan
+    /// most on the re-priced table, if one does; then search, refine and compile in the
+    /// background.
+    fn replan(&mut self, pu: usize, factor: f64) -> Result<(), RuntimeError> {
         let mut costs = self.costs.clone();
         costs.scale_pu(pu, factor);
+        let err = |e: bident_search::SearchError| RuntimeError::Program(format!("re-planning: {e}"));
+        let slowed = bident_search::plan_from_placement(&self.phased, &costs, &placement(&self.plan)).map_err(err)?;
+        let mut best: Option<(usize, Plan)> = None;
+        for (k, (j, _)) in self.standby.iter().enumerate() {
+            let on_j = Self::whole_plan(&self.phased, &costs, &self.plan, &self.soc.pus[*j].name)?;
+            if objective(&on_j) < best.as_ref().map_or(objective(&slowed), |(_, b)| objective(b)) {
+                best = Some((k, on_j));
+            }
+        }
+        let (detected_after, name) = (self.served - 1, self.soc.pus[pu].name.clone());
+        let gave_way = best.is_some();
+        if let Some((k, plan)) = best {
+            self.switches.push(Switch {
+                detected_after,
+                outcome: Outcome::Swapped(self.served),
+                via: Via::Standby,
+                pu: name.clone(),
+                factor,
+                old_predicted_us: slowed.predicted_us,
+                new_predicted_us: plan.predicted_us,
+                ops_per_pu: plan.ops_per_pu.iter().map(|(pu, &n)| (pu.clone(), n)).collect(),
+                measured: 0,
+            });
+            self.giving_way = Some((self.standby[k].0, plan, costs.clone()));
+        }
         let (graph, phased, soc, backend) =
             (self.graph.clone(), self.phased.clone(), self.soc.clone(), self.backend.clone());
         let (search, cfg) = (self.search.clone(), self.cfg.clone());
-        let standing: Vec<usize> = self.standby.iter().map(|(j, _)| *j).collect();
-        let old = bident_search::Placement {
-            schedule: self.plan.schedule,
-            objective: self.plan.objective,
-            placement: self.plan.steps.iter().map(|s| (s.op.to_string(), s.pu.clone())).collect(),
+        // the standbys and the plan as they will be once a standby given way to is in
+        let mut standing: Vec<usize> = self.standby.iter().map(|(j, _)| *j).collect();
+        let serving = match &self.giving_way {
+            Some((j, plan, _)) => {
+                standing.retain(|k| k != j);
+                standing.extend(whole_on(&self.plan));
+                placement(plan)
+            }
+            None => placement(&self.plan),
         };
         let (tx, rx) = mpsc::channel();
         self.switches.push(Switch {
-            detected_after: self.served - 1,
+            detected_after,
             outcome: Outcome::Pending,
-            pu: self.soc.pus[pu].name.clone(),
+            via: Via::Search,
+            pu: name,
             factor,
             old_predicted_us: self.plan.predicted_us,
             new_predicted_us: f64::NAN,
             ops_per_pu: vec![],
+            measured: 0,
         });
         let switch = self.switches.len() - 1;
         std::thread::spawn(move || {
             let r = (|| {
-                let err = |e: bident_search::SearchError| RuntimeError::Program(format!("re-planning: {e}"));
-                let old_us = bident_search::plan_from_placement(&phased, &costs, &old).map_err(err)?.predicted_us;
-                let plan = bident_search::search(&phased, &costs, &search).map_err(err)?;
-                let moved = old.placement.len() != plan.steps.len()
-                    || plan.steps.iter().any(|s| old.placement.get(&s.op.to_string()) != Some(&s.pu));
+                let mut costs = costs;
+                let mut plan = bident_search::search(&phased, &costs, &search).map_err(err)?;
+                let mut measured = 0;
+                for round in 0..=bident_search::REFINE_ROUNDS {
+                    let stay = bident_search::plan_from_placement(&phased, &costs, &serving).map_err(err)?;
+                    if objective(&plan) > objective(&stay) * (1.0 - MOVE_MARGIN) {
+                        plan = stay;
+                        break;
+                    }
+                    let wanted = bident_search::segments_to_measure(&plan, &costs, &phased);
+                    if wanted.is_empty() || round == bident_search::REFINE_ROUNDS {
+                        break;
+                    }
+                    let found = bident_profile::measure_segments(
+                        &graph,
+                        &soc,
+                        backend.as_ref(),
+                        &cfg.measure,
+                        None,
+                        &wanted,
+                        &mut |_| {},
+                    )
+                    .map_err(|e| RuntimeError::Program(format!("re-planning, measuring the plan's runs: {e}")))?;
+                    measured += wanted.len();
+                    costs.segments.extend(found);
+                    plan = bident_search::search(&phased, &costs, &search).map_err(err)?;
+                }
+                let old_us = bident_search::plan_from_placement(&phased, &costs, &serving).map_err(err)?.predicted_us;
+                let moved = serving.placement.len() != plan.steps.len()
+                    || plan.steps.iter().any(|s| serving.placement.get(&s.op.to_string()) != Some(&s.pu));
                 let session = match moved && !whole_on(&plan).is_some_and(|j| standing.contains(&j)) {
                     true => Some(Session::load(
                         Program::from_plan(&graph, &plan, &soc, cfg.grouping)?,
@@ -404,11 +544,12 @@ impl Server {
                     )?),
                     false => None,
                 };
-                Ok((plan, costs, old_us, session))
+                Ok(Replanned { plan, costs, old_us, session, measured })
             })();
             let _ = tx.send(r);
         });
-        self.pending = Some(Replan { rx, switch, pu, factor });
+        self.pending = Some(Replan { rx, switch, pu, factor, gave_way });
+        Ok(())
     }
 
     /// Wait for a re-plan in flight to land (tests, and a caller about to stop serving).
@@ -419,6 +560,7 @@ impl Server {
                 return Err(RuntimeError::Program("the re-plan did not finish in time".into()));
             }
             std::thread::sleep(Duration::from_millis(1));
+            self.give_way();
             self.swap_if_ready()?;
         }
         Ok(())
@@ -458,6 +600,23 @@ impl Server {
         }
         events.extend(names);
         serde_json::json!({ "traceEvents": events, "displayTimeUnit": "ns" }).to_string()
+    }
+}
+
+/// The plan's placement, as a search pass gives one.
+fn placement(plan: &Plan) -> Placement {
+    Placement {
+        schedule: plan.schedule,
+        objective: plan.objective,
+        placement: plan.steps.iter().map(|s| (s.op.to_string(), s.pu.clone())).collect(),
+    }
+}
+
+/// The plan's predicted figure of its objective.
+fn objective(plan: &Plan) -> f64 {
+    match plan.objective {
+        Objective::Latency => plan.predicted_us,
+        Objective::Energy => plan.predicted_energy_uj,
     }
 }
 

@@ -15,6 +15,9 @@
 //!   search, so their plans are optimal under the evaluator;
 //! - [`mod@diff`]: the ops that moved between two plans of one graph, and the table `plan-diff`
 //!   prints.
+//! - `refine`: which runs of a plan the table prices from pairs ([`segments_to_measure`]), to
+//!   be measured whole before the plan is trusted (by the driver's refine and a server's
+//!   re-plan).
 //!
 //! Owns the `Plan` artifact and `check_plan`. Architecture invariant: no I/O and no backend.
 
@@ -25,6 +28,7 @@ mod forkjoin;
 pub mod measured;
 pub mod pass;
 pub mod problem;
+mod refine;
 mod wide;
 
 use std::collections::BTreeMap;
@@ -41,6 +45,7 @@ pub use measured::{MeasuredRuns, OpCosts};
 pub use pass::{MappingSearch, Placement, plan_from_placement, search_by};
 use problem::PhaseMemo;
 pub use problem::{OrderLinks, Problem, Schedule, Timeline};
+pub use refine::{REFINE_ROUNDS, segments_to_measure, whole_model_runs};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
