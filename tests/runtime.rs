@@ -235,8 +235,9 @@ fn soak_ten_thousand_inferences() {
 
 /// The example served 150 inferences across both pinned cores, the PU with most of the plan's
 /// ops running 20 times slower from the 30th on, every inference's outputs checked against the
-/// whole model: the server, the slowed PU and its ops in the plan, and every latency.
-fn serve_through_a_slowdown(standby: bool) -> (bident_runtime::Server, String, u32, Vec<f64>) {
+/// whole model: the server, the slowed PU and its ops in the plan, and every latency. With
+/// `others_fail`, the plan is the whole model on that PU and every other PU fails to compile.
+fn serve_through_a_slowdown(standby: bool, others_fail: bool) -> (bident_runtime::Server, String, u32, Vec<f64>) {
     use bident_backend::fault::{Fault, SlowFactor};
     use bident_runtime::{ServeConfig, Server};
     let (g, phased) = model("example");
@@ -245,10 +246,16 @@ fn serve_through_a_slowdown(standby: bool) -> (bident_runtime::Server, String, u
     let cfg = bident_profile::ProfileConfig { warmup: 1, runs: 5, adaptive: false, ..Default::default() };
     let costs = bident_profile::profile(&g, &soc, be.as_ref(), &cfg, None, &mut |_| {}).expect("profile");
     let search = bident_search::SearchConfig::default();
-    let plan = bident_search::search(&phased, &costs, &search).expect("search");
-    let (busiest, before) =
+    let mut plan = bident_search::search(&phased, &costs, &search).expect("search");
+    let (busiest, mut before) =
         plan.ops_per_pu.iter().max_by_key(|(_, n)| **n).map(|(p, n)| (p.clone(), *n)).expect("a PU with ops");
     let pu = soc.pus.iter().position(|p| p.name == busiest).expect("its index");
+    if others_fail {
+        let placement = plan.steps.iter().map(|s| (s.op.to_string(), busiest.clone())).collect();
+        let whole = bident_search::Placement { schedule: plan.schedule, objective: plan.objective, placement };
+        plan = bident_search::plan_from_placement(&phased, &costs, &whole).expect("the whole model on it");
+        before = plan.steps.len() as u32;
+    }
     // the slowed PU's backend calls per inference: its tasks in the session
     let calls = Program::from_plan(&g, &plan, &soc, Grouping::Merged).expect("program").0.queues[pu].len() as u64;
     let fault = FaultSpec {
@@ -257,7 +264,11 @@ fn serve_through_a_slowdown(standby: bool) -> (bident_runtime::Server, String, u
         // once measured 0.605x of the slowed one against the 0.6 asserted
         fault: Fault::SlowAfter(SLOW_FROM as u64 * calls, SlowFactor::new(20.0).expect("20x")),
     };
-    let faulty = Arc::new(FaultyBackend::new(be.clone(), fault));
+    let mut faulty = Arc::new(FaultyBackend::new(be.clone(), fault));
+    for other in soc.pus.iter().filter(|p| others_fail && p.name != busiest) {
+        let fails = FaultSpec { pu: other.name.clone(), fault: Fault::Compile };
+        faulty = Arc::new(FaultyBackend::new(faulty, fails));
+    }
     let inputs = bident_runtime::model_inputs(&g, 0);
     let want = reference(&g, &soc, &inputs);
     // drift is 4x sustained, not the default 1.3x: beside other tests, load alone once drifted
@@ -284,7 +295,7 @@ const SLOW_FROM: usize = 30;
 /// swap is well below the slowed plan's. The trace shows the switch.
 #[test]
 fn a_server_replans_when_a_pu_drifts() {
-    let (server, busiest, before, totals) = serve_through_a_slowdown(true);
+    let (server, busiest, before, totals) = serve_through_a_slowdown(true, false);
     // the slowed PU's switch (timed beside other tests, the other core can drift past the
     // threshold too and be re-planned first: CI saw that once)
     let switches = server.switches().to_vec();
@@ -311,7 +322,7 @@ fn a_server_replans_when_a_pu_drifts() {
 /// end is priced on measured runs.
 #[test]
 fn a_server_measures_a_new_plans_runs_before_it_swaps_it_in() {
-    let (mut server, busiest, before, _) = serve_through_a_slowdown(false);
+    let (mut server, busiest, before, _) = serve_through_a_slowdown(false, false);
     server.settle(Duration::from_secs(120)).expect("the re-plan lands");
     let switches = server.switches().to_vec();
     let switch = switches.iter().find(|s| s.pu == busiest).cloned().unwrap_or_else(|| panic!("{switches:?}"));
@@ -321,4 +332,22 @@ fn a_server_measures_a_new_plans_runs_before_it_swaps_it_in() {
     let (_, phased) = model("example");
     let unmeasured = bident_search::segments_to_measure(server.plan(), server.costs(), &phased);
     assert!(unmeasured.is_empty(), "{unmeasured:?} ({switch:?})");
+}
+
+/// A re-plan whose new plan cannot compile (the only other PU fails every compile) leaves the
+/// slowed plan serving: no inference fails, the switch says why, and the drift is taken as the
+/// PU's new normal rather than re-planned at every window.
+#[test]
+fn a_failed_replan_leaves_the_plan_serving() {
+    let (mut server, busiest, before, totals) = serve_through_a_slowdown(false, true);
+    assert_eq!(totals.len(), 150);
+    server.settle(Duration::from_secs(120)).expect("the re-plan lands");
+    let switches = server.switches().to_vec();
+    let failed: Vec<_> = switches.iter().filter(|s| matches!(s.outcome, bident_runtime::Outcome::Failed(..))).collect();
+    let first = failed.first().unwrap_or_else(|| panic!("{switches:?}"));
+    assert_eq!(first.pu, busiest, "{switches:?}");
+    let bident_runtime::Outcome::Failed(_, why) = &first.outcome else { unreachable!() };
+    assert!(why.contains("injected fault"), "{why}");
+    assert!(failed.len() <= 2, "re-planned again and again: {switches:?}");
+    assert_eq!(server.plan().ops_per_pu.get(&busiest), Some(&before));
 }

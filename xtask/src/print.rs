@@ -485,6 +485,10 @@ pub fn served(s: &bident_driver::Served, window: usize) {
                 if k < n { format!("before inference {k}") } else { "after serving ended".into() }
             ),
             Outcome::Pending => println!("{seen} still planning when serving ended"),
+            Outcome::Failed(k, ref why) => println!(
+                "{seen} failed ({why}); the serving plan stays ({})",
+                if k < n { format!("from inference {k}") } else { "after serving ended".into() }
+            ),
         }
     }
     let last = s.switches.iter().rev().find_map(|w| w.swapped_before().filter(|&k| k < n));

@@ -25,6 +25,9 @@
 //! path and through the drifting backend (so in its present state), and the search runs again
 //! on the grown table, before anything is compiled. What it measures never enters a profile
 //! cache: it is the PU's state while drifting, not its normal.
+//!
+//! A re-plan that fails (its search, a measurement, or the new plan's compile) is recorded
+//! ([`Outcome::Failed`]) and the serving plan goes on serving: no inference fails for it.
 
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -115,7 +118,7 @@ pub enum Via {
 }
 
 /// Where a re-plan stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
     /// Still being searched or compiled.
     Pending,
@@ -123,6 +126,9 @@ pub enum Outcome {
     Kept(usize),
     /// The new plan served from this inference on.
     Swapped(usize),
+    /// The search, a measurement or the new plan's compile failed, seen before this inference:
+    /// the serving plan stays, and the drift is taken as the PU's new normal.
+    Failed(usize, String),
 }
 
 impl Switch {
@@ -294,13 +300,13 @@ impl Server {
     /// then a re-plan that finished compiling, are swapped in first.
     pub fn infer(&mut self, inputs: &[Arc<HostTensor>]) -> Result<Inference, RuntimeError> {
         self.give_way();
-        self.swap_if_ready()?;
+        self.swap_if_ready();
         let start = self.t0.elapsed().as_secs_f64() * 1e6;
         let inf = self.session.run(std::slice::from_ref(&inputs.to_vec()))?;
         self.log.push((start, inf.total_us, self.generation()));
         self.served += 1;
         self.in_session += 1;
-        self.watch(&inf)?;
+        self.watch(&inf);
         Ok(inf)
     }
 
@@ -321,16 +327,33 @@ impl Server {
         }
     }
 
-    fn swap_if_ready(&mut self) -> Result<(), RuntimeError> {
-        let Some(p) = &self.pending else { return Ok(()) };
+    /// Land a re-plan that finished: swap its session in, or keep the serving one.
+    fn swap_if_ready(&mut self) {
+        let Some(p) = &self.pending else { return };
         let got = match p.rx.try_recv() {
             Ok(got) => got,
-            Err(mpsc::TryRecvError::Empty) => return Ok(()),
+            Err(mpsc::TryRecvError::Empty) => return,
             Err(mpsc::TryRecvError::Disconnected) => Err(RuntimeError::Program("the re-plan thread stopped".into())),
         };
         let (switch, pu, factor, gave_way) = (p.switch, p.pu, p.factor, p.gave_way);
         self.pending = None;
-        let Replanned { plan, costs, old_us, session, measured } = got?;
+        let Replanned { plan, costs, old_us, session, measured } = match got {
+            Ok(got) => got,
+            Err(e) => {
+                // the error and its causes, on one line
+                let mut why = e.to_string();
+                let mut cause = std::error::Error::source(&e);
+                while let Some(c) = cause {
+                    why = format!("{why}: {c}");
+                    cause = c.source();
+                }
+                self.switches[switch].outcome = Outcome::Failed(self.served, why);
+                if !gave_way {
+                    self.rebase(pu, factor);
+                }
+                return;
+            }
+        };
         let s = &mut self.switches[switch];
         s.old_predicted_us = old_us;
         s.new_predicted_us = plan.predicted_us;
@@ -359,7 +382,6 @@ impl Server {
             (true, true) => {}
             (false, _) => self.recalibrate(),
         }
-        Ok(())
     }
 
     /// Serve with `session` from the next inference on. A whole-model session stands by for a
@@ -393,7 +415,7 @@ impl Server {
     }
 
     /// Add one inference's spans to the window; at its end, judge every PU.
-    fn watch(&mut self, inf: &Inference) -> Result<(), RuntimeError> {
+    fn watch(&mut self, inf: &Inference) {
         let program = self.session.program();
         let n = self.soc.pus.len();
         let (mut measured, mut predicted) = (vec![0.0; n], vec![0.0; n]);
@@ -406,7 +428,7 @@ impl Server {
             self.window[pu].push(measured[pu] / predicted[pu]);
         }
         if !self.in_session.is_multiple_of(self.cfg.window) {
-            return Ok(());
+            return;
         }
         let warm_up = self.in_session == self.cfg.window;
         let mut drifting: Option<(usize, f64)> = None;
@@ -441,29 +463,30 @@ impl Server {
             }
         }
         if let Some((pu, factor)) = drifting {
-            self.replan(pu, factor)?;
+            self.replan(pu, factor);
         }
-        Ok(())
     }
 
     /// Re-price `pu` by `factor`; give way at once to the standby that beats the slowed plan
     /// most on the re-priced table, if one does; then search, refine and compile in the
     /// background.
-    fn replan(&mut self, pu: usize, factor: f64) -> Result<(), RuntimeError> {
+    fn replan(&mut self, pu: usize, factor: f64) {
         let mut costs = self.costs.clone();
         costs.scale_pu(pu, factor);
         let err = |e: bident_search::SearchError| RuntimeError::Program(format!("re-planning: {e}"));
-        let slowed = bident_search::plan_from_placement(&self.phased, &costs, &placement(&self.plan)).map_err(err)?;
+        // a plan the table cannot price gives way to no standby: the search says why
+        let slowed = bident_search::plan_from_placement(&self.phased, &costs, &placement(&self.plan)).ok();
         let mut best: Option<(usize, Plan)> = None;
         for (k, (j, _)) in self.standby.iter().enumerate() {
-            let on_j = Self::whole_plan(&self.phased, &costs, &self.plan, &self.soc.pus[*j].name)?;
-            if objective(&on_j) < best.as_ref().map_or(objective(&slowed), |(_, b)| objective(b)) {
+            let Some(slowed) = &slowed else { break };
+            let Ok(on_j) = Self::whole_plan(&self.phased, &costs, &self.plan, &self.soc.pus[*j].name) else { continue };
+            if objective(&on_j) < best.as_ref().map_or(objective(slowed), |(_, b)| objective(b)) {
                 best = Some((k, on_j));
             }
         }
         let (detected_after, name) = (self.served - 1, self.soc.pus[pu].name.clone());
         let gave_way = best.is_some();
-        if let Some((k, plan)) = best {
+        if let (Some((k, plan)), Some(slowed)) = (best, slowed) {
             self.switches.push(Switch {
                 detected_after,
                 outcome: Outcome::Swapped(self.served),
@@ -549,7 +572,6 @@ impl Server {
             let _ = tx.send(r);
         });
         self.pending = Some(Replan { rx, switch, pu, factor, gave_way });
-        Ok(())
     }
 
     /// Wait for a re-plan in flight to land (tests, and a caller about to stop serving).
@@ -561,7 +583,7 @@ impl Server {
             }
             std::thread::sleep(Duration::from_millis(1));
             self.give_way();
-            self.swap_if_ready()?;
+            self.swap_if_ready();
         }
         Ok(())
     }
