@@ -233,24 +233,42 @@ fn soak_ten_thousand_inferences() {
     assert!(end <= warm + 8 * 1024 * 1024, "RSS grew from {warm} to {end} bytes");
 }
 
+/// How [`serve_through_a_slowdown`] serves.
+#[derive(Default)]
+struct Drift {
+    /// No standby sessions.
+    no_standby: bool,
+    /// The plan is the whole model on the slowed PU, and every other PU fails to compile.
+    others_fail: bool,
+    /// The slowed PU recovers after this many of its runs (counted from the slowdown), and
+    /// serving goes on (10 s at most) until the server re-plans for its recovery, re-checking
+    /// it every 2 ms. The table has the whole model measured on each PU, as a pipeline's has.
+    recovers_after: Option<u64>,
+}
+
 /// The example served 150 inferences across both pinned cores, the PU with most of the plan's
 /// ops running 20 times slower from the 30th on, every inference's outputs checked against the
-/// whole model: the server, the slowed PU and its ops in the plan, and every latency. With
-/// `others_fail`, the plan is the whole model on that PU and every other PU fails to compile.
-fn serve_through_a_slowdown(standby: bool, others_fail: bool) -> (bident_runtime::Server, String, u32, Vec<f64>) {
+/// whole model: the server, the slowed PU and its ops in the plan, every latency, and the
+/// table the server was loaded with.
+fn serve_through_a_slowdown(d: Drift) -> (bident_runtime::Server, String, u32, Vec<f64>, bident_profile::CostTable) {
     use bident_backend::fault::{Fault, SlowFactor};
     use bident_runtime::{ServeConfig, Server};
     let (g, phased) = model("example");
     let be = backend();
     let soc = bident_tests::pinned_cores(be.as_ref());
     let cfg = bident_profile::ProfileConfig { warmup: 1, runs: 5, adaptive: false, ..Default::default() };
-    let costs = bident_profile::profile(&g, &soc, be.as_ref(), &cfg, None, &mut |_| {}).expect("profile");
+    let mut costs = bident_profile::profile(&g, &soc, be.as_ref(), &cfg, None, &mut |_| {}).expect("profile");
+    if d.recovers_after.is_some() {
+        let whole = bident_search::whole_model_runs(&costs, &phased);
+        let measured = bident_profile::measure_segments(&g, &soc, be.as_ref(), &cfg, None, &whole, &mut |_| {});
+        costs.segments.extend(measured.expect("the whole model on each PU"));
+    }
     let search = bident_search::SearchConfig::default();
     let mut plan = bident_search::search(&phased, &costs, &search).expect("search");
     let (busiest, mut before) =
         plan.ops_per_pu.iter().max_by_key(|(_, n)| **n).map(|(p, n)| (p.clone(), *n)).expect("a PU with ops");
     let pu = soc.pus.iter().position(|p| p.name == busiest).expect("its index");
-    if others_fail {
+    if d.others_fail {
         let placement = plan.steps.iter().map(|s| (s.op.to_string(), busiest.clone())).collect();
         let whole = bident_search::Placement { schedule: plan.schedule, objective: plan.objective, placement };
         plan = bident_search::plan_from_placement(&phased, &costs, &whole).expect("the whole model on it");
@@ -262,10 +280,17 @@ fn serve_through_a_slowdown(standby: bool, others_fail: bool) -> (bident_runtime
         pu: busiest.clone(),
         // 20x, as the CLI's serving tests: at 5x, timed beside other tests, the recovered latency
         // once measured 0.605x of the slowed one against the 0.6 asserted
-        fault: Fault::SlowAfter(SLOW_FROM as u64 * calls, SlowFactor::new(20.0).expect("20x")),
+        fault: match d.recovers_after {
+            None => Fault::SlowAfter(SLOW_FROM as u64 * calls, SlowFactor::new(20.0).expect("20x")),
+            Some(n) => Fault::SlowBetween(
+                SLOW_FROM as u64 * calls,
+                SLOW_FROM as u64 * calls + n,
+                SlowFactor::new(20.0).expect("20x"),
+            ),
+        },
     };
     let mut faulty = Arc::new(FaultyBackend::new(be.clone(), fault));
-    for other in soc.pus.iter().filter(|p| others_fail && p.name != busiest) {
+    for other in soc.pus.iter().filter(|p| d.others_fail && p.name != busiest) {
         let fails = FaultSpec { pu: other.name.clone(), fault: Fault::Compile };
         faulty = Arc::new(FaultyBackend::new(faulty, fails));
     }
@@ -273,17 +298,21 @@ fn serve_through_a_slowdown(standby: bool, others_fail: bool) -> (bident_runtime
     let want = reference(&g, &soc, &inputs);
     // drift is 4x sustained, not the default 1.3x: beside other tests, load alone once drifted
     // a PU past 1.3x before the fault and re-planned, so the fault, counted in calls, began later
-    let serve = ServeConfig { threshold: 4.0, standby, ..ServeConfig::default() };
+    let recheck = d.recovers_after.map(|_| Duration::from_millis(2));
+    let serve = ServeConfig { threshold: 4.0, standby: !d.no_standby, recheck, ..ServeConfig::default() };
+    let profiled = costs.clone();
     let mut server = Server::new((g, phased), costs, plan, soc, faulty, search, serve).expect("serve");
     let mut totals = vec![];
-    for _ in 0..150 {
+    let t0 = std::time::Instant::now();
+    let recovered = |s: &Server| s.switches().iter().any(|w| w.factor < 1.0);
+    while totals.len() < 150 || (d.recovers_after.is_some() && !recovered(&server) && t0.elapsed().as_secs() < 10) {
         let inf = server.infer(&inputs).expect("inference");
         for (got, want) in inf.outputs[0].iter().zip(&want) {
             assert_eq!(got.mismatch(want, 1e-4, 1e-5), None);
         }
         totals.push(inf.total_us);
     }
-    (server, busiest, before, totals)
+    (server, busiest, before, totals, profiled)
 }
 
 /// The inference a [`serve_through_a_slowdown`] slows its PU from.
@@ -295,7 +324,7 @@ const SLOW_FROM: usize = 30;
 /// swap is well below the slowed plan's. The trace shows the switch.
 #[test]
 fn a_server_replans_when_a_pu_drifts() {
-    let (server, busiest, before, totals) = serve_through_a_slowdown(true, false);
+    let (server, busiest, before, totals, _) = serve_through_a_slowdown(Drift::default());
     // the slowed PU's switch (timed beside other tests, the other core can drift past the
     // threshold too and be re-planned first: CI saw that once)
     let switches = server.switches().to_vec();
@@ -322,7 +351,7 @@ fn a_server_replans_when_a_pu_drifts() {
 /// end is priced on measured runs.
 #[test]
 fn a_server_measures_a_new_plans_runs_before_it_swaps_it_in() {
-    let (mut server, busiest, before, _) = serve_through_a_slowdown(false, false);
+    let (mut server, busiest, before, ..) = serve_through_a_slowdown(Drift { no_standby: true, ..Drift::default() });
     server.settle(Duration::from_secs(120)).expect("the re-plan lands");
     let switches = server.switches().to_vec();
     let switch = switches.iter().find(|s| s.pu == busiest).cloned().unwrap_or_else(|| panic!("{switches:?}"));
@@ -339,7 +368,8 @@ fn a_server_measures_a_new_plans_runs_before_it_swaps_it_in() {
 /// PU's new normal rather than re-planned at every window.
 #[test]
 fn a_failed_replan_leaves_the_plan_serving() {
-    let (mut server, busiest, before, totals) = serve_through_a_slowdown(false, true);
+    let drift = Drift { no_standby: true, others_fail: true, ..Drift::default() };
+    let (mut server, busiest, before, totals, _) = serve_through_a_slowdown(drift);
     assert_eq!(totals.len(), 150);
     server.settle(Duration::from_secs(120)).expect("the re-plan lands");
     let switches = server.switches().to_vec();
@@ -350,4 +380,26 @@ fn a_failed_replan_leaves_the_plan_serving() {
     assert!(why.contains("injected fault"), "{why}");
     assert!(failed.len() <= 2, "re-planned again and again: {switches:?}");
     assert_eq!(server.plan().ops_per_pu.get(&busiest), Some(&before));
+}
+
+/// A PU that slowed down and recovered: after the drift made the plan leave it, the server
+/// re-checks it off the hot path, sees it run the whole model faster than just after the drift
+/// by more than the threshold, prices it as profiled again and re-plans.
+#[test]
+fn a_server_prices_a_pu_that_recovers_as_profiled_again() {
+    let drift = Drift { recovers_after: Some(120), ..Drift::default() };
+    let (mut server, busiest, _, _, profiled) = serve_through_a_slowdown(drift);
+    server.settle(Duration::from_secs(120)).expect("the re-plan lands");
+    let switches = server.switches().to_vec();
+    let back = switches.iter().find(|s| s.pu == busiest && s.factor < 1.0).unwrap_or_else(|| panic!("{switches:?}"));
+    let drifted = switches.iter().find(|s| s.pu == busiest && s.factor > 1.0).unwrap_or_else(|| panic!("{switches:?}"));
+    assert!(drifted.detected_after < back.detected_after, "{switches:?}");
+    let pu = profiled.soc.pus.iter().position(|p| p.name == busiest).expect("its index");
+    for (now, then) in server.costs().ops.iter().zip(&profiled.ops) {
+        assert_eq!(now.per_pu[pu], then.per_pu[pu], "op {}", now.op);
+    }
+    // the runs measured before (the whole model once per PU among them), as they were
+    for (now, then) in server.costs().segments.iter().zip(&profiled.segments) {
+        assert_eq!(now.per_pu[pu], then.per_pu[pu], "ops {:?}", now.ops);
+    }
 }

@@ -240,7 +240,11 @@ pub struct ServeArgs {
     /// ...for this many windows in a row.
     #[arg(long, default_value_t = ServeConfig::default().sustain as u64, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub sustain: u64,
-    /// Make one PU fail or slow down on purpose (as for `run`), e.g. core0:slow=4@100.
+    /// Milliseconds between re-checks of a PU a drift made the plan leave (0: never).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=86_400_000))]
+    pub recheck_ms: u64,
+    /// Make one PU fail or slow down on purpose (as for `run`), e.g. core0:slow=4@100, or
+    /// core0:slow=4@100-400 to recover at its 400th run.
     #[arg(long, value_name = "PU:FAULT")]
     pub inject_fault: Option<FaultSpec>,
 }
@@ -256,6 +260,7 @@ impl ServeArgs {
             window: self.window as usize,
             threshold: self.threshold,
             sustain: self.sustain as usize,
+            recheck: (self.recheck_ms > 0).then(|| std::time::Duration::from_millis(self.recheck_ms)),
             ..Default::default()
         })
     }
@@ -271,7 +276,7 @@ pub struct RunOpts {
     #[arg(long)]
     pub fallback: bool,
     /// Make one PU fail on purpose: PU:compile, PU:run[@N] (after N good runs), PU:hang[@N] or
-    /// PU:slow=F[@N] (F times slower after N runs).
+    /// PU:slow=F[@N[-M]] (F times slower after N runs, until run M).
     #[arg(long, value_name = "PU:FAULT")]
     pub inject_fault: Option<FaultSpec>,
     /// Seconds an inference may go without any op finishing before it is abandoned.

@@ -459,8 +459,18 @@ pub fn served(s: &bident_driver::Served, window: usize) {
             Via::Search if w.measured > 0 => format!("searched, {} runs measured whole first:", w.measured),
             Via::Search => "searched:".to_string(),
         };
-        let seen =
-            format!("re-plan    drift on {} ({:.2}x) seen after inference {}: {how}", w.pu, w.factor, w.detected_after);
+        let seen = match w.factor < 1.0 {
+            true => format!(
+                "re-plan    {} recovered ({:.2}x its time after the drift) seen after inference {}: {how}",
+                w.pu, w.factor, w.detected_after
+            ),
+            false => {
+                format!(
+                    "re-plan    drift on {} ({:.2}x) seen after inference {}: {how}",
+                    w.pu, w.factor, w.detected_after
+                )
+            }
+        };
         match w.outcome {
             Outcome::Swapped(k) if k >= n => println!(
                 "{seen} new plan ({}), predicted {:.1} µs where the serving plan would take {:.1}, ready after serving ended",

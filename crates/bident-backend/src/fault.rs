@@ -21,6 +21,9 @@ pub enum Fault {
     /// Runs take this many times as long (busy, as a throttled or contended device is), once
     /// the PU has run this many times.
     SlowAfter(u64, SlowFactor),
+    /// As `SlowAfter`, from the PU's first count of runs until its second: a device that
+    /// throttles and recovers.
+    SlowBetween(u64, u64, SlowFactor),
 }
 
 /// How many times slower a slowed PU runs: above 1, at most 1,000.
@@ -39,7 +42,8 @@ impl SlowFactor {
 impl Eq for SlowFactor {}
 
 /// `PU:compile`, `PU:run` (`PU:run@N` after N good runs), `PU:hang` (`PU:hang@N`) or
-/// `PU:slow=F` (`PU:slow=F@N`: F times slower after N runs), as given to `--inject-fault`.
+/// `PU:slow=F` (`PU:slow=F@N`: F times slower after N runs; `PU:slow=F@N-M`: from run N until
+/// run M), as given to `--inject-fault`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FaultSpec {
     pub pu: String,
@@ -49,19 +53,31 @@ pub struct FaultSpec {
 impl FromStr for FaultSpec {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("`{s}`: expected PU:compile, PU:run[@N], PU:hang[@N] or PU:slow=F[@N] (1 < F <= 1000)");
-        let (pu, what) = s.rsplit_once(':').ok_or_else(bad)?;
-        let (what, after) = match what.split_once('@') {
-            Some((w, n)) => (w, n.parse::<u64>().map_err(|_| bad())?),
-            None => (what, 0),
+        let bad = || {
+            format!("`{s}`: expected PU:compile, PU:run[@N], PU:hang[@N] or PU:slow=F[@N[-M]] (1 < F <= 1000, N < M)")
         };
+        let (pu, what) = s.rsplit_once(':').ok_or_else(bad)?;
+        let (what, after, until) = match what.split_once('@') {
+            Some((w, n)) => match n.split_once('-') {
+                Some((n, m)) => {
+                    let (n, m) = (n.parse::<u64>().map_err(|_| bad())?, m.parse::<u64>().map_err(|_| bad())?);
+                    (w, n, Some(m).filter(|&m| m > n).ok_or_else(bad).map(Some)?)
+                }
+                None => (w, n.parse::<u64>().map_err(|_| bad())?, None),
+            },
+            None => (what, 0, None),
+        };
+        if until.is_some() && !what.starts_with("slow=") {
+            return Err(bad());
+        }
         let fault = match what {
             "compile" if after == 0 => Fault::Compile,
             "run" => Fault::RunAfter(after),
             "hang" => Fault::HangAfter(after, Duration::from_secs(3600)),
-            w => match w.strip_prefix("slow=").and_then(|f| f.parse::<f64>().ok()).and_then(SlowFactor::new) {
-                Some(f) => Fault::SlowAfter(after, f),
-                None => return Err(bad()),
+            w => match (w.strip_prefix("slow=").and_then(|f| f.parse::<f64>().ok()).and_then(SlowFactor::new), until) {
+                (Some(f), None) => Fault::SlowAfter(after, f),
+                (Some(f), Some(m)) => Fault::SlowBetween(after, m, f),
+                (None, _) => return Err(bad()),
             },
         };
         if pu.is_empty() {
@@ -148,6 +164,21 @@ struct FaultyExecutable {
     cancelled: Arc<(Mutex<bool>, Condvar)>,
 }
 
+impl FaultyExecutable {
+    /// A run `f` times as long: the device stays busy, spinning, as the engine's own thread
+    /// would.
+    fn slowly(&mut self, f: SlowFactor, inputs: &[&HostTensor]) -> Result<(Vec<HostTensor>, RunTiming), BackendError> {
+        let t0 = std::time::Instant::now();
+        let (out, mut timing) = self.inner.run_timed(inputs)?;
+        let until = t0.elapsed().mul_f64(f.get());
+        while t0.elapsed() < until {
+            std::hint::spin_loop();
+        }
+        timing.infer = until.saturating_sub(timing.h2d + timing.d2h);
+        Ok((out, timing))
+    }
+}
+
 impl Executable for FaultyExecutable {
     fn inputs(&self) -> &[PortInfo] {
         self.inner.inputs()
@@ -177,17 +208,8 @@ impl Executable for FaultyExecutable {
                     return Err(cancelled());
                 }
             }
-            Fault::SlowAfter(k, f) if n >= k => {
-                let t0 = std::time::Instant::now();
-                let (out, mut timing) = self.inner.run_timed(inputs)?;
-                // the device stays busy: spin, as the engine's own thread would
-                let until = t0.elapsed().mul_f64(f.get());
-                while t0.elapsed() < until {
-                    std::hint::spin_loop();
-                }
-                timing.infer = until.saturating_sub(timing.h2d + timing.d2h);
-                return Ok((out, timing));
-            }
+            Fault::SlowAfter(k, f) if n >= k => return self.slowly(f, inputs),
+            Fault::SlowBetween(k, m, f) if (k..m).contains(&n) => return self.slowly(f, inputs),
             _ => {}
         }
         self.inner.run_timed(inputs)
@@ -225,6 +247,7 @@ mod tests {
         assert!(matches!(p("core1:hang").map(|f| f.fault), Ok(Fault::HangAfter(0, _))));
         assert_eq!(p("core1:slow=3@10").map(|f| f.fault), Ok(Fault::SlowAfter(10, SlowFactor(3.0))));
         assert_eq!(p("core1:slow=1.5").map(|f| f.fault), Ok(Fault::SlowAfter(0, SlowFactor(1.5))));
+        assert_eq!(p("core1:slow=3@10-50").map(|f| f.fault), Ok(Fault::SlowBetween(10, 50, SlowFactor(3.0))));
         for bad in [
             "core1",
             ":run",
@@ -235,6 +258,9 @@ mod tests {
             "core1:slow=1",
             "core1:slow=nan",
             "core1:slow=1e9",
+            "core1:slow=3@50-10",
+            "core1:slow=3@10-",
+            "core1:run@1-5",
         ] {
             assert!(p(bad).is_err(), "{bad}");
         }

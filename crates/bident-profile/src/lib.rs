@@ -242,6 +242,25 @@ impl CostTable {
             }
         }
     }
+
+    /// PU `pu`'s figures as `from` has them, where this table is `from` re-priced
+    /// ([`CostTable::scale_pu`]) and grown by segments measured since (appended): a serving
+    /// session saw the PU recover. A segment measured since (in the drifted state) loses its
+    /// figure there, to be measured again. Segments are matched by position: one run may be
+    /// measured more than once, on different PUs.
+    pub fn restore_pu(&mut self, pu: usize, from: &CostTable) {
+        for (o, was) in self.ops.iter_mut().zip(&from.ops) {
+            if let (Some(slot), Some(c)) = (o.per_pu.get_mut(pu), was.per_pu.get(pu)) {
+                slot.clone_from(c);
+            }
+        }
+        for (k, s) in self.segments.iter_mut().enumerate() {
+            let was = from.segments.get(k).filter(|f| f.ops == s.ops).and_then(|f| f.per_pu.get(pu).cloned().flatten());
+            if let Some(slot) = s.per_pu.get_mut(pu) {
+                *slot = was;
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]

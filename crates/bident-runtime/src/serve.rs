@@ -8,8 +8,12 @@
 //!
 //! The drifting PU's slowdown is measured from the spans of the inferences it served (the ops
 //! the plan put there, timed as they ran), and applied to every entry of that PU: a slowed
-//! device (throttled, contended) slows every op. A PU the new plan no longer uses is not seen
-//! again, so a PU that recovers is not noticed.
+//! device (throttled, contended) slows every op. A PU the new plan leaves is not seen in the
+//! spans again, so the server times the whole model on it off the hot path just after, and
+//! again every [`ServeConfig::recheck`]: once it runs faster than then by more than the
+//! threshold, it has recovered, is priced as profiled again ([`CostTable::restore_pu`]) and
+//! the plan re-planned as for a drift (the switch's factor below 1). Each re-check spins the
+//! PU for a few runs of the whole model beside the inferences.
 //!
 //! Compiling a new plan takes longer than many inferences of a small model (about 100 ms
 //! here, where the example runs in 0.1 ms), so by default the server keeps a standby session
@@ -60,6 +64,10 @@ pub struct ServeConfig {
     pub standby: bool,
     /// How a re-plan measures the runs its plan prices from pairs (off the hot path).
     pub measure: ProfileConfig,
+    /// How often a PU that a drift made the plan leave is timed again off the hot path (the
+    /// whole model on it, against its time just after the drift), so that one that recovered
+    /// is priced as profiled again and the plan searched again; None: never.
+    pub recheck: Option<Duration>,
 }
 
 impl Default for ServeConfig {
@@ -75,6 +83,7 @@ impl Default for ServeConfig {
             // state the cores are in: waiting for their fast state beside the server's own
             // inferences spun for 150 ms on the example, and doubled their latency meanwhile
             measure: ProfileConfig { warmup: 5, runs: 50, min_runs: 20, fast_state: false, ..Default::default() },
+            recheck: Some(Duration::from_secs(1)),
         }
     }
 }
@@ -83,6 +92,11 @@ impl Default for ServeConfig {
 /// measures and compiles it while serving: the median prediction error the project aims
 /// at (issue 17). A plan predicted 5% faster is as likely to serve slower.
 const MOVE_MARGIN: f64 = 0.10;
+
+/// Timed runs (after one warm-up) of the whole model on a PU a drift left, just after and at
+/// each re-check ([`ServeConfig::recheck`]): few, for a slowed PU's run may be 100x its
+/// normal, and it spins beside the inferences.
+const RETIME_RUNS: u32 = 7;
 
 /// Runs of each standby session at load, before it may serve.
 const STANDBY_WARMUP: usize = 5;
@@ -190,6 +204,14 @@ pub struct Server {
     /// A standby a re-plan gave way to, swapped in before the next inference: its PU, its plan
     /// and the re-priced table.
     giving_way: Option<(usize, Plan, CostTable)>,
+    /// The table as loaded: what a PU that recovered is priced as again.
+    profiled: CostTable,
+    /// Per PU a drift made the plan leave: the whole model's time on it just after (µs), None
+    /// until it is measured.
+    left: Vec<Option<Option<f64>>>,
+    /// A re-check in flight ([`ServeConfig::recheck`]): the PU and its whole-model time.
+    retiming: Option<(usize, mpsc::Receiver<Result<f64, RuntimeError>>)>,
+    last_retime: Instant,
     /// Whole-model sessions compiled at load, by PU index ([`ServeConfig::standby`]).
     standby: Vec<(usize, Session)>,
     switches: Vec<Switch>,
@@ -240,6 +262,7 @@ impl Server {
             }
         }
         let n = soc.pus.len();
+        let profiled = costs.clone();
         Ok(Self {
             graph: Arc::new(graph),
             phased: Arc::new(phased),
@@ -258,6 +281,10 @@ impl Server {
             ratios: vec![vec![]; n],
             pending: None,
             giving_way: None,
+            profiled,
+            left: vec![None; n],
+            retiming: None,
+            last_retime: Instant::now(),
             standby,
             switches: vec![],
             log: vec![],
@@ -299,6 +326,8 @@ impl Server {
     /// One inference of the model on `inputs` (graph input order). A standby given way to, and
     /// then a re-plan that finished compiling, are swapped in first.
     pub fn infer(&mut self, inputs: &[Arc<HostTensor>]) -> Result<Inference, RuntimeError> {
+        self.land_recheck();
+        self.start_recheck();
         self.give_way();
         self.swap_if_ready();
         let start = self.t0.elapsed().as_secs_f64() * 1e6;
@@ -313,6 +342,53 @@ impl Server {
     /// How many plans have served before the current one.
     fn generation(&self) -> usize {
         self.switches.iter().filter(|s| s.swapped_before().is_some()).count()
+    }
+
+    /// Land a timing of a PU a drift made the plan leave that finished: the first is what later
+    /// ones are compared with; where a later one ran the whole model faster than that by more
+    /// than the threshold, re-plan with the PU priced as profiled.
+    fn land_recheck(&mut self) {
+        let Some((pu, rx)) = &self.retiming else { return };
+        let pu = *pu;
+        match (rx.try_recv(), self.left[pu]) {
+            (Err(mpsc::TryRecvError::Empty), _) => return,
+            (Ok(Ok(now)), Some(None)) => self.left[pu] = Some(Some(now)),
+            // the first timing failed: nothing to compare with, the PU is not watched
+            (_, Some(None)) => self.left[pu] = None,
+            (Ok(Ok(now)), Some(Some(then)))
+                if now * self.cfg.threshold < then && self.pending.is_none() && self.giving_way.is_none() =>
+            {
+                self.left[pu] = None;
+                let mut costs = self.costs.clone();
+                costs.restore_pu(pu, &self.profiled);
+                self.replan_on(pu, now / then, costs);
+            }
+            // not recovered, or a timing that failed: tried again when the next is due
+            _ => {}
+        }
+        self.retiming = None;
+    }
+
+    /// Time the whole model on a PU a drift made the plan leave, off the hot path: at once for
+    /// the first timing, then every [`ServeConfig::recheck`].
+    fn start_recheck(&mut self) {
+        let Some(every) = self.cfg.recheck else { return };
+        if self.retiming.is_some() || self.pending.is_some() {
+            return;
+        }
+        let unused = |j: usize| !self.plan.ops_per_pu.contains_key(&self.soc.pus[j].name);
+        let first = (0..self.left.len()).find(|&j| self.left[j] == Some(None) && unused(j));
+        let due = || (0..self.left.len()).find(|&j| matches!(self.left[j], Some(Some(_))) && unused(j));
+        let Some(pu) = first.or_else(|| (self.last_retime.elapsed() >= every).then(due).flatten()) else { return };
+        self.last_retime = Instant::now();
+        let (graph, phased, soc, backend) =
+            (self.graph.clone(), self.phased.clone(), self.soc.clone(), self.backend.clone());
+        let measure = self.cfg.measure.clone();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(time_whole(&graph, &phased, &soc, backend.as_ref(), &measure, pu));
+        });
+        self.retiming = Some((pu, rx));
     }
 
     /// Serve with the standby a re-plan gave way to ([`Via::Standby`]), if one is due.
@@ -354,6 +430,10 @@ impl Server {
                 return;
             }
         };
+        // a slowed PU the plan leaves is timed next, for its re-checks to compare with
+        if factor > 1.0 && self.cfg.recheck.is_some() && !plan.ops_per_pu.contains_key(&self.soc.pus[pu].name) {
+            self.left[pu] = Some(None);
+        }
         let s = &mut self.switches[switch];
         s.old_predicted_us = old_us;
         s.new_predicted_us = plan.predicted_us;
@@ -424,7 +504,10 @@ impl Server {
             measured[t.pu] += s.finish_us - s.start_us;
             predicted[t.pu] += t.predicted.1 - t.predicted.0;
         }
-        for pu in (0..n).filter(|&pu| predicted[pu] > 0.0) {
+        // an inference beside the server's own measuring (a re-check, a re-plan's refine) is no
+        // evidence: on cores the PUs share, re-checks every 20 ms drifted the serving PU 2.7x
+        let measuring = self.retiming.is_some() || self.pending.is_some();
+        for pu in (0..n).filter(|&pu| predicted[pu] > 0.0 && !measuring) {
             self.window[pu].push(measured[pu] / predicted[pu]);
         }
         if !self.in_session.is_multiple_of(self.cfg.window) {
@@ -473,27 +556,33 @@ impl Server {
     fn replan(&mut self, pu: usize, factor: f64) {
         let mut costs = self.costs.clone();
         costs.scale_pu(pu, factor);
+        self.replan_on(pu, factor, costs);
+    }
+
+    /// Re-plan on `costs`, the table re-priced for PU `pu` by `factor` (its time now against
+    /// before): the standby first, then the search in the background.
+    fn replan_on(&mut self, pu: usize, factor: f64, costs: CostTable) {
         let err = |e: bident_search::SearchError| RuntimeError::Program(format!("re-planning: {e}"));
         // a plan the table cannot price gives way to no standby: the search says why
-        let slowed = bident_search::plan_from_placement(&self.phased, &costs, &placement(&self.plan)).ok();
+        let staying = bident_search::plan_from_placement(&self.phased, &costs, &placement(&self.plan)).ok();
         let mut best: Option<(usize, Plan)> = None;
         for (k, (j, _)) in self.standby.iter().enumerate() {
-            let Some(slowed) = &slowed else { break };
+            let Some(staying) = &staying else { break };
             let Ok(on_j) = Self::whole_plan(&self.phased, &costs, &self.plan, &self.soc.pus[*j].name) else { continue };
-            if objective(&on_j) < best.as_ref().map_or(objective(slowed), |(_, b)| objective(b)) {
+            if objective(&on_j) < best.as_ref().map_or(objective(staying), |(_, b)| objective(b)) {
                 best = Some((k, on_j));
             }
         }
         let (detected_after, name) = (self.served - 1, self.soc.pus[pu].name.clone());
         let gave_way = best.is_some();
-        if let (Some((k, plan)), Some(slowed)) = (best, slowed) {
+        if let (Some((k, plan)), Some(staying)) = (best, staying) {
             self.switches.push(Switch {
                 detected_after,
                 outcome: Outcome::Swapped(self.served),
                 via: Via::Standby,
                 pu: name.clone(),
                 factor,
-                old_predicted_us: slowed.predicted_us,
+                old_predicted_us: staying.predicted_us,
                 new_predicted_us: plan.predicted_us,
                 ops_per_pu: plan.ops_per_pu.iter().map(|(pu, &n)| (pu.clone(), n)).collect(),
                 measured: 0,
@@ -574,14 +663,16 @@ impl Server {
         self.pending = Some(Replan { rx, switch, pu, factor, gave_way });
     }
 
-    /// Wait for a re-plan in flight to land (tests, and a caller about to stop serving).
+    /// Wait for a re-check and a re-plan in flight to land (tests, and a caller about to stop
+    /// serving).
     pub fn settle(&mut self, timeout: Duration) -> Result<(), RuntimeError> {
         let t0 = Instant::now();
-        while self.pending.is_some() {
+        while self.pending.is_some() || self.retiming.is_some() {
             if t0.elapsed() > timeout {
                 return Err(RuntimeError::Program("the re-plan did not finish in time".into()));
             }
             std::thread::sleep(Duration::from_millis(1));
+            self.land_recheck();
             self.give_way();
             self.swap_if_ready();
         }
@@ -601,7 +692,11 @@ impl Server {
         for s in &self.switches {
             let at = |k: usize| self.log.get(k).map_or(0.0, |l| l.0 + l.1);
             events.push(serde_json::json!({
-                "name": format!("drift on {} ({:.2}x): re-planning", s.pu, s.factor), "ph": "i", "s": "g",
+                "name": match s.factor < 1.0 {
+                    true => format!("{} recovered ({:.2}x): re-planning", s.pu, s.factor),
+                    false => format!("drift on {} ({:.2}x): re-planning", s.pu, s.factor),
+                },
+                "ph": "i", "s": "g",
                 "pid": 1, "tid": 0, "ts": at(s.detected_after),
             }));
             if let Some(k) = s.swapped_before() {
@@ -623,6 +718,27 @@ impl Server {
         events.extend(names);
         serde_json::json!({ "traceEvents": events, "displayTimeUnit": "ns" }).to_string()
     }
+}
+
+/// The whole model's time on PU `pu` (µs), measured whole ([`RETIME_RUNS`] runs, in whatever
+/// state its cores are in).
+fn time_whole(
+    graph: &FusedGraph,
+    phased: &PhasedGraph,
+    soc: &SocSpec,
+    backend: &dyn Backend,
+    measure: &ProfileConfig,
+    pu: usize,
+) -> Result<f64, RuntimeError> {
+    let cfg = ProfileConfig { warmup: 1, runs: RETIME_RUNS, adaptive: false, ..measure.clone() };
+    let wanted = [(phased.order(), pu)];
+    let found = bident_profile::measure_segments(graph, soc, backend, &cfg, None, &wanted, &mut |_| {})
+        .map_err(|e| RuntimeError::Program(format!("timing the whole model on `{}`: {e}", soc.pus[pu].name)))?;
+    found
+        .first()
+        .and_then(|s| s.per_pu.get(pu).cloned().flatten())
+        .map(|c| c.weight_us() + c.h2d_us + c.d2h_us)
+        .ok_or_else(|| RuntimeError::Program(format!("the whole model did not run on `{}`", soc.pus[pu].name)))
 }
 
 /// The plan's placement, as a search pass gives one.
