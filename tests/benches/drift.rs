@@ -85,4 +85,13 @@ fn main() {
         ),
         None => println!("       never within 10% of the fresh plan"),
     }
+    let from = sw.and_then(|s| s.swapped_before()).unwrap_or(SERVED);
+    println!(
+        "       after the swap: median {:.1} µs; by 50 inferences: {:?}",
+        q(&mut totals[from.min(SERVED)..].to_vec()),
+        (from..SERVED)
+            .step_by(50)
+            .map(|k| q(&mut totals[k..(k + 50).min(SERVED)].to_vec()).round())
+            .collect::<Vec<_>>()
+    );
 }

@@ -240,8 +240,9 @@ pub struct ServeArgs {
     /// ...for this many windows in a row.
     #[arg(long, default_value_t = ServeConfig::default().sustain as u64, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub sustain: u64,
-    /// Milliseconds between re-checks of a PU a drift made the plan leave (0: never).
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=86_400_000))]
+    /// Milliseconds between re-checks of a PU a drift made the plan leave (0: never). Off by
+    /// default: where the PUs share CPU cores, the re-checks slow the inferences beside them.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=86_400_000))]
     pub recheck_ms: u64,
     /// Make one PU fail or slow down on purpose (as for `run`), e.g. core0:slow=4@100, or
     /// core0:slow=4@100-400 to recover at its 400th run.

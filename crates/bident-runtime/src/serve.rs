@@ -12,8 +12,8 @@
 //! spans again, so the server times the whole model on it off the hot path just after, and
 //! again every [`ServeConfig::recheck`]: once it runs faster than then by more than the
 //! threshold, it has recovered, is priced as profiled again ([`CostTable::restore_pu`]) and
-//! the plan re-planned as for a drift (the switch's factor below 1). Each re-check spins the
-//! PU for a few runs of the whole model beside the inferences.
+//! the plan re-planned as for a drift (the switch's factor below 1). Each re-check runs the
+//! whole model on the PU a few times beside the inferences, so it is off by default.
 //!
 //! Compiling a new plan takes longer than many inferences of a small model (about 100 ms
 //! here, where the example runs in 0.1 ms), so by default the server keeps a standby session
@@ -66,7 +66,11 @@ pub struct ServeConfig {
     pub measure: ProfileConfig,
     /// How often a PU that a drift made the plan leave is timed again off the hot path (the
     /// whole model on it, against its time just after the drift), so that one that recovered
-    /// is priced as profiled again and the plan searched again; None: never.
+    /// is priced as profiled again and the plan searched again; None: never, the default. Where
+    /// the PUs share CPU cores, as on this machine, the timings' runs beside the inferences
+    /// cost more than they save: the drift bench's latency after the swap was 129 µs with
+    /// re-checks against 71 without (a contended yield turns every session's polling off for
+    /// up to a second; `session.rs`).
     pub recheck: Option<Duration>,
 }
 
@@ -83,7 +87,7 @@ impl Default for ServeConfig {
             // state the cores are in: waiting for their fast state beside the server's own
             // inferences spun for 150 ms on the example, and doubled their latency meanwhile
             measure: ProfileConfig { warmup: 5, runs: 50, min_runs: 20, fast_state: false, ..Default::default() },
-            recheck: Some(Duration::from_secs(1)),
+            recheck: None,
         }
     }
 }
