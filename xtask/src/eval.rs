@@ -378,7 +378,7 @@ fn pairs(rows: &[Row]) -> Pairs {
     out
 }
 
-/// Figure 3: square MatMul [1,N,N] x [N,N] per PU in FP16 and INT8: (dtype, N, µs per PU).
+/// Figure 3: square MatMul `[1,N,N] x [N,N]` per PU in FP16 and INT8: (dtype, N, µs per PU).
 type Sweep = Vec<(&'static str, u64, Vec<Option<f64>>)>;
 
 fn sweep(soc: &Soc) -> Result<Sweep> {

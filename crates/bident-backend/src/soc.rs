@@ -247,7 +247,7 @@ pub(crate) fn sysfs_devices() -> std::path::PathBuf {
 }
 
 /// The P-cores and E-cores this process may run on, when the processor is hybrid: Linux lists
-/// them in `cpu_core/cpus` and `cpu_atom/cpus` under [`sysfs_devices`]. None when either list
+/// them in `cpu_core/cpus` and `cpu_atom/cpus` under `sysfs_devices`. None when either list
 /// is missing or empty.
 pub fn hybrid_cores() -> Option<(Vec<usize>, Vec<usize>)> {
     hybrid_cores_in(&sysfs_devices(), &crate::allowed_cpus())

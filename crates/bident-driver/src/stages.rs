@@ -635,12 +635,12 @@ impl Driver<'_> {
     }
 
     /// Stage 5: run and measure the plan. A plan slower than the fastest engine default beside
-    /// it gives way to that engine's whole-model PU ([`gives_way_to_default`]), and one clearly
-    /// slower than a PU running the whole model beside it to that PU ([`ahead`]), each PU
-    /// [`GIVE_WAY_TIMES`] times at most, and then the default's once more, as the last run
-    /// ([`behind_default`]); the plan before is kept, itself,
+    /// it gives way to that engine's whole-model PU (`gives_way_to_default`), and one clearly
+    /// slower than a PU running the whole model beside it to that PU (`ahead`), each PU
+    /// `GIVE_WAY_TIMES` times at most, and then the default's once more, as the last run
+    /// (`behind_default`); the plan before is kept, itself,
     /// where it measured better by both time and speedup over the best default and did not run
-    /// beside the new plan ([`ran_beside`]; `hashes`: the
+    /// beside the new plan (`ran_beside`; `hashes`: the
     /// phased graph's and the cost table's, which a plan's header is derived from); with
     /// `fallback`, a PU that fails is excluded and the plan searched again (`replan`) until a
     /// plan runs or no PU is left to drop.

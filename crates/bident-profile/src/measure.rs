@@ -412,7 +412,7 @@ fn measure_again(
 /// Measure runs of ops compiled together, each on one PU (`wanted`: ops in execution order,
 /// PU index), under the profile's protocol and cache: what a plan's segments really cost. A
 /// segment measured in a slow state of its PU's cores, and the whole model, is measured once
-/// more after the others ([`measure_again`]).
+/// more after the others (`measure_again`).
 pub fn measure_segments(
     g: &FusedGraph,
     soc: &SocSpec,

@@ -32,10 +32,10 @@ pub use session::{Inference, Session, Span};
 
 #[derive(Clone, Debug, Serialize)]
 pub struct RunConfig {
-    /// Inferences before each block's measured ones, at least: a block warms for at least [`WARM`].
+    /// Inferences before each block's measured ones, at least: a block warms for at least `WARM`.
     pub warmup: u32,
     /// Measured inferences of the plan and of each alternative, at least: more where the blocks
-    /// do not yet tell an alternative from the plan ([`MORE_TURNS`]).
+    /// do not yet tell an alternative from the plan (`MORE_TURNS`).
     pub runs: u32,
     /// Seed of the random model inputs.
     pub seed: u64,
@@ -682,8 +682,8 @@ pub fn model_inputs(g: &FusedGraph, seed: u64) -> Vec<Arc<HostTensor>> {
 
 /// What an inference through a [`Session`] costs beyond its backend calls where the program
 /// uses PU `pu` alone (µs): handing the worker its job and the inputs, waking it, collecting its
-/// outputs. Measured on `g` (a one-op probe) in `blocks` blocks of [`BLOCK`] runs, each after
-/// the session's threads went idle and a [`warm_up`]: the median of each run's time less its
+/// outputs. Measured on `g` (a one-op probe) in `blocks` blocks of `BLOCK` runs, each after
+/// the session's threads went idle and a `warm_up`: the median of each run's time less its
 /// one task's (the backend call). A plan's prediction adds it once per inference (the search
 /// reads it from the cost table).
 ///

@@ -8,7 +8,7 @@
 //! session is unusable (the hung worker is abandoned, never joined) and says why.
 //!
 //! A program on one unpinned PU whose executables can be stopped from another thread
-//! ([`Executable::canceller`]) runs on the calling thread instead ([`Inline`]): no thread hop,
+//! ([`Executable::canceller`]) runs on the calling thread instead (`Inline`): no thread hop,
 //! which on this VM cost ~15-35 µs an inference, the caller's and the worker's wake-ups; its
 //! watchdog stops a run by cancelling it.
 
@@ -587,7 +587,7 @@ impl Session {
         Inline::new(pu, handed, timeout).map(Some)
     }
 
-    /// Whether inferences run on the calling thread ([`Inline`]).
+    /// Whether inferences run on the calling thread (`Inline`).
     pub fn on_caller(&self) -> bool {
         self.inline.is_some()
     }
