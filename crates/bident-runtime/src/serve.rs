@@ -68,9 +68,9 @@ pub struct ServeConfig {
     /// whole model on it, against its time just after the drift), so that one that recovered
     /// is priced as profiled again and the plan searched again; None: never, the default. Where
     /// the PUs share CPU cores, as on this machine, the timings' runs beside the inferences
-    /// cost more than they save: the drift bench's latency after the swap was 129 µs with
-    /// re-checks against 71 without (a contended yield turns every session's polling off for
-    /// up to a second; `session.rs`).
+    /// cost more than they save: the drift bench's latency after the swap was 109-129 µs with
+    /// re-checks every second against 69-72 without (a contended yield turns every session's
+    /// polling off for up to a second; `session.rs`).
     pub recheck: Option<Duration>,
 }
 
