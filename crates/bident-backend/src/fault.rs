@@ -61,7 +61,10 @@ impl FromStr for FaultSpec {
             Some((w, n)) => match n.split_once('-') {
                 Some((n, m)) => {
                     let (n, m) = (n.parse::<u64>().map_err(|_| bad())?, m.parse::<u64>().map_err(|_| bad())?);
-                    (w, n, Some(m).filter(|&m| m > n).ok_or_else(bad).map(Some)?)
+                    if m <= n {
+                        return Err(bad());
+                    }
+                    (w, n, Some(m))
                 }
                 None => (w, n.parse::<u64>().map_err(|_| bad())?, None),
             },
