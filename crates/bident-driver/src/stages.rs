@@ -14,7 +14,7 @@ use bident_backend::{Backend, Backends, SocSpec};
 use bident_ir::{FusedGraph, OpId};
 use bident_partition::PhasedGraph;
 use bident_profile::{CostTable, ProfileConfig};
-use bident_runtime::{RunReport, consistently_faster, faster_blocks};
+use bident_runtime::{RunReport, consistently_faster, error_chain, faster_blocks};
 use bident_search::{Constraints, Plan, REFINE_ROUNDS, segments_to_measure};
 
 use crate::folder::{COSTS, FUSED, PHASED, PLAN, REPORT};
@@ -483,7 +483,7 @@ impl Driver<'_> {
                     Err(e) => {
                         self.note(
                             Stage::Profile,
-                            format!("{name}: no launch cost measured ({}); counting 0", chain(&e)),
+                            format!("{name}: no launch cost measured ({}); counting 0", error_chain(&e)),
                         );
                         0.0
                     }
@@ -721,7 +721,7 @@ impl Driver<'_> {
             if matches!(err, bident_runtime::RuntimeError::Outputs(_))
                 && let Some((c, why)) = whole_or_without_reduced(&plan.0.ops_per_pu, &plan.0.constraints, soc)
             {
-                self.note(Stage::Run, format!("{}; {why}", chain(&err)));
+                self.note(Stage::Run, format!("{}; {why}", error_chain(&err)));
                 plan = replan(&c)?;
                 continue;
             }
@@ -740,7 +740,7 @@ impl Driver<'_> {
                     soc,
                 )
             {
-                self.note(Stage::Run, format!("{}; {why}", chain(&err)));
+                self.note(Stage::Run, format!("{}; {why}", error_chain(&err)));
                 plan = replan(&c)?;
                 continue;
             }
@@ -750,7 +750,7 @@ impl Driver<'_> {
                     DriverError::from(err).context(format!("run: rerun with --fallback to plan without PU `{pu}`"))
                 );
             }
-            self.note(Stage::Run, format!("{}; --fallback: planning again without PU `{pu}`", chain(&err)));
+            self.note(Stage::Run, format!("{}; --fallback: planning again without PU `{pu}`", error_chain(&err)));
             let mut c = plan.0.constraints.clone();
             let pins = c.pin.len();
             c.pin.retain(|(_, p)| *p != pu);
@@ -1005,18 +1005,6 @@ fn check_run(o: &RunOptions, soc: &SocSpec) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// An error and its causes on one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut next = e.source();
-    while let Some(s) = next {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        next = s.source();
-    }
-    out
 }
 
 /// The latency/energy front as `pareto.yaml` beside the plan.

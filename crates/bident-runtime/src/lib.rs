@@ -665,6 +665,18 @@ pub fn run_concurrent(
     measure(&[ga, gb], &session, &plan.baseline, soc, backend, cfg, None)
 }
 
+/// An error and its causes on one line.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        next = s.source();
+    }
+    out
+}
+
 /// The model's inputs: pinned values as imported, else seeded random tensors.
 pub fn model_inputs(g: &FusedGraph, seed: u64) -> Vec<Arc<HostTensor>> {
     g.inputs

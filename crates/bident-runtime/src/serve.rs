@@ -208,8 +208,9 @@ pub struct Server {
     /// A standby a re-plan gave way to, swapped in before the next inference: its PU, its plan
     /// and the re-priced table.
     giving_way: Option<(usize, Plan, CostTable)>,
-    /// The table as loaded: what a PU that recovered is priced as again.
-    profiled: CostTable,
+    /// The table as loaded, kept where re-checks are on: what a PU that recovered is priced as
+    /// again.
+    profiled: Option<CostTable>,
     /// Per PU a drift made the plan leave: the whole model's time on it just after (µs), None
     /// until it is measured.
     left: Vec<Option<Option<f64>>>,
@@ -250,6 +251,7 @@ impl Server {
         )?;
         let mut standby = vec![];
         if cfg.standby {
+            let inputs = crate::model_inputs(&graph, 0);
             for j in 0..soc.pus.len() {
                 if whole_on(&plan) == Some(j) || costs.ops.iter().any(|o| o.per_pu.get(j).is_none_or(Option::is_none)) {
                     continue;
@@ -258,7 +260,6 @@ impl Server {
                 let built = Program::from_plan(&graph, &on_j, &soc, cfg.grouping)?;
                 let session = Session::load(built, &soc, backend.clone(), cfg.op_timeout)?;
                 // a session's first runs are its slowest (30x here): a standby comes in warm
-                let inputs = crate::model_inputs(&graph, 0);
                 for _ in 0..STANDBY_WARMUP {
                     session.run(std::slice::from_ref(&inputs))?;
                 }
@@ -266,7 +267,7 @@ impl Server {
             }
         }
         let n = soc.pus.len();
-        let profiled = costs.clone();
+        let profiled = cfg.recheck.is_some().then(|| costs.clone());
         Ok(Self {
             graph: Arc::new(graph),
             phased: Arc::new(phased),
@@ -360,11 +361,16 @@ impl Server {
             // the first timing failed: nothing to compare with, the PU is not watched
             (_, Some(None)) => self.left[pu] = None,
             (Ok(Ok(now)), Some(Some(then)))
-                if now * self.cfg.threshold < then && self.pending.is_none() && self.giving_way.is_none() =>
+                if now * self.cfg.threshold < then
+                    && self.pending.is_none()
+                    && self.giving_way.is_none()
+                    && self.profiled.is_some() =>
             {
                 self.left[pu] = None;
                 let mut costs = self.costs.clone();
-                costs.restore_pu(pu, &self.profiled);
+                if let Some(profiled) = &self.profiled {
+                    costs.restore_pu(pu, profiled);
+                }
                 self.replan_on(pu, now / then, costs);
             }
             // not recovered, or a timing that failed: tried again when the next is due
@@ -420,14 +426,7 @@ impl Server {
         let Replanned { plan, costs, old_us, session, measured } = match got {
             Ok(got) => got,
             Err(e) => {
-                // the error and its causes, on one line
-                let mut why = e.to_string();
-                let mut cause = std::error::Error::source(&e);
-                while let Some(c) = cause {
-                    why = format!("{why}: {c}");
-                    cause = c.source();
-                }
-                self.switches[switch].outcome = Outcome::Failed(self.served, why);
+                self.switches[switch].outcome = Outcome::Failed(self.served, crate::error_chain(&e));
                 if !gave_way {
                     self.rebase(pu, factor);
                 }
@@ -738,10 +737,12 @@ fn time_whole(
     let wanted = [(phased.order(), pu)];
     let found = bident_profile::measure_segments(graph, soc, backend, &cfg, None, &wanted, &mut |_| {})
         .map_err(|e| RuntimeError::Program(format!("timing the whole model on `{}`: {e}", soc.pus[pu].name)))?;
+    // a time of 0 or not finite compares with nothing: a "recovery" to 0 µs would re-plan on it
     found
         .first()
         .and_then(|s| s.per_pu.get(pu).cloned().flatten())
         .map(|c| c.weight_us() + c.h2d_us + c.d2h_us)
+        .filter(|us| us.is_finite() && *us > 0.0)
         .ok_or_else(|| RuntimeError::Program(format!("the whole model did not run on `{}`", soc.pus[pu].name)))
 }
 
