@@ -120,7 +120,7 @@ pub fn engines(targets: &[Target], runs: u32, out: &std::path::Path) -> Result<(
     anyhow::ensure!(!rows.is_empty(), "every model failed (their errors are above)");
     let mut table = table(&rows, &columns);
     crate::eval::failures(&mut table, &failed, targets.len());
-    std::fs::write(out.join("engines.md"), &table)?;
+    bident_artifact::files::write_bytes(&out.join("engines.md"), table.as_bytes())?;
     print!("{table}");
     eprintln!(
         "engines: {} models in {:.0} s [measured] -> {}",

@@ -188,11 +188,11 @@ pub fn eval(a: EvalArgs) -> Result<()> {
     };
     let mut report = report(&a, &rows, &pairs, &sweep, label, &machine);
     failures(&mut report, &failed, configs.len());
-    std::fs::write(out.join("report.md"), &report)?;
-    std::fs::write(out.join("heatmap.svg"), heatmap(&rows, &pairs.planned, label))?;
-    std::fs::write(out.join("energy.svg"), energy_chart(&rows, label))?;
+    bident_artifact::files::write_bytes(&out.join("report.md"), report.as_bytes())?;
+    bident_artifact::files::write_bytes(&out.join("heatmap.svg"), heatmap(&rows, &pairs.planned, label).as_ref())?;
+    bident_artifact::files::write_bytes(&out.join("energy.svg"), energy_chart(&rows, label).as_ref())?;
     let pus: Vec<String> = rows[0].costs.soc.pus.iter().map(|p| p.name.clone()).collect();
-    std::fs::write(out.join("matmul.svg"), matmul_chart(&sweep, &pus, label))?;
+    bident_artifact::files::write_bytes(&out.join("matmul.svg"), matmul_chart(&sweep, &pus, label).as_ref())?;
     print!("{report}");
     eprintln!(
         "eval: {} configurations and {} pairs in {:.1} s [{label}] -> {}",
@@ -249,7 +249,7 @@ fn engines(a: &EvalArgs) -> Result<()> {
         let bytes = bident_zoo::build_bytes(&model, 0).with_context(|| format!("no zoo model {model}"))?;
         let path = target_dir().join("bident/zoo").join(format!("{model}.onnx"));
         std::fs::create_dir_all(target_dir().join("bident/zoo"))?;
-        std::fs::write(&path, bytes)?;
+        bident_artifact::files::write_bytes(&path, &bytes)?;
         targets.push(crate::engines::Target {
             label: model,
             import: bident_driver::ImportSpec::new(bident_driver::Model::File(path)),

@@ -51,7 +51,7 @@ pub fn extract(a: ExtractArgs) -> Result<()> {
             bident_ir::Extractor::new(&g)?.extract(id as OpId)?
         }
     };
-    std::fs::write(&a.out, &bytes).with_context(|| a.out.display().to_string())?;
+    artifact::files::write_bytes(&a.out, &bytes)?;
     eprintln!("extract: {} bytes -> {}", bytes.len(), a.out.display());
     Ok(())
 }
@@ -150,7 +150,7 @@ pub fn costs(cmd: CostsCmd) -> Result<()> {
     match cmd {
         CostsCmd::Export { dir, file } => {
             let t = Folder::new(&dir).read_raw::<CostTable>(COSTS)?.value;
-            std::fs::write(&file, portable::export(&t, format(&file)?)?).with_context(|| file.display().to_string())?;
+            artifact::files::write_bytes(&file, portable::export(&t, format(&file)?)?.as_bytes())?;
             eprintln!(
                 "costs: {} ops x {} PUs ({}) -> {}",
                 t.ops.len(),
@@ -161,7 +161,7 @@ pub fn costs(cmd: CostsCmd) -> Result<()> {
         }
         CostsCmd::Import { file, dir } => {
             let fmt = format(&file)?;
-            let text = std::fs::read_to_string(&file).with_context(|| file.display().to_string())?;
+            let text = artifact::files::read_text(&file)?;
             let t = portable::import(&text, fmt, &file.display().to_string())?;
             let folder = Folder::new(&dir);
             let _lock = folder.lock()?;
@@ -294,10 +294,10 @@ pub fn zoo(name: Option<&str>, out: &Path, seed: u64, external_data: bool) -> Re
     if external_data {
         let weights = format!("{name}.weights");
         let blob = bident_zoo::externalize(&mut model, &weights);
-        std::fs::write(out.join(&weights), blob)?;
+        artifact::files::write_bytes(&out.join(&weights), &blob)?;
     }
     let path = out.join(format!("{name}.onnx"));
-    std::fs::write(&path, prost::Message::encode_to_vec(&model))?;
+    artifact::files::write_bytes(&path, &prost::Message::encode_to_vec(&model))?;
     println!("{}", path.display());
     Ok(())
 }

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use bident_driver::{Driver, Folder, Passes, Soc};
 
 use crate::args::{ImportArgs, PartitionArgs, PipelineArgs, ProfileArgs, RunArgs, SearchArgs, ServeArgs};
@@ -229,7 +229,7 @@ pub fn import_phases(file: &Path, dir: &Path) -> Result<()> {
 }
 
 fn read_text(file: &Path) -> Result<String> {
-    std::fs::read_to_string(file).with_context(|| file.display().to_string())
+    Ok(bident_artifact::files::read_text(file)?)
 }
 
 /// A SoC, by `--soc` name, for commands that only need the spec and backends.

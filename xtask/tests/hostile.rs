@@ -211,3 +211,90 @@ fn pairs_honour_out_and_their_own_input_shapes() {
         assert!(tmp.path().join(f).exists(), "{f} missing");
     }
 }
+
+/// One case of `tests/data/untrusted-files/cases.yaml`.
+#[derive(serde::Deserialize)]
+struct FileCase {
+    make: String,
+    ext: String,
+    #[serde(default)]
+    prefix: String,
+    #[serde(default)]
+    open: String,
+    #[serde(default)]
+    depth: usize,
+    args: Vec<String>,
+    error: String,
+}
+
+/// `xtask args`, killed if it runs past `secs`: a hang is a failure, not a stuck suite.
+fn xtask_within(args: &[String], secs: u64) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(args)
+        .current_dir(root())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("xtask runs");
+    let t0 = std::time::Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if t0.elapsed().as_secs() >= secs {
+            let _ = child.kill();
+            panic!("{args:?} still running after {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// Every file a command reads is refused unread when it is a device, a link to one or a FIFO,
+/// and parsed only when nested no deeper than bident's limit: each case ends at once, in one
+/// line, leaving the folder as it was.
+#[test]
+fn untrusted_files_are_refused_unread() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("planned");
+    let d = dir.display().to_string();
+    ok(&xtask(&["pipeline", "zoo:mlp", "--out", &d, "--soc", "lunar-lake"]));
+    let files = ["fused-graph.bin", "phased-graph.bin", "cost-table.bin", "plan.bin"];
+    let snapshot = || -> Vec<Vec<u8>> { files.iter().map(|f| std::fs::read(dir.join(f)).expect("artifact")).collect() };
+    let before = snapshot();
+    let text = std::fs::read_to_string(root().join("tests/data/untrusted-files/cases.yaml")).expect("cases");
+    let cases: Vec<FileCase> = serde_norway::from_str(&text).expect("cases yaml");
+    assert!(cases.len() >= 10);
+    for (k, case) in cases.iter().enumerate() {
+        let scratch = tmp.path().join(format!("case{k}"));
+        std::fs::create_dir_all(&scratch).expect("scratch");
+        let file = scratch.join(format!("input.{}", case.ext));
+        let file = match case.make.as_str() {
+            "device" => PathBuf::from("/dev/zero"),
+            "link-device" => {
+                std::os::unix::fs::symlink("/dev/zero", &file).expect("link");
+                file
+            }
+            "fifo" => {
+                let c = std::ffi::CString::new(file.as_os_str().as_encoded_bytes()).expect("path");
+                assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+                file
+            }
+            "nested" => {
+                std::fs::write(&file, format!("{}{}", case.prefix, case.open.repeat(case.depth))).expect("write");
+                file
+            }
+            other => panic!("case {k}: unknown make `{other}`"),
+        };
+        let args: Vec<String> = case
+            .args
+            .iter()
+            .map(|a| {
+                a.replace("{file}", &file.display().to_string())
+                    .replace("{dir}", &d)
+                    .replace("{scratch}", &scratch.display().to_string())
+            })
+            .collect();
+        let o = xtask_within(&args, 30);
+        refused(&o, &case.error);
+        assert_eq!(snapshot(), before, "{args:?} touched the folder");
+    }
+}

@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+pub mod files;
+
 /// First bytes of every artifact file.
 pub const MAGIC: [u8; 8] = *b"BIDENT\x00\x02";
 
@@ -185,6 +187,12 @@ pub enum ArtifactError {
         #[source]
         source: std::io::Error,
     },
+    #[error("{path}: {what}, not a regular file: refused unread")]
+    NotAFile { path: PathBuf, what: &'static str },
+    #[error("{path}: larger than {limit} bytes: refused")]
+    TooLarge { path: PathBuf, limit: u64 },
+    #[error("{path}: {reason}")]
+    Text { path: PathBuf, reason: String },
     #[error("{path}: not a bident artifact of this version (bad magic; rerun the stage that writes it)")]
     BadMagic { path: PathBuf },
     #[error("{path}: corrupt artifact header: {reason}")]
@@ -245,7 +253,13 @@ fn encode_into<A: Artifact>(value: &A, input_hash: ContentHash, out: &mut impl W
     out.write_all(&MAGIC).map_err(Framing::Io)?;
     out.write_all(&(header_bytes.len() as u32).to_le_bytes()).map_err(Framing::Io)?;
     out.write_all(&header_bytes).map_err(Framing::Io)?;
-    postcard::to_io(value, &mut *out).map_err(|e| bad(e.to_string()))?;
+    let mut out = KeepError { inner: out, error: None };
+    if let Err(e) = postcard::to_io(value, &mut out) {
+        return Err(match out.error.take() {
+            Some(io) => Framing::Io(io),
+            None => bad(e.to_string()),
+        });
+    }
     Ok(header)
 }
 
@@ -340,18 +354,7 @@ pub fn read<A: Artifact>(path: &Path) -> Result<Stamped<A>, ArtifactError> {
 
 /// The bytes of an artifact file, for [`decode`] or [`read_header`].
 pub fn read_bytes(path: &Path) -> Result<Vec<u8>, ArtifactError> {
-    let io = |source| ArtifactError::Io { path: path.to_path_buf(), source };
-    // a file on disk is input: a FIFO or device in its place is refused, not waited on
-    let mut f = {
-        use std::os::unix::fs::OpenOptionsExt;
-        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(io)?
-    };
-    if !f.metadata().map_err(io)?.is_file() {
-        return Err(ArtifactError::BadHeader { path: path.to_path_buf(), reason: "not a regular file".into() });
-    }
-    let mut bytes = vec![];
-    std::io::Read::read_to_end(&mut f, &mut bytes).map_err(io)?;
-    Ok(bytes)
+    files::read_limited(path, files::BINARY_LIMIT)
 }
 
 /// Check that an artifact was derived from the given inputs.
@@ -383,20 +386,35 @@ fn write_atomic(
     path: &Path,
     fill: impl FnOnce(&mut std::fs::File) -> Result<(), Framing>,
 ) -> Result<(), ArtifactError> {
-    let io = |source| ArtifactError::Io { path: path.to_path_buf(), source };
-    let mut tmp_name = path.as_os_str().to_owned();
-    tmp_name.push(format!(".tmp{}", std::process::id()));
-    let tmp = PathBuf::from(tmp_name);
-    let mut f = std::fs::File::create(&tmp).map_err(io)?;
-    let filled = fill(&mut f).and_then(|()| f.sync_all().map_err(Framing::Io));
-    if let Err(e) = filled {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(match e {
-            Framing::Encode(e) => e,
-            Framing::Io(source) => io(source),
-        });
+    let mut encode_error = None;
+    let written = files::write_with(path, |f| match fill(f) {
+        Ok(()) => Ok(()),
+        Err(Framing::Io(e)) => Err(e),
+        Err(Framing::Encode(e)) => {
+            encode_error = Some(e);
+            Err(std::io::Error::other("encoding failed"))
+        }
+    });
+    match (written, encode_error) {
+        (_, Some(e)) => Err(e),
+        (r, None) => r,
     }
-    std::fs::rename(&tmp, path).map_err(io)
+}
+
+/// A writer that keeps the I/O error of a failed write: postcard reports any failure of its
+/// writer as "the serialize buffer is full", which would hide a full disk.
+struct KeepError<W> {
+    inner: W,
+    error: Option<std::io::Error>,
+}
+
+impl<W: Write> Write for KeepError<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.inner.write(buf).inspect_err(|e| self.error = Some(std::io::Error::new(e.kind(), e.to_string())))
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 #[cfg(test)]
@@ -453,6 +471,29 @@ mod tests {
         assert!(msg(decode(p, &flipped)).contains("corrupt"));
         let wrong = encode(&Other, ContentHash::default()).unwrap();
         assert!(msg(decode(p, &wrong)).contains("is a `other` artifact, expected `demo`"));
+    }
+
+    #[test]
+    fn a_full_disk_is_reported_as_one() {
+        // room for the header, not for the payload
+        struct Disk(usize);
+        impl Write for Disk {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                if self.0 < buf.len() {
+                    return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+                }
+                self.0 -= buf.len();
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let header_len = encode(&demo(), ContentHash::default()).unwrap().len() - 7;
+        let Err(Framing::Io(e)) = encode_into(&demo(), ContentHash::default(), &mut Disk(header_len)) else {
+            panic!("a failed write is an I/O error")
+        };
+        assert!(e.to_string().contains("No space left"), "{e}");
     }
 
     #[test]

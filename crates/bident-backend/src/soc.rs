@@ -266,19 +266,17 @@ fn is_file_spec(spec: &str) -> bool {
     spec.ends_with(".toml") || std::path::Path::new(spec).is_file()
 }
 
-/// A spec file's text; a FIFO or device would block the read: only a regular file is a spec.
+/// A spec file's text, read as every input is ([`bident_artifact::files::read_text`]).
 fn read_spec_file(path: &std::path::Path) -> Result<String, String> {
-    let mut f = {
-        use std::os::unix::fs::OpenOptionsExt;
-        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)
-    }
-    .map_err(|e| e.to_string())?;
-    if !f.metadata().is_ok_and(|m| m.is_file()) {
-        return Err("not a regular file".into());
-    }
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut f, &mut text).map_err(|e| e.to_string())?;
-    Ok(text)
+    use bident_artifact::ArtifactError as E;
+    // the path is in SocError::File's message already
+    bident_artifact::files::read_text(path).map_err(|e| match e {
+        E::Io { source, .. } => source.to_string(),
+        E::NotAFile { what, .. } => format!("{what}, not a regular file: refused unread"),
+        E::TooLarge { limit, .. } => format!("larger than {limit} bytes: refused"),
+        E::Text { reason, .. } => reason,
+        e => e.to_string(),
+    })
 }
 
 /// A Linux CPU list such as `0-3,8,10-11`.
@@ -491,6 +489,7 @@ impl SocSpec {
     /// [`SocSpec::from_file`] on text already read; `path` is only used in messages.
     pub fn from_toml(text: &str, path: &std::path::Path, backend: &dyn Backend) -> Result<SocSpec, SocError> {
         let bad = |reason: String| SocError::File { path: path.to_path_buf(), reason };
+        bident_artifact::files::check_nesting(text).map_err(bad)?;
         let file: SocFile = toml::from_str(text).map_err(|e| {
             let line = e.span().map(|r| text[..r.start.min(text.len())].matches('\n').count() + 1);
             bad(match line {

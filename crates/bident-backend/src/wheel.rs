@@ -2,7 +2,6 @@
 //! project (`<target>/<folder>/<version>/`, pip's `--target`), never into the user's Python
 //! environment; both backends' `install` modules are this with their own pins.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -46,7 +45,8 @@ impl Wheel {
         let io = |what: &str, e: std::io::Error| BackendError::Library(format!("{what}: {e}"));
         std::fs::create_dir_all(&dir).map_err(|e| io(&dir.display().to_string(), e))?;
         let lock_path = dir.with_extension("lock");
-        let lock = File::create(&lock_path).map_err(|e| io(&lock_path.display().to_string(), e))?;
+        let lock =
+            bident_artifact::files::open_lock_file(&lock_path).map_err(|e| BackendError::Library(e.to_string()))?;
         lock.lock().map_err(|e| io("locking the install folder", e))?;
         let lib = dir.join(self.library);
         if lib.is_file() {

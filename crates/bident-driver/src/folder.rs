@@ -57,12 +57,7 @@ impl Folder {
             )));
         }
         let path = self.path(".lock");
-        let f = std::fs::File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(DriverError::io(&path))?;
+        let f = bident_artifact::files::open_lock_file(&path)?;
         match f.try_lock() {
             Ok(()) => Ok(Lock(f)),
             Err(std::fs::TryLockError::WouldBlock) => Err(DriverError::Invalid(format!(
@@ -174,12 +169,10 @@ pub struct Planned {
 }
 
 /// Write a file by renaming a complete temporary one over it: a reader running at the same
-/// time (two pipelines on one zoo model) sees the old file or the new one, never half of one.
-pub(crate) fn write_replacing(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
+/// time (two pipelines on one zoo model) sees the old file or the new one, never half of one;
+/// a link planted in the folder is never written through ([`bident_artifact::files`]).
+pub(crate) fn write_replacing(path: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(DriverError::io(dir))?;
-    let name = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    std::fs::write(&tmp, bytes).map_err(DriverError::io(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(DriverError::io(path))
+    Ok(bident_artifact::files::write_bytes(path, bytes.as_ref())?)
 }

@@ -15,12 +15,18 @@ use crate::{Driver, DriverError, Folder, Result};
 /// hashes are stamped anew) or the payload alone, in YAML or JSON.
 fn parse<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T> {
     let bad = |e: serde_norway::Error| DriverError::Invalid(format!("{origin}: {e}"));
-    let value: serde_norway::Value = serde_norway::from_str(text).map_err(bad)?;
+    let value = parse_value(text, origin)?;
     let payload = match value.get("payload") {
         Some(p) if value.get("header").is_some() => p.clone(),
         _ => value,
     };
     serde_norway::from_value(payload).map_err(bad)
+}
+
+/// `text` as a YAML (or JSON) value, its nesting checked first: parsing is quadratic in depth.
+fn parse_value(text: &str, origin: &str) -> Result<serde_norway::Value> {
+    bident_artifact::files::check_nesting(text).map_err(|e| DriverError::Invalid(format!("{origin}: {e}")))?;
+    serde_norway::from_str(text).map_err(|e| DriverError::Invalid(format!("{origin}: {e}")))
 }
 
 /// A plan file to compare (`cargo xtask plan-diff`): an artifact (`plan.bin`), or, by its
@@ -30,12 +36,10 @@ fn parse<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T> {
 pub fn read_plan(path: &Path) -> Result<Plan> {
     let origin = path.display().to_string();
     let text = path.extension().and_then(|e| e.to_str()).is_some_and(|e| ["yaml", "yml", "json"].contains(&e));
-    let bytes = bident_artifact::read_bytes(path)?;
     let plan = if text {
-        let text = std::str::from_utf8(&bytes).map_err(|_| DriverError::Invalid(format!("{origin}: not UTF-8")))?;
-        parse::<Plan>(text, &origin)?
+        parse::<Plan>(&bident_artifact::files::read_text(path)?, &origin)?
     } else {
-        bident_artifact::decode::<Plan>(path, &bytes)?.value
+        bident_artifact::decode::<Plan>(path, &bident_artifact::read_bytes(path)?)?.value
     };
     bident_search::check_figures(&plan).map_err(|e| DriverError::from(e).context(origin))?;
     Ok(plan)
@@ -50,10 +54,7 @@ impl Driver<'_> {
         let (g, _) = folder.fused()?;
         let (phased, ph) = folder.phased(&g)?;
         let (costs, ch) = folder.costs(&g)?;
-        let is_placement = serde_norway::from_str::<serde_norway::Value>(text)
-            .map_err(|e| DriverError::Invalid(format!("{origin}: {e}")))?
-            .get("placement")
-            .is_some();
+        let is_placement = parse_value(text, origin)?.get("placement").is_some();
         let plan = if is_placement {
             let placed: Placement = parse(text, origin)?;
             bident_search::plan_from_placement(&phased, &costs, &placed)

@@ -776,7 +776,7 @@ impl Driver<'_> {
             [("trace.json", bident_runtime::trace::chrome_trace(r)), ("gantt.svg", bident_runtime::trace::gantt_svg(r))]
         {
             let path = folder.path(file);
-            std::fs::write(&path, text).map_err(DriverError::io(&path))?;
+            crate::folder::write_replacing(&path, text)?;
         }
         self.note(
             Stage::Run,
@@ -908,7 +908,7 @@ impl Driver<'_> {
         // a re-plan still measuring or compiling lands before anything else is timed
         server.settle(SETTLE).map_err(|e| DriverError::from(e).context("serving, the last re-plan"))?;
         let path = folder.path("serve-trace.json");
-        std::fs::write(&path, server.trace_json()).map_err(DriverError::io(&path))?;
+        crate::folder::write_replacing(&path, server.trace_json())?;
         self.note(Stage::Run, format!("the serving trace -> {}", path.display()));
         // what a fresh pipeline would plan with the PU slowed from the start, served in a
         // server that never ran another: the latency a recovery is judged against
@@ -1021,7 +1021,7 @@ fn write_front(folder: &Folder, front: &[Plan]) -> Result<()> {
         ));
     }
     let path = folder.path("pareto.yaml");
-    std::fs::write(&path, yaml).map_err(DriverError::io(&path))
+    crate::folder::write_replacing(&path, yaml)
 }
 
 /// Whether some two PUs of `soc` may run at once (so their contention is worth measuring).

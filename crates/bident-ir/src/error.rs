@@ -14,8 +14,9 @@ pub enum IrError {
     NotOnnx { path: PathBuf, reason: String },
     #[error("{path}: the ONNX model has no graph")]
     NoGraph { path: PathBuf },
-    #[error("{path}: not a regular file (a FIFO, device or folder is not a model)")]
-    NotAFile { path: PathBuf },
+    /// Refused unread: not a regular file, or over the size limit.
+    #[error(transparent)]
+    File(#[from] bident_artifact::ArtifactError),
     #[error("tensor `{tensor}`: external data location `{location}` escapes the model's folder {dir}")]
     ExternalDataEscapes { tensor: String, location: String, dir: PathBuf },
     #[error("tensor `{tensor}`: external data: {reason}")]

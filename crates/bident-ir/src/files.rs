@@ -18,30 +18,7 @@ use crate::proto::{ModelProto, TensorProto, tensor_proto::DataLocation};
 
 /// Read a regular file; a FIFO, socket, device or folder is refused without blocking on it.
 pub(crate) fn read_regular(path: &Path) -> Result<Vec<u8>, IrError> {
-    let io = |source| IrError::Io { path: path.to_path_buf(), source };
-    let mut f = open_nonblocking(path, false).map_err(io)?;
-    let meta = f.metadata().map_err(io)?;
-    if !meta.is_file() {
-        return Err(IrError::NotAFile { path: path.to_path_buf() });
-    }
-    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-    f.read_to_end(&mut bytes).map_err(io)?;
-    Ok(bytes)
-}
-
-/// Open for reading without blocking on a FIFO (`O_NONBLOCK` only affects FIFOs and devices);
-/// with `no_follow`, a symbolic link in the last component is refused.
-fn open_nonblocking(path: &Path, no_follow: bool) -> std::io::Result<std::fs::File> {
-    let mut o = std::fs::OpenOptions::new();
-    o.read(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        o.custom_flags(libc::O_NONBLOCK | if no_follow { libc::O_NOFOLLOW } else { 0 });
-    }
-    #[cfg(not(unix))]
-    let _ = no_follow;
-    o.open(path)
+    Ok(bident_artifact::files::read_limited(path, bident_artifact::files::BINARY_LIMIT)?)
 }
 
 /// The model file's folder, for resolving what it names (`""` for a bare file name is the
@@ -77,10 +54,18 @@ pub(crate) fn read_inside(dir: &Path, location: &str) -> Result<Vec<u8>, Refused
         return Err(Refused::Escapes);
     }
     // O_NOFOLLOW: a link swapped in after the check is refused, not followed
-    let mut f = open_nonblocking(&real, true).map_err(|e| Refused::Other(format!("{}: {e}", full.display())))?;
+    let mut f = bident_artifact::files::open_read(&real, true)
+        .map_err(|e| Refused::Other(format!("{}: {e}", full.display())))?;
     let meta = f.metadata().map_err(|e| Refused::Other(format!("{}: {e}", full.display())))?;
     if !meta.is_file() {
         return Err(Refused::Other(format!("{} is not a regular file", full.display())));
+    }
+    if meta.len() > bident_artifact::files::BINARY_LIMIT {
+        return Err(Refused::Other(format!(
+            "{} is larger than {} bytes",
+            full.display(),
+            bident_artifact::files::BINARY_LIMIT
+        )));
     }
     let mut bytes = vec![];
     f.read_to_end(&mut bytes).map_err(|e| Refused::Other(format!("{}: {e}", full.display())))?;

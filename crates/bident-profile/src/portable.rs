@@ -135,6 +135,7 @@ pub fn export(t: &CostTable, format: Format) -> Result<String, ProfileError> {
 /// Read a table exported by [`export`]; `origin` names the file in errors.
 pub fn import(text: &str, format: Format, origin: &str) -> Result<CostTable, ProfileError> {
     let bad = |reason: String| ProfileError::Portable { origin: origin.into(), reason };
+    bident_artifact::files::check_nesting(text).map_err(bad)?;
     match format {
         Format::Json => serde_json::from_str(text).map_err(|e| bad(e.to_string())),
         Format::Csv => {
