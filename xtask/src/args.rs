@@ -145,7 +145,7 @@ pub struct PlanArgs {
     /// The mapping search, by name (`cargo xtask passes` lists them).
     #[arg(long, default_value = "bident")]
     pub search: String,
-    /// Run an op (index or name) on a PU (repeatable).
+    /// Run an op (its name, or #N for op N) on a PU (repeatable).
     #[arg(long, value_name = "OP=PU")]
     pub pin: Vec<String>,
     /// Keep an op off a PU (repeatable).

@@ -22,7 +22,8 @@ const COSTS: &str = "cost-table.bin";
 pub struct ExtractArgs {
     /// Folder holding the import stage's artifacts.
     pub dir: PathBuf,
-    /// The fused op: its index or its name (see fused-graph.yaml).
+    /// The fused op: its name (see fused-graph.yaml), or `#N` for op N (a bare N where no op
+    /// is named N).
     #[arg(long, required_unless_present = "lowered")]
     pub op: Option<String>,
     /// Write the whole lowered model (inputs pinned, constants folded) instead.
@@ -38,15 +39,8 @@ pub fn extract(a: ExtractArgs) -> Result<()> {
     let bytes = match &a.op {
         None => g.lowered_model()?,
         Some(op) => {
-            let id = match op.parse::<usize>() {
-                Ok(i) if i < g.ops.len() => i,
-                Ok(i) => bail!("op {i} out of range: the graph has {} ops", g.ops.len()),
-                Err(_) => g
-                    .ops
-                    .iter()
-                    .position(|o| o.name == *op)
-                    .with_context(|| format!("no fused op named `{op}` in {}", a.dir.display()))?,
-            };
+            let id = bident_ir::resolve_op(g.ops.iter().map(|o| o.name.as_str()), op)
+                .map_err(|e| anyhow::anyhow!("--op: {e} in {}", a.dir.display()))?;
             eprintln!("extract: op {id} `{}` ({})", g.ops[id].name, g.ops[id].kind);
             bident_ir::Extractor::new(&g)?.extract(id as OpId)?
         }
@@ -79,8 +73,9 @@ pub fn coexec(a: CoexecArgs) -> Result<()> {
         bail!("co-execution costs are measured: `{}` is a virtual SoC", a.soc.soc);
     };
     let cfg = bident_profile::coexec::CoExecConfig { max_pairs: a.max_pairs, ..Default::default() };
-    let dir =
-        a.out.clone().unwrap_or_else(|| target_dir().join("bident/pairs").join(format!("{}+{}", ga.name, gb.name)));
+    let dir = a.out.clone().unwrap_or_else(|| {
+        target_dir().join("bident/pairs").join(bident_driver::folder_name(&format!("{}+{}", ga.name, gb.name)))
+    });
     let file = "coexec-table.bin";
     let folder = Folder::new(&dir);
     let _lock = folder.create_locked()?;

@@ -188,6 +188,25 @@ fn imported_cost_tables_are_whole_and_in_range() {
     }
     std::fs::write(&json, table.to_string()).expect("write");
     refused(&xtask(&["costs", "import", &j, &d]), "over an hour");
+
+    // the SoC a table carries is checked as a SoC file is: names, and no engine setting
+    type Edit = fn(&mut serde_json::Value);
+    let edits: [(&str, Edit); 3] = [
+        ("property `CACHE_DIR` is not one a SoC may set", |pus| {
+            pus[0]["backend"] = serde_json::json!("openvino");
+            pus[0]["properties"] = serde_json::json!({"CACHE_DIR": "/tmp/elsewhere"});
+        }),
+        ("appears twice", |pus| pus[1]["name"] = pus[0]["name"].clone()),
+        ("use at most 64 letters, digits", |pus| pus[0]["name"] = serde_json::json!("cpu@2")),
+    ];
+    for (want, edit) in edits {
+        ok(&xtask(&["costs", "export", &d, &j]));
+        let mut table: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("json");
+        edit(&mut table["soc"]["pus"]);
+        std::fs::write(&json, table.to_string()).expect("write");
+        refused(&xtask(&["costs", "import", &j, &d]), want);
+    }
 }
 
 /// `--with` writes where `--out` says, and each model takes its own input flags.
@@ -296,5 +315,30 @@ fn untrusted_files_are_refused_unread() {
         let o = xtask_within(&args, 30);
         refused(&o, &case.error);
         assert_eq!(snapshot(), before, "{args:?} touched the folder");
+    }
+}
+
+/// A model file whose stem is `..` or `.` (`...onnx`, `..onnx`) gets a folder inside
+/// `target/bident/`, never one above it.
+#[test]
+fn dotted_model_names_stay_inside_the_target_folder() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let target = tmp.path().join("target");
+    let models = tmp.path().join("models");
+    std::fs::create_dir_all(&models).expect("dir");
+    for file in ["...onnx", "..onnx"] {
+        let model = models.join(file);
+        std::fs::write(&model, bident_zoo::build_bytes("mlp", 0).expect("zoo")).expect("write");
+        let o = Command::new(env!("CARGO_BIN_EXE_xtask"))
+            .args(["import", &model.display().to_string()])
+            .env("CARGO_TARGET_DIR", &target)
+            .current_dir(root())
+            .output()
+            .expect("xtask runs");
+        ok(&o);
+        assert!(target.join("bident/model/fused-graph.bin").exists(), "{file}: not in target/bident/model/");
+        for above in [target.clone(), target.join("bident"), tmp.path().to_path_buf()] {
+            assert!(!above.join("fused-graph.bin").exists(), "{file}: wrote into {}", above.display());
+        }
     }
 }

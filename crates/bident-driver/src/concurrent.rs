@@ -112,7 +112,7 @@ impl Driver<'_> {
         };
         let folder = Folder::new(match &o.out {
             Some(out) => out.clone(),
-            None => self.target.join("bident/pairs").join(format!("{}+{}", ga.name, gb.name)),
+            None => self.target.join("bident/pairs").join(crate::folder_name(&format!("{}+{}", ga.name, gb.name))),
         });
         let _lock = folder.create_locked()?;
         folder.clear(&[PLAN_FILE, REPORT])?;

@@ -377,14 +377,26 @@ impl<'a> Driver<'a> {
                 Ok((path, name.clone()))
             }
             Model::File(path) => {
-                let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
+                // a folder's name: `...onnx`'s stem is `..`
+                let stem = folder_name(&path.file_stem().map(|s| s.to_string_lossy()).unwrap_or_default());
                 Ok((path.clone(), stem))
             }
         }
     }
 
-    /// The artifact folder of a model named `name` when no `--out` is given.
+    /// The artifact folder of a model named `name` when no `--out` is given: always one folder
+    /// inside `target/bident/` ([`folder_name`]).
     pub fn default_out(&self, name: &str) -> PathBuf {
-        self.target.join("bident").join(name)
+        self.target.join("bident").join(folder_name(name))
     }
+}
+
+/// A name made safe as one folder's name: every character but ASCII letters, digits, `_`, `-`,
+/// `+` and `.` becomes `_`, and leading dots go (so `..`, `.` and `...onnx`'s stem `..` name no
+/// folder above); `model` where nothing is left.
+pub fn folder_name(name: &str) -> String {
+    let safe: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() || "_-+.".contains(c) { c } else { '_' }).collect();
+    let safe = safe.trim_start_matches('.');
+    if safe.is_empty() { "model".into() } else { safe.chars().take(128).collect() }
 }

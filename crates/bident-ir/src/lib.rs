@@ -28,6 +28,7 @@ mod fusion;
 mod inline;
 #[cfg(feature = "onnx")]
 mod lower;
+mod names;
 #[cfg(feature = "onnx")]
 mod ops;
 #[cfg(feature = "onnx")]
@@ -52,8 +53,9 @@ pub use extract::Extractor;
 #[cfg(feature = "onnx")]
 pub use fusion::check_against_record;
 pub use fusion::{BackendFusion, BackendLayer, Fusion, FusionInfo, RecordCheck};
-#[cfg(feature = "onnx")]
 pub use lower::{ImportOptions, import, import_bytes, import_openvino_ir_bytes, import_shared};
+#[cfg(feature = "onnx")]
+pub use names::resolve_op;
 pub use work::{OpClass, Work};
 
 /// Index of a tensor in [`FusedGraph::tensors`].

@@ -209,6 +209,48 @@ fn well_formed(model: &ModelProto) -> Result<(), IrError> {
     once("initializer", &mut g.initializer.iter().map(|t| t.name()))?;
     once("graph input", &mut g.input.iter().map(|v| v.name()))?;
     once("graph output", &mut g.output.iter().map(|v| v.name()))?;
+    printable_and_dense(g)
+}
+
+/// Every name in `g` and its subgraphs is printable (an engine cuts a name at a NUL, a terminal
+/// runs an escape), and no graph holds a sparse initializer (valid ONNX that bident does not
+/// read: refused by name rather than blamed on a missing producer later).
+fn printable_and_dense(g: &GraphProto) -> Result<(), IrError> {
+    let check = |what: &str, name: &str| -> Result<(), IrError> {
+        match name.chars().find(|c| c.is_control()) {
+            Some(c) => Err(IrError::Malformed(format!(
+                "{what} {name:?} holds the control character U+{:04X}: names must be printable",
+                c as u32
+            ))),
+            None => Ok(()),
+        }
+    };
+    if let Some(s) = g.sparse_initializer.first() {
+        let name = s.values.as_ref().map_or("", |v| v.name());
+        return Err(IrError::Malformed(format!(
+            "sparse_initializer {name:?} in graph {:?}: sparse initializers are not supported; store it as a dense \
+             initializer",
+            g.name()
+        )));
+    }
+    check("graph name", g.name())?;
+    for t in &g.initializer {
+        check("initializer", t.name())?;
+    }
+    for v in g.input.iter().chain(&g.output).chain(&g.value_info) {
+        check("tensor", v.name())?;
+    }
+    for n in &g.node {
+        check("node name", n.name())?;
+        for t in n.input.iter().chain(&n.output) {
+            check("tensor", t)?;
+        }
+        for a in &n.attribute {
+            for sub in a.g.iter().chain(&a.graphs) {
+                printable_and_dense(sub)?;
+            }
+        }
+    }
     Ok(())
 }
 

@@ -269,11 +269,14 @@ impl Cost {
 }
 
 impl CostTable {
-    /// Check that this table is whole and is for `g`: same graph, same ops, one entry slot per
+    /// Check that this table is whole and is for `g`: a valid SoC (`SocSpec::validate`), same graph, same ops, one entry slot per
     /// PU, every op runnable somewhere, every figure a finite non-negative number, a square
     /// contention matrix.
     pub fn check(&self, g: &FusedGraph) -> Result<(), ProfileError> {
         let bad = |reason: String| ProfileError::Mismatch { model: self.model.clone(), reason };
+        // the SoC a table carries is data read from disk: its PUs' names and compile
+        // properties are checked as a SoC file's are, before any engine sees them
+        self.soc.validate().map_err(|e| bad(e.to_string()))?;
         let graph = g.content_hash()?;
         if self.graph != graph {
             return Err(bad(format!(

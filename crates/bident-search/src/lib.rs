@@ -188,11 +188,8 @@ impl Constraints {
         let bad = |m: String| SearchError::Constraint(m);
         let n = p.ops();
         let op = |s: &str| -> Result<usize, SearchError> {
-            match s.parse::<usize>() {
-                Ok(i) if i < n => Ok(i),
-                Ok(i) => Err(bad(format!("op {i} is out of range: the graph has {n} ops"))),
-                Err(_) => costs.ops.iter().position(|o| o.name == s).ok_or_else(|| bad(format!("no op named `{s}`"))),
-            }
+            let c = bident_ir::resolve_op(costs.ops.iter().map(|o| o.name.as_str()), s).map_err(bad)?;
+            if c < n { Ok(c) } else { Err(bad(format!("op {c} is out of range: the graph has {n} ops"))) }
         };
         let pu = |s: &str| {
             costs.soc.pus.iter().position(|q| q.name == s).ok_or_else(|| {

@@ -137,11 +137,10 @@ pub fn plan_from_placement(phased: &PhasedGraph, costs: &CostTable, placed: &Pla
     let bad = |m: String| SearchError::Check(format!("placement: {m}"));
     let mut assign: Vec<Option<usize>> = vec![None; p.ops()];
     for (op, pu) in &placed.placement {
-        let c = match op.parse::<usize>() {
-            Ok(i) if i < p.ops() => i,
-            Ok(i) => return Err(bad(format!("op {i} is out of range: the graph has {} ops", p.ops()))),
-            Err(_) => costs.ops.iter().position(|o| o.name == *op).ok_or_else(|| bad(format!("no op named `{op}`")))?,
-        };
+        let c = bident_ir::resolve_op(costs.ops.iter().map(|o| o.name.as_str()), op).map_err(bad)?;
+        if c >= p.ops() {
+            return Err(bad(format!("op {c} is out of range: the graph has {} ops", p.ops())));
+        }
         let j = costs.soc.pus.iter().position(|q| q.name == *pu).ok_or_else(|| {
             let known: Vec<&str> = costs.soc.pus.iter().map(|q| q.name.as_str()).collect();
             bad(format!("no PU named `{pu}` (the SoC has {})", known.join(", ")))

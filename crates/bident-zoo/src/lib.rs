@@ -73,6 +73,9 @@ pub const MODELS: &[(&str, &str)] = &[
     ("bad-external-if", "an If-branch initializer whose external data location is ../outside.bin"),
     ("bad-external-loop-constant", "a Constant inside a Loop body whose tensor's external data is /etc/passwd"),
     ("bad-duplicate-initializer", "two initializers named `w` with different values"),
+    ("bad-nul-name", "an Add whose output tensor's name holds a NUL"),
+    ("bad-escape-name", "a node whose name holds a terminal escape"),
+    ("bad-sparse-initializer", "an Add of an input and a sparse initializer (valid ONNX bident does not read)"),
     ("bad-duplicate-input", "the graph input `x` listed twice"),
     ("bad-duplicate-graph-output", "the graph output `y` listed twice"),
     ("bad-opset-zero", "opset_import says the default domain is at version 0"),
@@ -260,6 +263,39 @@ pub fn build(name: &str, seed: u64) -> Option<ModelProto> {
         "bad-external-absolute" => external_ref(ExternalPlace::Main, "/etc/passwd", seed),
         "bad-external-if" => external_ref(ExternalPlace::IfBranch, "../outside.bin", seed),
         "bad-external-loop-constant" => external_ref(ExternalPlace::LoopConstant, "/etc/passwd", seed),
+        "bad-nul-name" | "bad-escape-name" | "bad-sparse-initializer" => {
+            let mut b = Builder::new(seed);
+            let x = b.input("x", &[1, 4]);
+            let w = b.weight("w", &[1, 4]);
+            b.node_named("add\u{1b}[2J", "Add", &[&x, &w], &["y\0z"], &[]);
+            b.output("y\0z");
+            let mut m = b.finish("bad_names");
+            let g = m.graph.as_mut().expect("built");
+            match name {
+                "bad-nul-name" => g.node[0].name = Some("add".into()),
+                "bad-escape-name" => {
+                    g.node[0].output = vec!["y".into()];
+                    g.output[0].name = Some("y".into());
+                }
+                _ => {
+                    (g.node[0].name, g.node[0].output, g.output[0].name) =
+                        (Some("add".into()), vec!["y".into()], Some("y".into()));
+                    let values = g.initializer.remove(0);
+                    let indices = bident_ir::proto::TensorProto {
+                        dims: vec![4],
+                        data_type: Some(bident_ir::proto::tensor_proto::DataType::Int64 as i32),
+                        int64_data: vec![0, 1, 2, 3],
+                        ..Default::default()
+                    };
+                    g.sparse_initializer.push(bident_ir::proto::SparseTensorProto {
+                        values: Some(values),
+                        indices: Some(indices),
+                        dims: vec![1, 4],
+                    });
+                }
+            }
+            m
+        }
         "bad-duplicate-initializer" | "bad-duplicate-input" | "bad-duplicate-graph-output" => {
             let mut b = Builder::new(seed);
             let x = b.input("x", &[1, 4]);
