@@ -197,7 +197,7 @@ fn main() {
         Cmd::Ci => ci(),
     };
     if let Err(e) = result {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", print::printable(&format!("{e:#}")));
         std::process::exit(1);
     }
 }

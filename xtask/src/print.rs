@@ -22,13 +22,27 @@ struct Bar {
 
 static BAR: Mutex<Option<Bar>> = Mutex::new(None);
 
+/// `s` safe to print on a terminal: control characters other than newline and tab (an escape
+/// sequence in a name read from a file) written out as `\u{..}`.
+pub fn printable(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_control() && c != '\n' && c != '\t' {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Print one driver event (the callback every command gives its driver).
 pub fn event(e: Event<'_>) {
     match e {
         Event::Progress { stage, what, done, total } => progress(stage, &what, done, total),
         Event::Note { stage, text } => {
             end_bar();
-            eprintln!("{}: {text}", stage.name());
+            eprintln!("{}: {}", stage.name(), printable(&text));
         }
         Event::Profiled { table, cfg } => {
             end_bar();

@@ -5,9 +5,7 @@ use std::fmt::Write as _;
 
 const PALETTE: [&str; 8] = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#9c755f"];
 
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
-}
+use bident_runtime::trace::xml_text as esc;
 
 fn open(s: &mut String, w: f64, h: f64, title: &str) {
     let _ = write!(

@@ -22,6 +22,7 @@ fn refused(o: &Output, want: &str) {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "accepted; stderr:\n{err}");
     assert!(!err.contains("panicked"), "panicked:\n{err}");
+    assert!(!err.chars().any(|c| c.is_control() && c != '\n'), "a control character reached the terminal:\n{err:?}");
     let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(lines.len(), 1, "expected one line, got:\n{err}");
     assert!(lines[0].starts_with("error: ") && lines[0].contains(want), "expected `{want}` in:\n{err}");
@@ -51,9 +52,16 @@ fn edited_plans_are_refused_before_anything_runs() {
     let restore = || std::fs::write(dir.join("plan.bin"), &original).expect("restore");
 
     edit_plan(&dir, |p| p.steps[0].finish_us = f64::INFINITY);
-    refused(&xtask(&["run", &d]), "not finite and in range");
+    refused(&xtask(&["run", &d]), "`finish_us` is inf: figures are finite, non-negative");
     let plan = dir.join("plan.bin").display().to_string();
-    refused(&xtask(&["plan-diff", &plan, &plan]), "not finite and in range");
+    refused(&xtask(&["plan-diff", &plan, &plan]), "`finish_us` is inf: figures are finite, non-negative");
+    restore();
+    // every figure, not only the ones the evaluator recomputes
+    edit_plan(&dir, |p| p.steps[1].exec_us = -3.5e9);
+    refused(&xtask(&["plan-diff", &plan, &plan]), "`exec_us` is -3.5e9");
+    restore();
+    edit_plan(&dir, |p| p.steps[0].cost_us[0] = Some(-1.0));
+    refused(&xtask(&["run", &d]), "`cost_us` is -1e0");
     restore();
     edit_plan(&dir, |p| p.predicted_us = 1e300);
     refused(&xtask(&["run", &d]), "`predicted_us` is 1e300");
@@ -242,6 +250,8 @@ struct FileCase {
     open: String,
     #[serde(default)]
     depth: usize,
+    #[serde(default)]
+    content: String,
     args: Vec<String>,
     error: String,
 }
@@ -299,6 +309,10 @@ fn untrusted_files_are_refused_unread() {
             }
             "nested" => {
                 std::fs::write(&file, format!("{}{}", case.prefix, case.open.repeat(case.depth))).expect("write");
+                file
+            }
+            "text" => {
+                std::fs::write(&file, &case.content).expect("write");
                 file
             }
             other => panic!("case {k}: unknown make `{other}`"),

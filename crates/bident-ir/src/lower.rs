@@ -318,7 +318,39 @@ fn literal_value(
     if bident_tensor::numel(&shape) != vals.len() as u64 {
         return Err(bad(format!("{} values given for shape {shape:?}", vals.len())));
     }
+    if let Some(v) = vals.iter().find(|&&v| !fits(dtype, v)) {
+        let range = match integer_range(dtype) {
+            Some((lo, hi)) => format!("whole numbers from {lo} to {hi}"),
+            None => "finite numbers".into(),
+        };
+        return Err(bad(format!("{v} does not fit {} ({range})", dtype.name())));
+    }
     HostTensor::from_f64(name, dtype, shape, vals).map_err(|e| bad(e.to_string()))
+}
+
+/// The values an integer or boolean type holds, as floats (`--input-value` parses numbers).
+fn integer_range(dtype: DType) -> Option<(f64, f64)> {
+    Some(match dtype {
+        DType::Bool => (0.0, 1.0),
+        DType::U8 => (0.0, u8::MAX as f64),
+        DType::I8 => (i8::MIN as f64, i8::MAX as f64),
+        DType::U16 => (0.0, u16::MAX as f64),
+        DType::I16 => (i16::MIN as f64, i16::MAX as f64),
+        DType::I32 => (i32::MIN as f64, i32::MAX as f64),
+        DType::U32 => (0.0, u32::MAX as f64),
+        // the floats that convert exactly: beyond 2^53 a parsed number is already rounded
+        DType::I64 => (-(2f64.powi(53)), 2f64.powi(53)),
+        DType::U64 => (0.0, 2f64.powi(53)),
+        DType::F32 | DType::F64 | DType::F16 | DType::Bf16 => return None,
+    })
+}
+
+/// Whether `v` is a value of `dtype` as given, not rounded or clamped into one.
+fn fits(dtype: DType, v: f64) -> bool {
+    match integer_range(dtype) {
+        Some((lo, hi)) => v.fract() == 0.0 && (lo..=hi).contains(&v),
+        None => v.is_finite() && (dtype != DType::F32 || v.abs() <= f32::MAX as f64),
+    }
 }
 
 /// Bound on inlining Ifs with constant conditions (each inlining re-analyses the graph).
@@ -456,23 +488,15 @@ impl<'o> Lowering<'o> {
         for (k, t) in graph.initializer.iter().enumerate() {
             self.add_initializer(k, t)?;
         }
-        let given = self.opts.input_shapes.keys().chain(self.opts.input_values.keys());
-        for c in given.chain(self.opts.input_literals.keys()) {
-            if !graph.input.iter().any(|i| i.name() == c) || self.initializers.contains(c) {
-                return Err(IrError::BadInputShape {
-                    input: c.clone(),
-                    reason: format!(
-                        "the model has no input of that name (inputs: {})",
-                        graph
-                            .input
-                            .iter()
-                            .filter(|i| !self.initializers.contains(i.name()))
-                            .map(|i| i.name())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                });
-            }
+        let inputs: Vec<&str> =
+            graph.input.iter().map(|i| i.name()).filter(|i| !self.initializers.contains(*i)).collect();
+        let unknown = |c: &String| !inputs.contains(&c.as_str());
+        let no_such = || format!("the model has no input of that name (inputs: {})", inputs.join(", "));
+        if let Some(c) = self.opts.input_shapes.keys().find(|c| unknown(c)) {
+            return Err(IrError::BadInputShape { input: c.clone(), reason: no_such() });
+        }
+        if let Some(c) = self.opts.input_values.keys().chain(self.opts.input_literals.keys()).find(|c| unknown(c)) {
+            return Err(IrError::BadInputValue { input: c.clone(), reason: no_such() });
         }
         for vi in &graph.input {
             let name = vi.name().to_string();
@@ -494,7 +518,7 @@ impl<'o> Lowering<'o> {
             let value = self.opts.input_values.get(&name).or(literal.as_ref());
             if let Some(v) = value {
                 if v.dtype != dtype {
-                    return Err(IrError::BadInputShape {
+                    return Err(IrError::BadInputValue {
                         input: name,
                         reason: format!("the model's input is {dtype}, the value given is {}", v.dtype),
                     });

@@ -76,6 +76,20 @@ const META: &[&str] = &[
 ];
 const CSV_MAGIC: &str = "# bident cost table";
 
+/// A text cell a spreadsheet will not run: one starting like a formula (`=`, `+`, `-`, `@`, a
+/// tab or a return) gets a leading `'`, as does one starting with `'`, so [`uncell`] is exact.
+fn cell(s: &str) -> String {
+    if s.starts_with(['=', '+', '-', '@', '\t', '\r', '\'']) { format!("'{s}") } else { s.to_string() }
+}
+
+/// The text [`cell`] wrote.
+fn uncell(s: &str) -> String {
+    match s.strip_prefix('\'') {
+        Some(rest) if rest.starts_with(['=', '+', '-', '@', '\t', '\r', '\'']) => rest.to_string(),
+        _ => s.to_string(),
+    }
+}
+
 pub fn export(t: &CostTable, format: Format) -> Result<String, ProfileError> {
     let bad = |e: &dyn std::fmt::Display| ProfileError::Portable { origin: "export".into(), reason: e.to_string() };
     match format {
@@ -99,9 +113,9 @@ pub fn export(t: &CostTable, format: Format) -> Result<String, ProfileError> {
                     let part = |f: fn(&Cost) -> f64| c.map(f);
                     w.serialize(Row {
                         op: o.op,
-                        name: o.name.clone(),
-                        kind: o.kind.clone(),
-                        pu: pu.name.clone(),
+                        name: cell(&o.name),
+                        kind: cell(&o.kind),
+                        pu: cell(&pu.name),
                         h2d_us: part(|c| c.h2d_us),
                         dispatch_us: part(|c| c.dispatch_us),
                         exec_us: part(|c| c.exec_us),
@@ -120,7 +134,7 @@ pub fn export(t: &CostTable, format: Format) -> Result<String, ProfileError> {
                         stop_runs: c.and_then(|c| c.stop_check.as_ref()).map(|s| s.runs),
                         stop_median_us: c.and_then(|c| c.stop_check.as_ref()).map(|s| s.median_us),
                         full_median_us: c.and_then(|c| c.stop_check.as_ref()).map(|s| s.full_median_us),
-                        failure,
+                        failure: failure.as_deref().map(cell),
                     })
                     .map_err(|e| bad(&e))?;
                 }
@@ -168,7 +182,10 @@ pub fn import(text: &str, format: Format, origin: &str) -> Result<CostTable, Pro
             let mut seen: Vec<Vec<bool>> = vec![];
             let mut r = csv::Reader::from_reader(text.get(body_at..).unwrap_or("").as_bytes());
             for (k, row) in r.deserialize::<Row>().enumerate() {
-                let row = row.map_err(|e| bad(format!("row {}: {e}", k + 1)))?;
+                let mut row = row.map_err(|e| bad(format!("row {}: {e}", k + 1)))?;
+                for text in [&mut row.name, &mut row.kind, &mut row.pu].into_iter().chain(row.failure.as_mut()) {
+                    *text = uncell(text);
+                }
                 let j = t
                     .soc
                     .pus
@@ -349,5 +366,19 @@ impl CostTable {
             return Err(bad(format!("its contention matrix is not {n} x {n} positive factors up to 1000")));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formula_cells_are_defused_and_read_back_exactly() {
+        for s in ["=HYPERLINK(\"http://x\")", "+1", "-2", "@sum", "\tx", "'quoted", "''", "plain", "", "a=b"] {
+            let c = cell(s);
+            assert!(!c.starts_with(['=', '+', '-', '@', '\t', '\r']), "{c}");
+            assert_eq!(uncell(&c), s);
+        }
     }
 }

@@ -61,7 +61,27 @@ const ROW: f64 = 26.0;
 const COLOURS: [[&str; 2]; 2] = [["#4e79a7", "#a0cbe8"], ["#f28e2b", "#ffbe7d"]];
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    xml_text(s)
+}
+
+/// `s` as XML text or attribute value: markup characters as entities, and the control
+/// characters XML 1.0 forbids (every one but tab, newline and return) written out as `\u{..}`,
+/// so a name holding one still gives a well-formed SVG.
+pub fn xml_text(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            '\t' | '\n' | '\r' => out.push(c),
+            c if c.is_control() => out.extend(c.escape_unicode()),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// A round step for about `n` ticks over `0..max`.
@@ -263,5 +283,14 @@ mod tests {
         assert!(svg.contains("op&lt;1&gt;") && !svg.contains("op<1>"));
         assert!(svg.contains(">core1 (onnxruntime)</text>"), "{svg}");
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
+    }
+
+    #[test]
+    fn control_characters_never_reach_the_svg() {
+        let mut r = report();
+        r.ops[0].name = "a\u{1b}[2J\u{0}b\u{85}".into();
+        let svg = gantt_svg(&r);
+        assert!(!svg.chars().any(|c| c.is_control() && c != '\n'), "{svg}");
+        assert!(svg.contains(r"a\u{1b}[2J\u{0}b\u{85}"), "{svg}");
     }
 }

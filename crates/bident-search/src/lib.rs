@@ -909,35 +909,42 @@ const MAX_FIGURE: f64 = 3.6e9;
 /// Every figure of the plan finite and in range, whatever the evaluator would say: the first
 /// thing checked on a plan read from disk.
 pub fn check_figures(plan: &Plan) -> Result<(), SearchError> {
-    let ok = |v: f64| v.is_finite() && (-MAX_FIGURE..=MAX_FIGURE).contains(&v);
+    // times, energies and factors are never negative; a step's saving may be (running after
+    // the op before it cost more), and the gap only by rounding
+    let ok = |v: f64| v.is_finite() && (0.0..=MAX_FIGURE).contains(&v);
+    let rule = format!("figures are finite, non-negative and under {MAX_FIGURE:e}");
     let named = [
         ("predicted_us", plan.predicted_us),
         ("predicted_energy_uj", plan.predicted_energy_uj),
         ("search_estimate", plan.search_estimate),
         ("lower_bound_us", plan.lower_bound_us),
         ("lower_bound_energy_uj", plan.lower_bound_energy_uj),
-        ("gap", plan.gap),
+        ("gap", if plan.gap >= -1e-6 { plan.gap.max(0.0) } else { plan.gap }),
         ("best_single_pu_us", plan.best_single_pu_us.unwrap_or(0.0)),
         ("blend", plan.blend.unwrap_or(0.0)),
     ];
     if let Some((k, v)) = named.iter().find(|(_, v)| !ok(*v)) {
-        return Err(SearchError::Check(format!("`{k}` is {v:e}, not a finite figure under {MAX_FIGURE:e}")));
+        return Err(SearchError::Check(format!("`{k}` is {v:e}: {rule}")));
     }
     for s in &plan.steps {
-        let figures =
-            [s.start_us, s.finish_us, s.exec_us, s.saved_us, s.contention, s.transfer_in_us, s.transfer_out_us]
-                .into_iter()
-                .chain(s.cost_us.iter().flatten().copied());
-        if let Some(v) = figures.into_iter().find(|&v| !ok(v)) {
-            return Err(SearchError::Check(format!(
-                "op {} `{}` has the figure {v:e}, not finite and in range",
-                s.op, s.name
-            )));
+        let figures = [
+            ("start_us", s.start_us),
+            ("finish_us", s.finish_us),
+            ("exec_us", s.exec_us),
+            ("saved_us", s.saved_us.abs()),
+            ("contention", s.contention),
+            ("transfer_in_us", s.transfer_in_us),
+            ("transfer_out_us", s.transfer_out_us),
+        ]
+        .into_iter()
+        .chain(s.cost_us.iter().flatten().map(|&c| ("cost_us", c)));
+        if let Some((k, v)) = figures.into_iter().find(|&(_, v)| !ok(v)) {
+            return Err(SearchError::Check(format!("op {} `{}`: `{k}` is {v:e}: {rule}", s.op, s.name)));
         }
     }
     for b in &plan.baselines {
         if let Some(v) = [b.predicted_us, b.predicted_energy_uj].into_iter().flatten().find(|&v| !ok(v)) {
-            return Err(SearchError::Check(format!("baseline on `{}` is {v:e}, not finite and in range", b.pu)));
+            return Err(SearchError::Check(format!("baseline on `{}` is {v:e}: {rule}", b.pu)));
         }
     }
     Ok(())

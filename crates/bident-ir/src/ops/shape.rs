@@ -66,10 +66,6 @@ fn non_negative(v: &[i64], what: &str) -> Result<Vec<u64>, String> {
     v.iter().map(|&d| u64::try_from(d).map_err(|_| format!("{what} {v:?} has a negative entry"))).collect()
 }
 
-fn to_u64(v: &[i64]) -> Vec<u64> {
-    v.iter().map(|&d| d as u64).collect()
-}
-
 fn infer_reshape(c: &Ctx) -> Result<Vec<Fact>, String> {
     let x = c.shape(0)?;
     let target = if c.opset < 5 { c.attr_ints("shape").ok_or("shape is required")? } else { c.const_ints(1, "shape")? };
@@ -402,13 +398,13 @@ fn infer_gather_nd(c: &Ctx) -> Result<Vec<Fact>, String> {
 }
 
 fn infer_expand(c: &Ctx) -> Result<Vec<Fact>, String> {
-    let target = to_u64(&c.const_ints(1, "shape")?);
+    let target = non_negative(&c.const_ints(1, "shape")?, "shape")?;
     Ok(vec![Fact::new(c.dtype(0)?, broadcast(&[c.shape(0)?, &target])?)])
 }
 
 fn eval_expand(c: &Ctx) -> Result<Vec<HostTensor>, String> {
     let x = c.const_at(0).ok_or("not constant")?;
-    let target = to_u64(&c.const_ints(1, "shape")?);
+    let target = non_negative(&c.const_ints(1, "shape")?, "shape")?;
     let ones = HostTensor::zeros(DType::F64, target);
     Ok(vec![broadcast_map(&[x, &ones], x.dtype, |a| a[0])?])
 }
@@ -539,12 +535,12 @@ fn constant_of_shape_value(c: &Ctx) -> Result<HostTensor, String> {
 }
 
 fn infer_constant_of_shape(c: &Ctx) -> Result<Vec<Fact>, String> {
-    let shape = to_u64(&c.const_ints(0, "shape")?);
+    let shape = non_negative(&c.const_ints(0, "shape")?, "shape")?;
     Ok(vec![Fact::new(constant_of_shape_value(c)?.dtype, shape)])
 }
 
 fn eval_constant_of_shape(c: &Ctx) -> Result<Vec<HostTensor>, String> {
-    let shape = to_u64(&c.const_ints(0, "shape")?);
+    let shape = non_negative(&c.const_ints(0, "shape")?, "shape")?;
     let v = constant_of_shape_value(c)?;
     let n = bident_tensor::numel(&shape) as usize;
     let data = v.data.repeat(n);
