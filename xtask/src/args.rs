@@ -280,7 +280,8 @@ pub struct RunOpts {
     /// PU:slow=F[@N[-M]] (F times slower after N runs, until run M).
     #[arg(long, value_name = "PU:FAULT")]
     pub inject_fault: Option<FaultSpec>,
-    /// Seconds an inference may go without any op finishing before it is abandoned.
+    /// Seconds an inference may go without any op finishing before it is abandoned, and any one
+    /// measuring call (profile, refine, baselines) may take before it is cancelled.
     #[arg(long, default_value_t = RunConfig::default().op_timeout.as_secs(), value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub timeout: u64,
     /// Compile and run every op alone. By default each run of branch neighbours the plan puts

@@ -356,3 +356,35 @@ fn dotted_model_names_stay_inside_the_target_folder() {
         }
     }
 }
+
+/// A model that never ends (a Loop of 10^12 trips) stops every measured command at --timeout:
+/// cancelled where the engine can stop (ONNX Runtime), the process ended where it cannot
+/// (OpenVINO runs a Loop node to its end), each with one error line; a virtual SoC prices the
+/// Loop by its trip count.
+#[test]
+fn a_loop_that_never_ends_stops_at_the_limit() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = |k: &str| tmp.path().join(k).display().to_string();
+    for (backend, code, want) in [
+        ("onnxruntime", 1, "on PU `CPU` ran past the 1 s limit (--timeout) and was cancelled"),
+        ("openvino", 124, "on PU `CPU` ran past the 1 s limit (--timeout) and did not stop when cancelled"),
+    ] {
+        let args: Vec<String> = ["pipeline", "zoo:loop-endless", "--backends", backend, "--timeout", "1", "--out"]
+            .into_iter()
+            .map(String::from)
+            .chain([out(backend)])
+            .collect();
+        let o = xtask_within(&args, 60);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "{backend}: {err}");
+        let errors: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
+        assert_eq!(errors.len(), 1, "{backend}: {err}");
+        assert!(errors[0].starts_with("error: op 1 `loop` (Loop)") && errors[0].contains(want), "{backend}: {err}");
+    }
+    let o = xtask(&["pipeline", "zoo:loop-endless", "--soc", "lunar-lake", "--json", "--out", &out("virtual")]);
+    ok(&o);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let j: serde_json::Value = serde_json::from_str(stdout.lines().last().expect("json")).expect("json");
+    // 10^12 trips of at least one pass over the 8 values carried: far past any one-op price
+    assert!(j["predicted_us"].as_f64().is_some_and(|us| us > 1e7), "{stdout}");
+}

@@ -9,6 +9,7 @@
 //! Architecture invariant: this is the only crate that touches OpenVINO or ONNX Runtime. It
 //! knows nothing of graphs, cost tables or plans.
 
+pub mod deadline;
 pub mod fault;
 pub mod multi;
 pub mod soc;

@@ -122,6 +122,8 @@ impl Driver<'_> {
     /// partition, profile. `contention`: a SoC's contention matrix measured before (an eval
     /// over many models measures it once), instead of measuring it again.
     pub fn prepare(&self, o: &Options, contention: Option<&bident_profile::Contention>) -> Result<Prepared> {
+        // one bound on every measured call from here on: profile, refine, baselines
+        bident_backend::deadline::set_limit(o.run.config.op_timeout);
         let (path, name) = self.model_path(&o.import.model)?;
         let folder = Folder::new(o.out.clone().unwrap_or_else(|| self.default_out(&name)));
         let soc = self.soc(&o.soc)?;
@@ -656,6 +658,7 @@ impl Driver<'_> {
         hashes: (ContentHash, ContentHash),
         replan: &mut dyn FnMut(&Constraints) -> Result<(Plan, ContentHash)>,
     ) -> Result<(Plan, RunReport)> {
+        bident_backend::deadline::set_limit(opts.config.op_timeout);
         let be = self.faulty(be, opts);
         let config = with_candidates(&plan.0, &opts.config);
         let cfg = &config;
@@ -865,6 +868,7 @@ impl Driver<'_> {
         cfg: bident_runtime::ServeConfig,
     ) -> Result<Served> {
         let _lock = folder.lock()?;
+        bident_backend::deadline::set_limit(cfg.op_timeout);
         let p = folder.planned()?;
         let raw = self.backends_of_plan(folder, &p, opts)?;
         let be = self.faulty(raw.clone(), opts);

@@ -909,7 +909,17 @@ impl<'o> Lowering<'o> {
                 _ => fact(t).map(|f| f.dtype),
             }
         };
-        ops::work::node_work(n, ops::lookup(n.domain(), n.op_type()), &inputs, &outputs, &operand_dtype)
+        let mut w = ops::work::node_work(n, ops::lookup(n.domain(), n.op_type()), &inputs, &outputs, &operand_dtype);
+        // a Loop with a constant trip count runs its body that often: at least one pass over the
+        // values it carries each time (the body's own work is not modelled)
+        if n.op_type() == "Loop"
+            && let Some(trips) = n.input.first().and_then(|t| self.consts.get(t))
+            && let Some(&m) = crate::consts::to_i64(trips).first()
+        {
+            let carried = outputs.iter().flatten().fold(0u64, |a, f| a.saturating_add(bident_tensor::numel(&f.shape)));
+            w.flops = w.flops.saturating_add(u64::try_from(m).unwrap_or(0).saturating_mul(carried.max(1)));
+        }
+        w
     }
 
     fn role(&self, n: &NodeProto) -> Role {

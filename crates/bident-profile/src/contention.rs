@@ -12,7 +12,7 @@
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Barrier};
 
-use bident_backend::{Backend, BackendError, Executable, SocSpec};
+use bident_backend::{Backend, BackendError, Executable, SocSpec, deadline};
 use bident_tensor::HostTensor;
 
 use crate::{Contention, ContentionSource, ProfileError, quantile};
@@ -213,9 +213,12 @@ pub(crate) fn worker(
             if outcome.is_err() {
                 continue;
             }
-            let t0 = release.unwrap_or_else(std::time::Instant::now);
-            match exe.run(&refs) {
-                Ok(_) if r >= cfg.warmup => times.push(t0.elapsed().as_secs_f64() * 1e6),
+            let timed = deadline::guard_exe(exe.as_mut(), &pu.name, "a co-execution probe", |exe| {
+                let t0 = release.unwrap_or_else(std::time::Instant::now);
+                exe.run(&refs).map(|_| t0.elapsed())
+            });
+            match timed {
+                Ok(t) if r >= cfg.warmup => times.push(t.as_secs_f64() * 1e6),
                 Ok(_) => {}
                 Err(e) => outcome = Err(e),
             }

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use bident_backend::{Backend, BackendError, Executable, PuSpec, SocSpec};
+use bident_backend::{Backend, BackendError, Executable, PuSpec, SocSpec, deadline};
 use bident_ir::{BackendLayer, Extractor, FusedGraph, OpId, TensorId};
 use bident_tensor::HostTensor;
 
@@ -25,7 +25,7 @@ pub fn backend_layers(backend: &dyn Backend, g: &FusedGraph, pu: &PuSpec) -> Res
             reason: format!("the compiled model's inputs do not match the graph's {}", inputs.len()),
         })
     })?;
-    exe.run(&fed).map_err(fail)?;
+    deadline::guard_exe(exe.as_mut(), &pu.name, "the model's profiled run", |e| e.run(&fed)).map_err(fail)?;
     Ok(exe
         .layers()
         .map_err(fail)?
@@ -71,6 +71,7 @@ pub fn profile(
     let mut units: Vec<Unit> = Vec::with_capacity(g.ops.len() + cfg.segments.len());
     for (i, op) in g.ops.iter().enumerate() {
         units.push(Unit {
+            what: format!("op {i} `{}` ({})", op.name, op.kind),
             model: ex.extract(i as OpId)?,
             inputs: seeded_inputs(g, &op.inputs, cfg.seed, i),
             whole: g.ops.len() == 1,
@@ -149,6 +150,8 @@ fn backend_id(backend: &dyn Backend, soc: &SocSpec, pu: &PuSpec) -> Result<Strin
 
 /// A sub-model to time and the inputs to time it with.
 struct Unit {
+    /// What the unit is, for messages: `op 3 `conv` (Conv)` or `ops 2-7 together`.
+    what: String,
     model: Vec<u8>,
     inputs: Vec<HostTensor>,
     /// Every op of the graph: timed on its PU as configured, as a session of the whole model
@@ -161,7 +164,12 @@ impl Unit {
     /// Segment `k`: `ops` compiled together, with inputs seeded after every op's.
     fn group(g: &FusedGraph, ex: &Extractor, ops: &[OpId], seed: u64, k: usize) -> Result<Self, ProfileError> {
         let (model, ins, _) = ex.extract_group(ops)?;
-        Ok(Unit { model, inputs: seeded_inputs(g, &ins, seed, g.ops.len() + k), whole: ops.len() == g.ops.len() })
+        let what = match ops {
+            [one] => format!("op {one} `{}`", g.ops[*one as usize].name),
+            _ if ops.len() == g.ops.len() => "the whole model".into(),
+            _ => format!("{} ops from op {} `{}`", ops.len(), ops[0], g.ops[ops[0] as usize].name),
+        };
+        Ok(Unit { what, model, inputs: seeded_inputs(g, &ins, seed, g.ops.len() + k), whole: ops.len() == g.ops.len() })
     }
 }
 
@@ -227,7 +235,9 @@ fn time_units(
     for group in [rest, whole].iter().filter(|g| !g.is_empty()) {
         let models: Vec<&[u8]> = group.iter().map(|&i| units[i].model.as_slice()).collect();
         let inputs: Vec<&[HostTensor]> = group.iter().map(|&i| units[i].inputs.as_slice()).collect();
-        match profile_pu(backend, unit_spec(units, group[0], pu, &quiet), &models, &inputs, cfg, progress)? {
+        let what: Vec<&str> = group.iter().map(|&i| units[i].what.as_str()).collect();
+        let spec = unit_spec(units, group[0], pu, &quiet);
+        match profile_pu(backend, spec, Batch { models: &models, inputs: &inputs, what: &what }, cfg, progress)? {
             Ok((measured, slow)) => out.extend(group.iter().zip(measured).map(|(&i, r)| (i, r, slow > 0))),
             // the PU itself is unusable (e.g. cannot pin): every unit fails there with that
             // reason, and nothing is cached
@@ -289,7 +299,9 @@ fn measure_units(
         let mut again_here: Vec<(usize, bool)> = vec![];
         let mut measure = |todo: &[usize], column: &mut Column, progress: &mut dyn FnMut(Progress)| {
             for (i, r, slow) in time_units(backend, pu, units, todo, cfg, progress)? {
-                if let (Some(c), Some(k)) = (cache, key(i)) {
+                // running out of time says how long the limit was, not what the op costs
+                let timed_out = r.as_ref().is_err_and(|e| deadline::is_timed_out(e));
+                if let (Some(c), Some(k), false) = (cache, key(i), timed_out) {
                     c.put(k, &r);
                 }
                 if again && (slow || units[i].whole) {
@@ -450,14 +462,20 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 /// Profiled runs per op that split its inference call into dispatch and execution.
 const SPLIT_RUNS: usize = 5;
 
+/// The units one PU times together: their models, inputs and names.
+struct Batch<'a> {
+    models: &'a [&'a [u8]],
+    inputs: &'a [&'a [HostTensor]],
+    what: &'a [&'a str],
+}
+
 /// One PU's column of the table: a cost, or the backend's reason, per op, and how many measured
 /// rounds ran in a slow state of the PU's cores (the wait for their fast state ran out); `Err`
 /// when the PU itself cannot be used.
 fn profile_pu(
     backend: &dyn Backend,
     pu: &PuSpec,
-    models: &[&[u8]],
-    inputs: &[&[HostTensor]],
+    Batch { models, inputs, what }: Batch,
     cfg: &ProfileConfig,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Result<Timed, String>, ProfileError> {
@@ -513,10 +531,13 @@ fn profile_pu(
                         continue;
                     }
                     let refs: Vec<&HostTensor> = inputs[i].iter().collect();
+                    // every call bounded by the process's limit (--timeout), cancelled past it
+                    let said = || format!("{} on PU `{}`", what[i], pu.name);
                     if r >= cfg.warmup
                         && split[i].len() < SPLIT_RUNS
                         && let Some(p) = profiled[i].as_mut()
-                        && let Ok((_, t)) = p.run_timed(&refs)
+                        && let cancel = p.canceller()
+                        && let Ok(Ok((_, t))) = deadline::guard(said, cancel, || p.run_timed(&refs))
                         && let Ok(layers) = p.layers()
                     {
                         let infer = t.infer.as_secs_f64();
@@ -525,8 +546,9 @@ fn profile_pu(
                             split[i].push((exec / infer).min(1.0));
                         }
                     }
-                    match exe.run_timed(&refs) {
-                        Ok((_, t)) if r >= cfg.warmup => {
+                    let cancel = exe.canceller();
+                    match deadline::guard(said, cancel, || exe.run_timed(&refs)).map_err(|e| e.to_string()) {
+                        Ok(Ok((_, t))) if r >= cfg.warmup => {
                             let s = &mut samples[i];
                             s[0].push(t.h2d.as_secs_f64() * 1e6);
                             s[1].push(t.infer.as_secs_f64() * 1e6);
@@ -537,8 +559,9 @@ fn profile_pu(
                                 done[i] = median_rel_ci(&w) <= cfg.rel_ci;
                             }
                         }
-                        Ok(_) => {}
-                        Err(e) => failed[i] = Some(e.to_string()),
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => failed[i] = Some(e.to_string()),
+                        Err(e) => failed[i] = Some(e),
                     }
                 }
                 if r >= cfg.warmup

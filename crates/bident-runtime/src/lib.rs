@@ -433,7 +433,8 @@ pub fn run_op_by_op(
         };
         let mut exe = backend.compile(&ex.extract(i as u32)?, pu).map_err(fail)?;
         let ins: Vec<&HostTensor> = op.inputs.iter().map(|t| &env[t]).collect();
-        let outs = exe.run(&ins).map_err(fail)?;
+        let said = format!("op {i} `{}`", op.name);
+        let outs = bident_backend::deadline::guard_exe(exe.as_mut(), &pu.name, &said, |e| e.run(&ins)).map_err(fail)?;
         for (&t, o) in op.outputs.iter().zip(outs) {
             let want = g.tensor(t);
             if o.shape != want.shape || o.dtype != want.dtype {

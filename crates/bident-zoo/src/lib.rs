@@ -40,6 +40,7 @@ pub const MODELS: &[(&str, &str)] = &[
         "a `for` Loop as exporters write it: constant trip count, a body that sets its condition to a constant \
          true, reads a weight of the enclosing graph and declares no types",
     ),
+    ("loop-endless", "a Loop with a constant trip count of 10^12 carrying one value: valid, and never ends when run"),
     ("control-if", "an If whose branches read a tensor of the enclosing graph (outer scope), between two ops"),
     (
         "control-if-untyped",
@@ -256,7 +257,8 @@ pub fn build(name: &str, seed: u64) -> Option<ModelProto> {
             b.finish("dynamic_batch")
         }
         "recurrent" => recurrent(seed),
-        "control-loop" => control_loop(seed),
+        "control-loop" => control_loop(seed, 3, true),
+        "loop-endless" => control_loop(seed, 1_000_000_000_000, false),
         "control-if" => control_if(seed, true),
         "control-if-untyped" => control_if(seed, false),
         "control-scan-untyped" => control_scan(seed),
@@ -657,13 +659,14 @@ fn control_if(seed: u64, typed: bool) -> ModelProto {
     b.finish("control_if")
 }
 
-fn control_loop(seed: u64) -> ModelProto {
+/// A `for` Loop of `trips` iterations; with `scan`, its body's value at each step is stacked too.
+fn control_loop(seed: u64, trips: i64, scan: bool) -> ModelProto {
     use builder::Attr;
     let mut b = Builder::new(seed);
     let x = b.input("x", &[1, 8]);
     let w = b.weight("w", &[1, 8]);
     let h = b.node("Relu", &[&x], &[]);
-    let trip = b.const_i64("trip", &[], &[3]);
+    let trip = b.const_i64("trip", &[], &[trips]);
     let go = b.const_i64("go_i64", &[], &[1]);
     let go = b.node("Cast", &[&go], &[("to", (DType::Bool.onnx_code() as i64).into())]);
     let mut body = Builder::new(seed);
@@ -673,16 +676,24 @@ fn control_loop(seed: u64) -> ModelProto {
     let yes = bident_tensor::HostTensor { dtype: DType::Bool, shape: vec![], data: vec![1] };
     body.node_named("keep_going", "Constant", &[], &["cond_out"], &[("value", Attr::Tensor(yes))]);
     body.node_named("step", "Add", &["y_in", &w], &["y_out"], &[]);
-    body.node_named("record", "Identity", &["y_out"], &["y_scan"], &[]);
-    for o in ["cond_out", "y_out", "y_scan"] {
+    let outputs: &[&str] = if scan {
+        body.node_named("record", "Identity", &["y_out"], &["y_scan"], &[]);
+        &["cond_out", "y_out", "y_scan"]
+    } else {
+        &["cond_out", "y_out"]
+    };
+    for o in outputs {
         body.output_untyped(o);
     }
     let loop_body = ("body", Attr::Graph(Box::new(body.finish_graph("body"))));
-    b.node_named("loop", "Loop", &[&trip, &go, &h], &["y_final", "ys"], &[loop_body]);
-    let z = b.node("Sigmoid", &["ys"], &[]);
+    let results: &[&str] = if scan { &["y_final", "ys"] } else { &["y_final"] };
+    b.node_named("loop", "Loop", &[&trip, &go, &h], results, &[loop_body]);
     b.output("y_final");
-    b.output(&z);
-    b.finish("control_loop")
+    if scan {
+        let z = b.node("Sigmoid", &["ys"], &[]);
+        b.output(&z);
+    }
+    b.finish(if scan { "control_loop" } else { "loop_endless" })
 }
 
 fn control_scan(seed: u64) -> ModelProto {

@@ -128,8 +128,10 @@ impl OnnxRuntime {
         // ~/.cache/Microsoft/DeveloperTools/.onnxruntime/. Off here, and `ORT_DISABLE_TELEMETRY`
         // (set for cargo's processes in .cargo/config.toml) keeps it from starting at all.
         let env = builder.with_name("bident").with_telemetry(false).build().map_err(|e| lib_err(e.to_string()))?;
-        // ONNX Runtime warns about things bident's cut models do on purpose (unused initialisers)
-        env.set_log_level(ort::logging::LogLevel::Error);
+        // ONNX Runtime warns about things bident's cut models do on purpose (unused initialisers),
+        // and logs every failed run, a cancelled one too, before returning the same error as a
+        // status, which bident reports in its own one line
+        env.set_log_level(ort::logging::LogLevel::Fatal);
         let providers = ep::available().map_err(|e| lib_err(format!("listing its execution providers: {e}")))?;
         let this = Self { env, library: library.to_path_buf(), version, providers };
         *loaded = Some(this.clone());
