@@ -388,3 +388,66 @@ fn a_loop_that_never_ends_stops_at_the_limit() {
     // 10^12 trips of at least one pass over the 8 values carried: far past any one-op price
     assert!(j["predicted_us"].as_f64().is_some_and(|us| us > 1e7), "{stdout}");
 }
+
+/// Files are read and written through `bident_artifact::files` only (a regular file, a size
+/// cap, nesting checked; exclusive temporaries): a raw `std::fs` read or write outside it is a
+/// hole of the kind untrusted_files_are_refused_unread tests, unless it is listed here with the
+/// reason it is safe.
+#[test]
+fn every_file_is_read_and_written_through_one_place() {
+    const ALLOWED: &[(&str, &str)] = &[
+        ("crates/bident-artifact/src/files.rs", "the one place"),
+        ("crates/bident-profile/src/cache.rs", "/proc/loadavg"),
+        ("crates/bident-profile/src/power.rs", "RAPL counters under /sys"),
+        ("crates/bident-profile/src/lib.rs", "/proc/cpuinfo"),
+        ("crates/bident-backend/src/soc.rs", "core types under /sys"),
+        ("crates/bident-backend/src/lib.rs", "/proc/stat and this process's tasks"),
+        (
+            "crates/bident-backend/src/onnxruntime/mod.rs",
+            "/proc/cpuinfo; ONNX Runtime's profile in bident's own temp folder",
+        ),
+        ("xtask/src/fuzz.rs", "a developer tool over the repository's corpora"),
+        ("xtask/src/conformance.rs", "a developer tool over the ONNX wheel's node tests"),
+        ("xtask/src/codegen.rs", "a developer tool over the vendored onnx.proto"),
+        ("xtask/src/thirdparty.rs", "a developer tool over tests/data/thirdparty"),
+        ("xtask/src/ovir.rs", "a developer tool over tests/data/ovir"),
+        ("xtask/src/zoocheck.rs", "a developer tool over zoo models it writes"),
+    ];
+    let raw = [
+        "fs::read(",
+        "fs::read_to_string(",
+        "fs::write(",
+        "fs::copy(",
+        "File::open(",
+        "File::create(",
+        ".create(true)",
+    ];
+    let mut files = vec![];
+    let mut dirs = vec![root().join("crates"), root().join("xtask/src")];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).expect("dir").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                files.push(p);
+            }
+        }
+    }
+    let mut found = vec![];
+    for f in files {
+        let rel = f.strip_prefix(root()).expect("inside").display().to_string();
+        if ALLOWED.iter().any(|(a, _)| *a == rel) || rel.contains("/tests/") || rel.contains("/benches/") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).expect("source");
+        // a crate's unit tests make their own scratch files
+        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        for (k, line) in code.lines().enumerate() {
+            if !line.trim_start().starts_with("//") && raw.iter().any(|r| line.contains(r)) {
+                found.push(format!("{rel}:{}: {}", k + 1, line.trim()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "raw file I/O outside bident_artifact::files:\n{}", found.join("\n"));
+}

@@ -53,8 +53,8 @@ pub use extract::Extractor;
 #[cfg(feature = "onnx")]
 pub use fusion::check_against_record;
 pub use fusion::{BackendFusion, BackendLayer, Fusion, FusionInfo, RecordCheck};
-pub use lower::{ImportOptions, import, import_bytes, import_openvino_ir_bytes, import_shared};
 #[cfg(feature = "onnx")]
+pub use lower::{ImportOptions, import, import_bytes, import_openvino_ir_bytes, import_shared};
 pub use names::resolve_op;
 pub use work::{OpClass, Work};
 
