@@ -916,7 +916,13 @@ impl<'o> Lowering<'o> {
             && let Some(trips) = n.input.first().and_then(|t| self.consts.get(t))
             && let Some(&m) = crate::consts::to_i64(trips).first()
         {
-            let carried = outputs.iter().flatten().fold(0u64, |a, f| a.saturating_add(bident_tensor::numel(&f.shape)));
+            // its first outputs are the values carried (one per input after the trip count and
+            // the condition); the rest are stacked per trip
+            let carried = outputs
+                .iter()
+                .take(n.input.len().saturating_sub(2))
+                .flatten()
+                .fold(0u64, |a, f| a.saturating_add(bident_tensor::numel(&f.shape)));
             w.flops = w.flops.saturating_add(u64::try_from(m).unwrap_or(0).saturating_mul(carried.max(1)));
         }
         w
