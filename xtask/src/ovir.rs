@@ -28,12 +28,12 @@ struct Case {
 /// numpy for the openvino wheel's Python API (ovc); the wheel itself comes from the install.
 const NUMPY: &str = "numpy==2.4.6";
 
-pub fn ovir(json: bool) -> Result<()> {
+pub fn ovir(only: &[String], json: bool) -> Result<()> {
     let root = crate::root();
     let be = crate::pipeline::openvino()?;
     let pu = SocSpec::preset("local", be.as_ref())?.pus.remove(0);
     let python = python()?;
-    let cases = crate::case_files("ovir")?;
+    let cases = crate::chosen_cases("ovir", only)?;
     let mut rows = vec![];
     for path in &cases {
         let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();

@@ -88,8 +88,15 @@ fn fetch(c: &Case) -> Result<PathBuf> {
     Ok(file)
 }
 
-pub fn thirdparty(soc: &str, fusion: FusionSource, runs: u32, profile_runs: u32, json: bool) -> Result<()> {
-    let cases = crate::case_files("thirdparty")?;
+/// The pipeline on the cases (`only`: those named), `runs` and `profile_runs` as given.
+pub fn thirdparty(
+    soc: &str,
+    fusion: FusionSource,
+    (runs, profile_runs): (u32, u32),
+    only: &[String],
+    json: bool,
+) -> Result<()> {
+    let cases = crate::chosen_cases("thirdparty", only)?;
     let mut rows = vec![];
     for path in &cases {
         let c: Case =
