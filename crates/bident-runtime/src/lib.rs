@@ -8,6 +8,7 @@
 //!
 //! Owns the `RunReport` artifact. Written against `bident_backend::Backend` only.
 
+pub mod drift;
 pub mod program;
 pub mod serve;
 pub mod session;

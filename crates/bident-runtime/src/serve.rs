@@ -44,6 +44,7 @@ use bident_profile::{CostTable, ProfileConfig};
 use bident_search::{Objective, Placement, Plan, SearchConfig};
 use bident_tensor::HostTensor;
 
+use crate::drift::DriftWatch;
 use crate::{Grouping, Inference, Program, RuntimeError, Session};
 
 /// How a [`Server`] watches for drift.
@@ -195,15 +196,9 @@ pub struct Server {
     plan: Plan,
     session: Session,
     served: usize,
-    /// Inferences the current session has served.
-    in_session: usize,
-    /// Per PU: each inference's ratio of measured to predicted time on it, this window.
-    window: Vec<Vec<f64>>,
-    /// Per PU: its median ratio in the session's second window (the prediction's own bias;
-    /// the first window is the warm-up: the first inference after a load ran 30x slower here).
-    calibrated: Vec<Option<f64>>,
-    strikes: Vec<usize>,
-    ratios: Vec<Vec<f64>>,
+    /// The drift rule over this session's inferences (the first window is the warm-up: the
+    /// first inference after a load ran 30x slower here).
+    drift: DriftWatch,
     pending: Option<Replan>,
     /// A standby a re-plan gave way to, swapped in before the next inference: its PU, its plan
     /// and the re-priced table.
@@ -268,6 +263,7 @@ impl Server {
         }
         let n = soc.pus.len();
         let profiled = cfg.recheck.is_some().then(|| costs.clone());
+        let drift = DriftWatch::new(n, cfg.window, cfg.threshold, cfg.sustain);
         Ok(Self {
             graph: Arc::new(graph),
             phased: Arc::new(phased),
@@ -279,11 +275,7 @@ impl Server {
             plan,
             session,
             served: 0,
-            in_session: 0,
-            window: vec![vec![]; n],
-            calibrated: vec![None; n],
-            strikes: vec![0; n],
-            ratios: vec![vec![]; n],
+            drift,
             pending: None,
             giving_way: None,
             profiled,
@@ -339,7 +331,6 @@ impl Server {
         let inf = self.session.run(std::slice::from_ref(&inputs.to_vec()))?;
         self.log.push((start, inf.total_us, self.generation()));
         self.served += 1;
-        self.in_session += 1;
         self.watch(&inf);
         Ok(inf)
     }
@@ -477,27 +468,18 @@ impl Server {
         }
     }
 
-    /// The plan, and so the session, was kept: the drifting PU's calibrated ratio takes on the
-    /// slowdown the re-plan priced (its new normal), the other PUs keep theirs, and every PU's
-    /// strikes start again. Calibrating afresh here would take whatever the next windows
-    /// measure as normal, even a slowdown that began while the re-plan ran, and never see it.
+    /// The plan, and so the session, was kept: the drift is the PU's new normal
+    /// ([`DriftWatch::rebase`]).
     fn rebase(&mut self, pu: usize, factor: f64) {
-        if let Some(c) = self.calibrated[pu].as_mut() {
-            *c *= factor;
-        }
-        self.strikes.iter_mut().for_each(|s| *s = 0);
-        self.ratios.iter_mut().for_each(Vec::clear);
+        self.drift.rebase(pu, factor);
     }
 
     fn recalibrate(&mut self) {
-        self.in_session = 0;
-        self.calibrated.iter_mut().for_each(|c| *c = None);
-        self.strikes.iter_mut().for_each(|s| *s = 0);
-        self.ratios.iter_mut().for_each(Vec::clear);
-        self.window.iter_mut().for_each(Vec::clear);
+        self.drift.recalibrate();
     }
 
-    /// Add one inference's spans to the window; at its end, judge every PU.
+    /// Take one inference's time per PU against the plan's prediction into the drift rule
+    /// ([`DriftWatch`]); re-plan for a PU it reports.
     fn watch(&mut self, inf: &Inference) {
         let program = self.session.program();
         let n = self.soc.pus.len();
@@ -510,45 +492,9 @@ impl Server {
         // an inference beside the server's own measuring (a re-check, a re-plan's refine) is no
         // evidence: on cores the PUs share, re-checks every 20 ms drifted the serving PU 2.7x
         let measuring = self.retiming.is_some() || self.pending.is_some();
-        for pu in (0..n).filter(|&pu| predicted[pu] > 0.0 && !measuring) {
-            self.window[pu].push(measured[pu] / predicted[pu]);
-        }
-        if !self.in_session.is_multiple_of(self.cfg.window) {
-            return;
-        }
-        let warm_up = self.in_session == self.cfg.window;
-        let mut drifting: Option<(usize, f64)> = None;
-        for (pu, mut w) in std::mem::replace(&mut self.window, vec![vec![]; n]).into_iter().enumerate() {
-            if w.is_empty() || warm_up {
-                continue;
-            }
-            // the median inference: one stalled by the machine is no drift
-            let ratio = bident_profile::quantile(&mut w, 0.5);
-            let Some(base) = self.calibrated[pu] else {
-                // a window timed at 0 µs (or not at all) calibrates nothing: every later one
-                // would drift infinitely, and the re-plan would price the PU infinitely slow
-                // (and a kept one rebase its calibration to NaN)
-                if ratio.is_finite() && ratio > 0.0 {
-                    self.calibrated[pu] = Some(ratio);
-                }
-                continue;
-            };
-            let drift = ratio / base;
-            if drift > self.cfg.threshold {
-                self.strikes[pu] += 1;
-                self.ratios[pu].push(drift);
-            } else {
-                self.strikes[pu] = 0;
-                self.ratios[pu].clear();
-            }
-            if self.strikes[pu] >= self.cfg.sustain && self.pending.is_none() {
-                let f = bident_profile::quantile(&mut self.ratios[pu].clone(), 0.5);
-                if drifting.is_none_or(|(_, g)| f > g) {
-                    drifting = Some((pu, f));
-                }
-            }
-        }
-        if let Some((pu, factor)) = drifting {
+        let ratios: Vec<Option<f64>> =
+            (0..n).map(|pu| (predicted[pu] > 0.0 && !measuring).then(|| measured[pu] / predicted[pu])).collect();
+        if let Some((pu, factor)) = self.drift.observe(&ratios, self.pending.is_none()) {
             self.replan(pu, factor);
         }
     }

@@ -1,4 +1,8 @@
-//! A session beside busy threads: its own binary, so that no other test's threads run beside it.
+//! A session beside busy threads: what one inference costs beyond its op, quiet and with a busy
+//! thread on every core. A bench, not a test: how long a wake-up takes is the machine's load
+//! as much as bident's; the target is tens of µs, never a time slice.
+//!
+//! `cargo bench -p bident-tests --bench contended` (measured; say where it ran when quoting it).
 //!
 //! A session whose threads poll with yields hands a busy thread on the same core the core for a
 //! whole time slice at every yield: a one-op session on a pinned PU took the scheduler's tick
@@ -12,8 +16,7 @@ use std::time::Duration;
 
 use bident_backend::Backend;
 
-#[test]
-fn a_pinned_session_beside_busy_threads_does_not_wait_for_their_time_slices() {
+fn main() {
     let be: Arc<dyn Backend> = bident_tests::backend();
     let soc = bident_tests::pinned_cores(be.as_ref());
     let model = bident_zoo::probe("add", bident_tensor::DType::F32, 16).expect("a probe");
@@ -39,5 +42,6 @@ fn a_pinned_session_beside_busy_threads_does_not_wait_for_their_time_slices() {
     hogs.into_iter().for_each(|h| h.join().expect("a busy thread"));
     let busy = busy.expect("measures");
     // a time slice is milliseconds; being woken ahead of a busy thread, tens of µs at most
-    assert!(busy < 500.0, "beside busy threads a session run cost {busy:.1} µs beyond its op ({quiet:.1} µs alone)");
+    println!("a one-op session on a pinned PU, beyond its op: {quiet:.1} µs alone, {busy:.1} µs beside busy threads");
+    println!("target: under 500 µs beside busy threads ({})", if busy < 500.0 { "met" } else { "MISSED" });
 }
