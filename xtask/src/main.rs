@@ -211,8 +211,11 @@ fn main() {
 /// Every `*.snap` file of the workspace is one a test read (listed in `refs` by insta).
 fn unreferenced_snapshots(refs: &std::path::Path) -> Result<()> {
     let canonical = |p: &std::path::Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
-    let read: std::collections::BTreeSet<PathBuf> =
-        std::fs::read_to_string(refs).unwrap_or_default().lines().map(|l| canonical(std::path::Path::new(l))).collect();
+    let read: std::collections::BTreeSet<PathBuf> = bident_artifact::files::read_text(refs)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| canonical(std::path::Path::new(l)))
+        .collect();
     let mut unread = vec![];
     let mut dirs = vec![root()];
     while let Some(d) = dirs.pop() {
