@@ -322,6 +322,7 @@ fn soc_spec_files() {
     }
     assert!(n >= 5);
     let good = root().join("tests/data/soc/one-core.toml");
+    let tmp = tempfile::tempdir().expect("tempdir");
     let o = xtask(&[
         "pipeline",
         "zoo:mlp",
@@ -331,6 +332,8 @@ fn soc_spec_files() {
         "2",
         "--profile-runs",
         "2",
+        "--out",
+        &tmp.path().display().to_string(),
         "--json",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -578,9 +581,13 @@ fn annotate_writes_the_plan_into_the_source_model() {
 /// running them one after the other on their best single PUs; the artifact reads back.
 #[test]
 fn concurrent_plan_of_two_models() {
+    // every run in a folder of its own: tests run at once, and a folder has one writer
+    let pairs = tempfile::tempdir().expect("tempdir");
     for extra in [vec![], vec!["--aligned"]] {
         let second = if extra.is_empty() { "zoo:mlp" } else { "zoo:attention" };
-        let mut args = vec!["pipeline", "zoo:attention", "--with", second, "--soc", "lunar-lake", "--json"];
+        let out = pairs.path().join(extra.len().to_string()).display().to_string();
+        let mut args = vec!["pipeline", "zoo:attention", "--with", second, "--soc", "lunar-lake", "--json", "--out"];
+        args.push(&out);
         args.extend(extra.iter().copied());
         let o = xtask(&args);
         assert!(o.status.success(), "{}", stderr(&o));
@@ -620,7 +627,7 @@ fn concurrent_plan_of_two_models() {
     // ONNX Runtime's default computes in f32: next to an f32 reference it is all but exact
     let ort = j["backend_default_errors"]["onnxruntime"].as_f64().expect("ONNX Runtime's default's error");
     assert!(ort <= 1e-4, "{stdout}");
-    let plan = root().join("target/bident/pairs/attention+mlp/concurrent-plan.bin");
+    let plan = pairs.path().join("0/concurrent-plan.bin");
     let o = xtask(&["show", &plan.display().to_string()]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("kind: concurrent-plan"));
@@ -649,9 +656,9 @@ fn pareto_front() {
     assert_eq!(j["predicted_us"].as_f64(), Some(point(&front[0]).0), "{stdout}");
 }
 
-/// On the `cores` SoC the plan runs for real: a parallel search, and two models at once; the
-/// JSON carries the measurement beside the prediction and the backend's own default, and the
-/// trace and Gantt chart are written next to the report.
+/// On the `cores` SoC a parallel plan runs for real: the JSON carries the measurement beside
+/// the prediction and the backend's own default, and the trace and Gantt chart are written next
+/// to the report.
 #[test]
 fn plans_run_for_real_on_the_cores() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -681,6 +688,13 @@ fn plans_run_for_real_on_the_cores() {
     for file in ["gantt.svg", "trace.json", "run-report.yaml"] {
         assert!(tmp.path().join(file).is_file(), "{file} missing");
     }
+}
+
+/// Two models at once on the `cores` SoC, run for real: the concurrent plan's measurement, and
+/// its Gantt chart in the pair's folder.
+#[test]
+fn two_models_run_for_real_on_the_cores() {
+    let pair = tempfile::tempdir().expect("tempdir");
     let o = xtask(&[
         "pipeline",
         "zoo:example",
@@ -692,6 +706,8 @@ fn plans_run_for_real_on_the_cores() {
         "5",
         "--profile-runs",
         "3",
+        "--out",
+        &pair.path().display().to_string(),
         "--json",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -699,7 +715,7 @@ fn plans_run_for_real_on_the_cores() {
     let j: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON");
     assert_eq!(j["mode"].as_str(), Some("concurrent"), "{stdout}");
     assert!(j["measured_us"].as_f64().is_some_and(|v| v > 0.0), "{stdout}");
-    assert!(root().join("target/bident/pairs/example+mlp/gantt.svg").is_file());
+    assert!(pair.path().join("gantt.svg").is_file());
 }
 
 /// A PU that cannot compile: without --fallback the run fails naming it and suggesting the
