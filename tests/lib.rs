@@ -384,3 +384,11 @@ pub fn placement(
     }
     out
 }
+
+/// Hold the pinned cores for one test of this binary at a time: tests of one binary run at
+/// once, and a test that measures (a server judging drift from its timings, a soak) slows the
+/// other's PUs as much as the fault it injects.
+pub fn cores_to_myself() -> std::sync::MutexGuard<'static, ()> {
+    static CORES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    CORES.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -38,6 +38,7 @@ fn reference(
 /// match the whole model's, from several threads at once, and every op ran exactly once.
 #[test]
 fn a_plan_across_cores_matches_the_whole_model_from_many_threads() {
+    let _cores = bident_tests::cores_to_myself();
     let (g, phased) = model("example");
     let (soc, plan) = plan_on_cores(&g, &phased, |i| i / 2);
     assert!(plan.ops_per_pu.len() > 1, "the plan uses both cores: {:?}", plan.ops_per_pu);
@@ -75,6 +76,7 @@ fn a_plan_across_cores_matches_the_whole_model_from_many_threads() {
 /// core, never run at once.
 #[test]
 fn ops_alternating_between_backends_on_shared_cores() {
+    let _cores = bident_tests::cores_to_myself();
     let (g, phased) = model("attention");
     assert!(phased.phases.iter().any(|p| p.branches.len() > 1), "a model with parallel branches");
     let be = both_backends();
@@ -207,6 +209,7 @@ fn a_hung_run_on_the_calling_thread_is_cancelled() {
 /// the resident set does not grow after warm-up.
 #[test]
 fn soak_ten_thousand_inferences() {
+    let _cores = bident_tests::cores_to_myself();
     let (g, phased) = model("mlp");
     let (soc, plan) = plan_on_cores(&g, &phased, |i| i);
     let s = session(&g, &plan, &soc, backend(), Grouping::PerOp).expect("load");
@@ -324,6 +327,7 @@ const SLOW_FROM: usize = 30;
 /// swap is well below the slowed plan's. The trace shows the switch.
 #[test]
 fn a_server_replans_when_a_pu_drifts() {
+    let _cores = bident_tests::cores_to_myself();
     let (server, busiest, before, totals, _) = serve_through_a_slowdown(Drift::default());
     // the slowed PU's switch (timed beside other tests, the other core can drift past the
     // threshold too and be re-planned first: CI saw that once)
@@ -351,6 +355,7 @@ fn a_server_replans_when_a_pu_drifts() {
 /// end is priced on measured runs.
 #[test]
 fn a_server_measures_a_new_plans_runs_before_it_swaps_it_in() {
+    let _cores = bident_tests::cores_to_myself();
     let (mut server, busiest, before, ..) = serve_through_a_slowdown(Drift { no_standby: true, ..Drift::default() });
     server.settle(Duration::from_secs(120)).expect("the re-plan lands");
     let switches = server.switches().to_vec();
@@ -368,6 +373,7 @@ fn a_server_measures_a_new_plans_runs_before_it_swaps_it_in() {
 /// PU's new normal rather than re-planned at every window.
 #[test]
 fn a_failed_replan_leaves_the_plan_serving() {
+    let _cores = bident_tests::cores_to_myself();
     let drift = Drift { no_standby: true, others_fail: true, ..Drift::default() };
     let (mut server, busiest, before, totals, _) = serve_through_a_slowdown(drift);
     assert_eq!(totals.len(), 150);
@@ -387,6 +393,7 @@ fn a_failed_replan_leaves_the_plan_serving() {
 /// by more than the threshold, prices it as profiled again and re-plans.
 #[test]
 fn a_server_prices_a_pu_that_recovers_as_profiled_again() {
+    let _cores = bident_tests::cores_to_myself();
     let drift = Drift { recovers_after: Some(120), ..Drift::default() };
     let (mut server, busiest, _, _, profiled) = serve_through_a_slowdown(drift);
     server.settle(Duration::from_secs(120)).expect("the re-plan lands");
