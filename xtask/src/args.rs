@@ -129,6 +129,9 @@ pub struct ProfileArgs {
     pub soc: SocArgs,
     #[command(flatten)]
     pub measure: MeasureArgs,
+    /// Seconds any one measuring call may take before it is cancelled.
+    #[arg(long, default_value_t = RunConfig::default().op_timeout.as_secs(), value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub timeout: u64,
 }
 
 /// What the search optimises and may use.
@@ -248,6 +251,10 @@ pub struct ServeArgs {
     /// core0:slow=4@100-400 to recover at its 400th run.
     #[arg(long, value_name = "PU:FAULT")]
     pub inject_fault: Option<FaultSpec>,
+    /// Seconds an inference may go without any op finishing, and any one measuring call of a
+    /// re-plan may take, before it is cancelled.
+    #[arg(long, default_value_t = ServeConfig::default().op_timeout.as_secs(), value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub timeout: u64,
 }
 
 impl ServeArgs {
@@ -262,6 +269,7 @@ impl ServeArgs {
             threshold: self.threshold,
             sustain: self.sustain as usize,
             recheck: (self.recheck_ms > 0).then(|| std::time::Duration::from_millis(self.recheck_ms)),
+            op_timeout: std::time::Duration::from_secs(self.timeout),
             ..Default::default()
         })
     }

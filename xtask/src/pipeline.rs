@@ -133,6 +133,7 @@ pub fn partition_cmd(a: PartitionArgs) -> Result<()> {
 }
 
 pub fn profile_cmd(a: ProfileArgs) -> Result<()> {
+    bident_backend::deadline::set_limit(std::time::Duration::from_secs(a.timeout));
     let d = driver();
     let soc = d.soc(&a.soc.choice()?)?;
     let folder = Folder::new(&a.dir);
@@ -159,7 +160,9 @@ pub fn search_cmd(a: SearchArgs) -> Result<()> {
 /// `cargo xtask serve DIR`: the folder's plan served, re-planned where a PU drifts.
 pub fn serve_cmd(a: ServeArgs) -> Result<()> {
     let d = driver();
-    let opts = bident_driver::RunOptions { fault: a.inject_fault.clone(), ..Default::default() };
+    let mut opts = bident_driver::RunOptions { fault: a.inject_fault.clone(), ..Default::default() };
+    // the fresh plan served to judge recovery by is bounded alike
+    opts.config.op_timeout = std::time::Duration::from_secs(a.timeout);
     let served = d.serve(&Folder::new(&a.dir), a.inferences as usize, &opts, a.config()?)?;
     print::served(&served, a.window as usize);
     Ok(())

@@ -381,6 +381,16 @@ fn a_loop_that_never_ends_stops_at_the_limit() {
         assert_eq!(errors.len(), 1, "{backend}: {err}");
         assert!(errors[0].starts_with("error: op 1 `loop` (Loop)") && errors[0].contains(want), "{backend}: {err}");
     }
+    // the profile stage on its own takes the same bound
+    let staged = out("staged");
+    ok(&xtask(&["import", "zoo:loop-endless", "--out", &staged]));
+    ok(&xtask(&["partition", &staged]));
+    let args: Vec<String> =
+        ["profile", &staged, "--backends", "onnxruntime", "--timeout", "1"].into_iter().map(String::from).collect();
+    let o = xtask_within(&args, 60);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.lines().last().is_some_and(|l| l.contains("ran past the 1 s limit (--timeout)")), "{err}");
     let o = xtask(&["pipeline", "zoo:loop-endless", "--soc", "lunar-lake", "--json", "--out", &out("virtual")]);
     ok(&o);
     let stdout = String::from_utf8_lossy(&o.stdout);

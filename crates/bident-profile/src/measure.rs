@@ -150,7 +150,7 @@ fn backend_id(backend: &dyn Backend, soc: &SocSpec, pu: &PuSpec) -> Result<Strin
 
 /// A sub-model to time and the inputs to time it with.
 struct Unit {
-    /// What the unit is, for messages: `op 3 `conv` (Conv)` or `ops 2-7 together`.
+    /// What the unit is, for messages: ``op 3 `conv` (Conv)``, `the whole model`, ``4 ops from op 2 `mul` ``.
     what: String,
     model: Vec<u8>,
     inputs: Vec<HostTensor>,
