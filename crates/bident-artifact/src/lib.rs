@@ -5,9 +5,10 @@
 //! of the payload), then the postcard payload. Beside it goes a `.yaml` twin for review; the
 //! twin is never read back, the `.bin` is authoritative.
 //!
-//! This crate owns only the framing. Each artifact *type* is owned by the crate that produces it
-//! (`FusedGraph` in bident-ir, `Plan` in bident-search, ...) and implements [`Artifact`].
-//! This crate must not know any of those types.
+//! This crate owns the framing, and ([`files`]) the reading and writing of every file bident
+//! touches. Each artifact *type* is owned by the crate that produces it (`FusedGraph` in
+//! bident-ir, `Plan` in bident-search, ...) and implements [`Artifact`]. This crate must not know
+//! any of those types.
 
 use std::fmt;
 use std::io::Write;
