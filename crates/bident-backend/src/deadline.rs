@@ -86,16 +86,14 @@ impl Watchdog {
         loop {
             let tick = (limit() / 8).clamp(Duration::from_millis(5), Duration::from_millis(250));
             std::thread::sleep(tick);
-            let mut stuck = None;
+            let (mut stuck, mut cancel) = (None, vec![]);
             {
                 let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
                 for a in armed.values_mut() {
                     match a.cancelled_at {
                         None if a.started.elapsed() >= a.limit => {
                             a.cancelled_at = Some(Instant::now());
-                            if let Some(c) = &a.cancel {
-                                c();
-                            }
+                            cancel.extend(a.cancel.clone());
                         }
                         Some(at) if at.elapsed() >= grace(a.limit) => {
                             stuck = Some(format!(
@@ -109,6 +107,8 @@ impl Watchdog {
                     }
                 }
             }
+            // called with no lock held: a canceller may take the engine's own locks
+            cancel.iter().for_each(|c| c());
             if let Some(message) = stuck {
                 let handler = *STUCK.lock().unwrap_or_else(|e| e.into_inner());
                 match handler {
