@@ -129,7 +129,9 @@ pub fn check_nesting(text: &str) -> Result<(), String> {
         }
         match c {
             b'#' if token_start => comment = true,
-            b'"' | b'\'' if token_start || flow > 0 => quote = Some(c),
+            // a quote mid-token (`it's`) is a character, not a string: counting it as one would
+            // let `[a', [[[...` hide its nesting
+            b'"' | b'\'' if token_start => quote = Some(c),
             b'[' | b'{' if token_start || flow > 0 => (flow, opened) = (flow + 1, true),
             b']' | b'}' if flow > 0 => flow -= 1,
             _ => {}
@@ -245,7 +247,14 @@ mod tests {
     #[test]
     fn nesting_is_refused_past_the_limit_and_ordinary_text_passes() {
         let deep = |open: &str, n: usize| open.repeat(n);
-        for bad in [deep("[", 200), deep("{a: ", 200), deep("- ", 300), deep("  ", 300) + "a: 1"] {
+        for bad in [
+            deep("[", 200),
+            deep("{a: ", 200),
+            deep("- ", 300),
+            deep("  ", 300) + "a: 1",
+            format!("[a', {}", deep("[", 200)),
+            format!("x: it's {}", deep("[", 200)) + "\n" + &deep("[", 200),
+        ] {
             assert!(check_nesting(&bad).is_err(), "{bad:.20}");
         }
         let ok = [
