@@ -58,7 +58,7 @@ pub fn is_timed_out(reason: &str) -> bool {
 }
 
 struct Armed {
-    what: String,
+    what: Arc<str>,
     started: Instant,
     limit: Duration,
     cancel: Option<Canceller>,
@@ -130,23 +130,18 @@ fn grace(limit: Duration) -> Duration {
 
 /// Run `call` bounded by [`limit`]: past it, `cancel` (the executable's) is called and the
 /// result is [`TimedOut`] whatever the call returned. `what` names the call in the message
-/// ("op 3 `loop` on PU `CPU`").
-pub fn guard<T>(
-    what: impl FnOnce() -> String,
-    cancel: Option<Canceller>,
-    call: impl FnOnce() -> T,
-) -> Result<T, TimedOut> {
+/// ("op 3 `loop` on PU `CPU`"); made once per unit, it costs a reference count per call.
+pub fn guard<T>(what: &Arc<str>, cancel: Option<&Canceller>, call: impl FnOnce() -> T) -> Result<T, TimedOut> {
     let w = watchdog();
     let id = w.next.fetch_add(1, Ordering::Relaxed);
     let limit = limit();
-    w.armed
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(id, Armed { what: what(), started: Instant::now(), limit, cancel, cancelled_at: None });
+    let armed =
+        Armed { what: what.clone(), started: Instant::now(), limit, cancel: cancel.cloned(), cancelled_at: None };
+    w.armed.lock().unwrap_or_else(|e| e.into_inner()).insert(id, armed);
     let out = call();
     let armed = w.armed.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
     match armed {
-        Some(a) if a.cancelled_at.is_some() => Err(TimedOut { what: a.what, secs: limit.as_secs_f64() }),
+        Some(a) if a.cancelled_at.is_some() => Err(TimedOut { what: a.what.to_string(), secs: limit.as_secs_f64() }),
         _ => Ok(out),
     }
 }
@@ -160,7 +155,8 @@ pub fn guard_exe<E: crate::Executable + ?Sized, T>(
     call: impl FnOnce(&mut E) -> Result<T, crate::BackendError>,
 ) -> Result<T, crate::BackendError> {
     let cancel = exe.canceller();
-    guard(|| format!("{what} on PU `{pu}`"), cancel, || call(exe)).unwrap_or_else(|t| {
+    let said: Arc<str> = format!("{what} on PU `{pu}`").into();
+    guard(&said, cancel.as_ref(), || call(exe)).unwrap_or_else(|t| {
         Err(crate::BackendError::Run { pu: pu.to_string(), what: what.to_string(), reason: t.to_string() })
     })
 }
@@ -174,22 +170,18 @@ mod tests {
     #[test]
     fn a_call_past_the_limit_is_cancelled_and_reported() {
         set_limit(Duration::from_millis(50));
-        assert_eq!(guard(|| "quick".into(), None, || 7), Ok(7));
+        assert_eq!(guard(&"quick".into(), None, || 7), Ok(7));
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let cancel: Canceller = Arc::new(move || flag.store(true, Ordering::Relaxed));
         let t0 = Instant::now();
         // an engine that honours its cancel: it spins until told to stop
-        let r = guard(
-            || "op 3 `loop` on PU `CPU`".into(),
-            Some(cancel),
-            || {
-                while !stop.load(Ordering::Relaxed) {
-                    std::hint::spin_loop();
-                }
-                "finished anyway"
-            },
-        );
+        let r = guard(&"op 3 `loop` on PU `CPU`".into(), Some(&cancel), || {
+            while !stop.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+            "finished anyway"
+        });
         let e = r.unwrap_err();
         assert_eq!(e.what, "op 3 `loop` on PU `CPU`");
         assert!(e.to_string().contains("ran past the 0.05 s limit"), "{e}");
@@ -200,15 +192,11 @@ mod tests {
         // period has passed (it would exit the process by default)
         static STUCK_SAID: Mutex<Option<String>> = Mutex::new(None);
         on_stuck(|m| *STUCK_SAID.lock().unwrap() = Some(m.to_string()));
-        let r = guard(
-            || "op 4 `forever` on PU `CPU`".into(),
-            None,
-            || {
-                while STUCK_SAID.lock().unwrap().is_none() {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            },
-        );
+        let r = guard(&"op 4 `forever` on PU `CPU`".into(), None, || {
+            while STUCK_SAID.lock().unwrap().is_none() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
         assert!(r.is_err());
         let said = STUCK_SAID.lock().unwrap().clone().unwrap();
         assert!(said.starts_with("op 4 `forever` on PU `CPU` ran past the 0.05 s limit"), "{said}");

@@ -496,6 +496,12 @@ fn profile_pu(
                 // quiet: its pool must not spin beside the timed runs (it only splits their time)
                 profiled.push(exes[i].is_ok().then(|| backend.compile_profiled(m, &quiet).ok()).flatten());
             }
+            // made once, not per call: the timing loop between two runs stays as it was
+            let said: Vec<std::sync::Arc<str>> =
+                what.iter().map(|w| format!("{w} on PU `{}`", pu.name).into()).collect();
+            let cancel = |e: Option<&dyn Executable>| e.and_then(|e| e.canceller());
+            let cancels: Vec<_> = exes.iter().map(|e| cancel(e.as_deref().ok())).collect();
+            let profiled_cancels: Vec<_> = profiled.iter().map(|p| cancel(p.as_deref())).collect();
             let cap = cfg.runs.max(1);
             let rounds = cfg.warmup + cap;
             let rapl = power::Rapl::open();
@@ -532,12 +538,11 @@ fn profile_pu(
                     }
                     let refs: Vec<&HostTensor> = inputs[i].iter().collect();
                     // every call bounded by the process's limit (--timeout), cancelled past it
-                    let said = || format!("{} on PU `{}`", what[i], pu.name);
                     if r >= cfg.warmup
                         && split[i].len() < SPLIT_RUNS
                         && let Some(p) = profiled[i].as_mut()
-                        && let cancel = p.canceller()
-                        && let Ok(Ok((_, t))) = deadline::guard(said, cancel, || p.run_timed(&refs))
+                        && let Ok(Ok((_, t))) =
+                            deadline::guard(&said[i], profiled_cancels[i].as_ref(), || p.run_timed(&refs))
                         && let Ok(layers) = p.layers()
                     {
                         let infer = t.infer.as_secs_f64();
@@ -546,8 +551,9 @@ fn profile_pu(
                             split[i].push((exec / infer).min(1.0));
                         }
                     }
-                    let cancel = exe.canceller();
-                    match deadline::guard(said, cancel, || exe.run_timed(&refs)).map_err(|e| e.to_string()) {
+                    match deadline::guard(&said[i], cancels[i].as_ref(), || exe.run_timed(&refs))
+                        .map_err(|e| e.to_string())
+                    {
                         Ok(Ok((_, t))) if r >= cfg.warmup => {
                             let s = &mut samples[i];
                             s[0].push(t.h2d.as_secs_f64() * 1e6);
