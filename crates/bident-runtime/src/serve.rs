@@ -400,7 +400,7 @@ impl Server {
             self.swap_to(session);
             self.plan = plan;
             self.costs = costs;
-            self.recalibrate();
+            self.drift.recalibrate();
         }
     }
 
@@ -419,7 +419,7 @@ impl Server {
             Err(e) => {
                 self.switches[switch].outcome = Outcome::Failed(self.served, crate::error_chain(&e));
                 if !gave_way {
-                    self.rebase(pu, factor);
+                    self.drift.rebase(pu, factor);
                 }
                 return;
             }
@@ -451,10 +451,10 @@ impl Server {
         self.costs = costs;
         self.plan = plan;
         match (kept, gave_way) {
-            (true, false) => self.rebase(pu, factor),
+            (true, false) => self.drift.rebase(pu, factor),
             // a standby came in when the re-plan began: the PUs were calibrated afresh then
             (true, true) => {}
-            (false, _) => self.recalibrate(),
+            (false, _) => self.drift.recalibrate(),
         }
     }
 
@@ -466,16 +466,6 @@ impl Server {
         if let Some(j) = whole_on(&self.plan) {
             self.standby.push((j, old));
         }
-    }
-
-    /// The plan, and so the session, was kept: the drift is the PU's new normal
-    /// ([`DriftWatch::rebase`]).
-    fn rebase(&mut self, pu: usize, factor: f64) {
-        self.drift.rebase(pu, factor);
-    }
-
-    fn recalibrate(&mut self) {
-        self.drift.recalibrate();
     }
 
     /// Take one inference's time per PU against the plan's prediction into the drift rule
