@@ -349,7 +349,12 @@ fn integer_range(dtype: DType) -> Option<(f64, f64)> {
 fn fits(dtype: DType, v: f64) -> bool {
     match integer_range(dtype) {
         Some((lo, hi)) => v.fract() == 0.0 && (lo..=hi).contains(&v),
-        None => v.is_finite() && (dtype != DType::F32 || v.abs() <= f32::MAX as f64),
+        // beyond its largest finite value a float type holds infinity, not the value given
+        None => match dtype {
+            DType::F16 => v.abs() <= 65504.0,
+            DType::F32 | DType::Bf16 => v.abs() <= f32::MAX as f64,
+            _ => v.is_finite(),
+        },
     }
 }
 

@@ -286,9 +286,9 @@ impl Cost {
 }
 
 impl CostTable {
-    /// Check that this table is whole and is for `g`: a valid SoC (`SocSpec::validate`), same graph, same ops, one entry slot per
-    /// PU, every op runnable somewhere, every figure a finite non-negative number, a square
-    /// contention matrix.
+    /// Check that this table is whole and is for `g`: a valid SoC (`SocSpec::validate`), same
+    /// graph, same ops, one entry slot per PU, every op runnable somewhere, every figure a finite
+    /// non-negative number, a square contention matrix.
     pub fn check(&self, g: &FusedGraph) -> Result<(), ProfileError> {
         let bad = |reason: String| ProfileError::Mismatch { model: self.model.clone(), reason };
         // the SoC a table carries is data read from disk: its PUs' names and compile
