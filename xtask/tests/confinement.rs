@@ -11,10 +11,11 @@
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::Duration;
+use std::process::Output;
 
 use bident_zoo::ExternalPlace;
+
+mod common;
 
 const SECRET: &[u8] = b"BIDENT-SECRET-0123456789abcdef..";
 
@@ -62,22 +63,7 @@ impl Drop for Watch {
 
 /// `xtask` with `args`, run from `cwd`, killed if it takes longer than two minutes (a hang).
 fn xtask_in(cwd: &Path, args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(args)
-        .current_dir(cwd)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("xtask runs");
-    let t0 = std::time::Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        if t0.elapsed() > Duration::from_secs(120) {
-            let _ = child.kill();
-            panic!("xtask {args:?} hung");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
+    common::xtask_within(cwd, args, 120)
 }
 
 fn mkfifo(path: &Path) {

@@ -8,6 +8,8 @@ use std::process::{Command, Output};
 use bident_artifact as artifact;
 use bident_search::Plan;
 
+mod common;
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
 }
@@ -256,25 +258,9 @@ struct FileCase {
     error: String,
 }
 
-/// `xtask args`, killed if it runs past `secs`: a hang is a failure, not a stuck suite.
+/// `xtask args` from the workspace root, killed if it runs past `secs`.
 fn xtask_within(args: &[String], secs: u64) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(args)
-        .current_dir(root())
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("xtask runs");
-    let t0 = std::time::Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        if t0.elapsed().as_secs() >= secs {
-            let _ = child.kill();
-            panic!("{args:?} still running after {secs} s");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
+    common::xtask_within(&root(), args, secs)
 }
 
 /// Every file a command reads is refused unread when it is a device, a link to one or a FIFO,
