@@ -174,8 +174,8 @@ mod tests {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let cancel: Canceller = Arc::new(move || flag.store(true, Ordering::Relaxed));
-        let t0 = Instant::now();
-        // an engine that honours its cancel: it spins until told to stop
+        // an engine that honours its cancel: it spins until told to stop, so returning at all
+        // is the cancel's doing
         let r = guard(&"op 3 `loop` on PU `CPU`".into(), Some(&cancel), || {
             while !stop.load(Ordering::Relaxed) {
                 std::hint::spin_loop();
@@ -186,7 +186,6 @@ mod tests {
         assert_eq!(e.what, "op 3 `loop` on PU `CPU`");
         assert!(e.to_string().contains("ran past the 0.05 s limit"), "{e}");
         assert!(is_timed_out(&format!("PU `CPU`: {e}")));
-        assert!(t0.elapsed() < Duration::from_secs(5));
 
         // an engine that ignores its cancel: the stuck handler hears of it, once the grace
         // period has passed (it would exit the process by default)
