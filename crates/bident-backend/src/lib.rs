@@ -13,6 +13,7 @@ pub mod deadline;
 pub mod fault;
 pub mod multi;
 pub mod soc;
+mod soc_check;
 
 #[cfg(any(feature = "openvino", feature = "onnxruntime"))]
 mod model_check;
