@@ -147,7 +147,7 @@ pub fn guard<T>(what: &Arc<str>, cancel: Option<&Canceller>, call: impl FnOnce()
 }
 
 /// [`guard`] on one call of `exe` on PU `pu`, its own canceller armed; past the limit the call's
-/// result is a [`BackendError::Run`] saying so.
+/// result is a [`crate::BackendError::Run`] saying so.
 pub fn guard_exe<E: crate::Executable + ?Sized, T>(
     exe: &mut E,
     pu: &str,
