@@ -564,3 +564,36 @@ fn coexecution_costs_on_pinned_cores() {
         assert!(fit.cv_median_rel_err.is_finite() && fit.cv_p90_rel_err >= fit.cv_median_rel_err);
     }
 }
+
+/// The refine rule on a synthetic table: a plan's runs of three ops or more on one PU and the
+/// whole model on every PU are measured whole before it runs, a run of two is not (pairs price
+/// it), and once the table has them nothing more is asked.
+#[test]
+fn refine_measures_long_runs_and_whole_models_once() {
+    let path = root().join("tests/data/import/example.yaml");
+    let g = import(&read_case::<ModelCase>(&path), &path);
+    let phased = bident_partition::partition(&g).expect("partition");
+    let mut costs = synthetic_costs(&g);
+    let order = phased.order();
+    assert_eq!(order.len(), 10);
+    // in execution order: two ops on the CPU, five on the NPU, three on the CPU
+    let on = |k: usize| if (2..7).contains(&k) { "npu" } else { "cpu" };
+    let pin = order.iter().enumerate().map(|(k, &op)| (g.ops[op as usize].name.clone(), on(k).to_string())).collect();
+    let cfg = bident_search::SearchConfig {
+        constraints: bident_search::Constraints { pin, ..Default::default() },
+        ..Default::default()
+    };
+    let plan = bident_search::search(&phased, &costs, &cfg).expect("search");
+    assert_eq!(plan.steps.iter().map(|s| s.op).collect::<Vec<_>>(), order, "the plan runs in the partition's order");
+    let mut expected =
+        vec![(order[2..7].to_vec(), 1), (order[7..].to_vec(), 0), (order.clone(), 0), (order.clone(), 1)];
+    expected.sort();
+    let wanted = bident_search::segments_to_measure(&plan, &costs, &phased);
+    assert_eq!(wanted, expected);
+    let measured = bident_tests::declared_cost(50.0, 1.0, 1.0, 10.0);
+    costs.segments.extend(wanted.into_iter().map(|(ops, j)| bident_profile::SegmentCost {
+        ops,
+        per_pu: (0..2).map(|p| (p == j).then(|| measured.clone())).collect(),
+    }));
+    assert_eq!(bident_search::segments_to_measure(&plan, &costs, &phased), vec![]);
+}

@@ -94,24 +94,7 @@ impl Outcome {
 /// A Python with the pinned onnx package, in a private venv under `target/conformance/`
 /// (created and filled with pip on first use).
 pub fn onnx_python() -> Result<PathBuf> {
-    let venv = crate::root().join("target/conformance/venv");
-    let python = venv.join("bin/python");
-    let ready = venv.join(format!(".onnx-{ONNX_VERSION}"));
-    if ready.is_file() {
-        return Ok(python);
-    }
-    if !python.is_file() {
-        let st = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().context("python3 -m venv")?;
-        anyhow::ensure!(st.success(), "could not create a Python venv in {}", venv.display());
-    }
-    eprintln!("installing onnx=={ONNX_VERSION} with pip into {}", venv.display());
-    let st = Command::new(&python)
-        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
-        .arg(format!("onnx=={ONNX_VERSION}"))
-        .status()?;
-    anyhow::ensure!(st.success(), "pip could not install onnx=={ONNX_VERSION}");
-    std::fs::write(&ready, "")?;
-    Ok(python)
+    crate::venv::python_with(&crate::root().join("target/conformance/venv"), &[&format!("onnx=={ONNX_VERSION}")])
 }
 
 /// Generate the node test cases with the pinned onnx package in a private venv.

@@ -14,6 +14,7 @@ mod pipeline;
 mod print;
 mod svg;
 mod thirdparty;
+mod venv;
 mod zoocheck;
 
 use std::path::PathBuf;
@@ -300,7 +301,10 @@ fn ci() -> Result<()> {
         Command::new("cargo")
             .args(["test", "--workspace"])
             .env("INSTA_UPDATE", "no")
-            .env("INSTA_SNAPSHOT_REFERENCES_FILE", &refs),
+            .env("INSTA_SNAPSHOT_REFERENCES_FILE", &refs)
+            // the property tests draw the same cases in every CI run (a plain `cargo test`
+            // draws new ones, and keeps any failure in the tests' regression files)
+            .env("PROPTEST_RNG_SEED", "58"),
     )?;
     unreferenced_snapshots(&refs)?;
     Ok(())

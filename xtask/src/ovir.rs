@@ -150,20 +150,7 @@ fn source(model: &str) -> Result<PathBuf> {
 
 /// A Python with numpy that sees the pinned openvino wheel (PYTHONPATH), for ovc.
 fn python() -> Result<PathBuf> {
-    let venv = crate::root().join("target/ovir/venv");
-    let python = venv.join("bin/python");
-    let ready = venv.join(".numpy-installed");
-    if !ready.is_file() {
-        eprintln!("ovir: making a Python venv with {NUMPY} in {} (for ovc)", venv.display());
-        let st = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().context("python3 -m venv")?;
-        anyhow::ensure!(st.success(), "could not create a Python venv in {}", venv.display());
-        let st = Command::new(&python)
-            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", NUMPY])
-            .status()?;
-        anyhow::ensure!(st.success(), "pip could not install {NUMPY}");
-        std::fs::write(&ready, NUMPY)?;
-    }
-    Ok(python)
+    crate::venv::python_with(&crate::root().join("target/ovir/venv"), &[NUMPY])
 }
 
 /// OpenVINO's own record of the ONNX nodes each executed layer of `onnx` holds

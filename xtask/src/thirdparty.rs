@@ -57,11 +57,15 @@ pub fn case_import(name: &str) -> Result<ImportSpec> {
 fn fetch(c: &Case) -> Result<PathBuf> {
     let dir = crate::root().join("target/thirdparty").join(format!("{}-{}", c.package, c.version));
     let file = dir.join(&c.member);
+    std::fs::create_dir_all(&dir)?;
+    // concurrent callers (CI's tests run two cases at once) fetch one at a time, and none sees
+    // a member half extracted
+    let lock = bident_artifact::files::open_lock_file(&dir.with_extension("lock"))?;
+    lock.lock().context("locking the fetch folder")?;
     if file.is_file() {
         return Ok(file);
     }
     eprintln!("fetching {}=={} from PyPI into {}", c.package, c.version, dir.display());
-    std::fs::create_dir_all(&dir)?;
     let st = Command::new("python3")
         .args(["-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps", "-d"])
         .arg(&dir)

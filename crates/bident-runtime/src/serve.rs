@@ -352,7 +352,7 @@ impl Server {
             // the first timing failed: nothing to compare with, the PU is not watched
             (_, Some(None)) => self.left[pu] = None,
             (Ok(Ok(now)), Some(Some(then)))
-                if now * self.cfg.threshold < then
+                if recovered(now, then, self.cfg.threshold)
                     && self.pending.is_none()
                     && self.giving_way.is_none()
                     && self.profiled.is_some() =>
@@ -505,12 +505,17 @@ impl Server {
         // a plan the table cannot price gives way to no standby: the search says why
         let staying = bident_search::plan_from_placement(&self.phased, &costs, &placement(&self.plan)).ok();
         let mut best: Option<(usize, Plan)> = None;
-        for (k, (j, _)) in self.standby.iter().enumerate() {
-            let Some(staying) = &staying else { break };
-            let Ok(on_j) = Self::whole_plan(&self.phased, &costs, &self.plan, &self.soc.pus[*j].name) else { continue };
-            if objective(&on_j) < best.as_ref().map_or(objective(staying), |(_, b)| objective(b)) {
-                best = Some((k, on_j));
-            }
+        if let Some(staying) = &staying {
+            let mut wholes: Vec<(usize, Plan)> = self
+                .standby
+                .iter()
+                .enumerate()
+                .filter_map(|(k, (j, _))| {
+                    Some((k, Self::whole_plan(&self.phased, &costs, &self.plan, &self.soc.pus[*j].name).ok()?))
+                })
+                .collect();
+            let priced: Vec<f64> = wholes.iter().map(|(_, p)| objective(p)).collect();
+            best = standby_to_give_way(objective(staying), &priced).map(|i| wholes.swap_remove(i));
         }
         let (detected_after, name) = (self.served - 1, self.soc.pus[pu].name.clone());
         let gave_way = best.is_some();
@@ -561,7 +566,7 @@ impl Server {
                 let mut measured = 0;
                 for round in 0..=bident_search::REFINE_ROUNDS {
                     let stay = bident_search::plan_from_placement(&phased, &costs, &serving).map_err(err)?;
-                    if objective(&plan) > objective(&stay) * (1.0 - MOVE_MARGIN) {
+                    if !worth_moving(objective(&plan), objective(&stay)) {
                         plan = stay;
                         break;
                     }
@@ -682,6 +687,31 @@ fn time_whole(
         .ok_or_else(|| RuntimeError::Program(format!("the whole model did not run on `{}`", soc.pus[pu].name)))
 }
 
+/// Which standby a re-plan gives way to at once, as an index into `standbys` (each one's whole
+/// model priced on the re-priced table, in the objective's unit): the cheapest, if it is below
+/// `staying`, the serving plan priced on that table; ties go to the first.
+fn standby_to_give_way(staying: f64, standbys: &[f64]) -> Option<usize> {
+    let mut best: Option<(usize, f64)> = None;
+    for (k, &v) in standbys.iter().enumerate() {
+        if v < best.map_or(staying, |b| b.1) {
+            best = Some((k, v));
+        }
+    }
+    best.map(|b| b.0)
+}
+
+/// Whether a searched plan predicted at `new` is worth measuring and compiling while serving,
+/// against the plan `staying` at: below it by more than [`MOVE_MARGIN`].
+fn worth_moving(new: f64, staying: f64) -> bool {
+    new <= staying * (1.0 - MOVE_MARGIN)
+}
+
+/// Whether a PU a drift made the plan leave has recovered: its whole-model time `now` is below
+/// `then` (just after the drift) by more than the drift `threshold`.
+fn recovered(now: f64, then: f64, threshold: f64) -> bool {
+    now * threshold < then
+}
+
 /// The plan's placement, as a search pass gives one.
 fn placement(plan: &Plan) -> Placement {
     Placement {
@@ -704,5 +734,39 @@ fn whole_on(plan: &Plan) -> Option<usize> {
     match plan.ops_per_pu.len() {
         1 => plan.pus.iter().position(|p| plan.ops_per_pu.contains_key(p)),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The standby given way to is the cheapest below the serving plan, none when none is
+    /// below it (a tie with the serving plan does not move), the first of equals.
+    #[test]
+    fn the_cheapest_standby_below_the_serving_plan_is_given_way_to() {
+        assert_eq!(standby_to_give_way(100.0, &[120.0, 80.0, 90.0]), Some(1));
+        assert_eq!(standby_to_give_way(100.0, &[120.0, 100.0]), None);
+        assert_eq!(standby_to_give_way(100.0, &[]), None);
+        assert_eq!(standby_to_give_way(100.0, &[70.0, 70.0]), Some(0));
+        assert_eq!(standby_to_give_way(f64::INFINITY, &[1e9]), Some(0));
+    }
+
+    /// A searched plan moves only past the margin: 10% below the serving plan, not 9%.
+    #[test]
+    fn a_searched_plan_moves_only_past_the_margin() {
+        assert!(worth_moving(89.0, 100.0));
+        assert!(worth_moving(90.0, 100.0));
+        assert!(!worth_moving(91.0, 100.0));
+        assert!(!worth_moving(120.0, 100.0));
+    }
+
+    /// A PU left after a drift has recovered when it runs the model faster than just after the
+    /// drift by more than the threshold, not by as much.
+    #[test]
+    fn a_left_pu_recovers_past_the_threshold() {
+        assert!(recovered(100.0, 140.0, 1.3));
+        assert!(!recovered(100.0, 130.0, 1.3));
+        assert!(!recovered(100.0, 120.0, 1.3));
     }
 }
