@@ -292,8 +292,7 @@ impl CostTable {
     pub fn check(&self, g: &FusedGraph) -> Result<(), ProfileError> {
         let bad = |reason: String| ProfileError::Mismatch { model: self.model.clone(), reason };
         // the SoC a table carries is data read from disk: its PUs' names and compile
-        // properties are checked as a SoC file's are, before any engine sees them
-        self.soc.validate().map_err(|e| bad(e.to_string()))?;
+        // properties are checked as a SoC file's are (in check_whole), before any engine sees them
         let graph = g.content_hash()?;
         if self.graph != graph {
             return Err(bad(format!(
@@ -306,6 +305,24 @@ impl CostTable {
         if self.ops.len() != g.ops.len() {
             return Err(bad(format!("it has {} ops, the graph {}", self.ops.len(), g.ops.len())));
         }
+        for (i, (o, op)) in self.ops.iter().zip(&g.ops).enumerate() {
+            if o.name != op.name || o.kind != op.kind {
+                return Err(bad(format!(
+                    "op {i} is `{}` ({}) in the table, `{}` ({}) in the graph",
+                    o.name, o.kind, op.name, op.kind
+                )));
+            }
+        }
+        self.check_whole()
+    }
+
+    /// The part of [`CostTable::check`] that needs no graph, run by the search on every table
+    /// it is given (from a file, a profile, a refine or a server's re-pricing): a valid SoC, one
+    /// entry slot per PU, every op runnable somewhere, every figure a finite non-negative
+    /// number, segments of ops in range, a square contention matrix.
+    pub fn check_whole(&self) -> Result<(), ProfileError> {
+        let bad = |reason: String| ProfileError::Mismatch { model: self.model.clone(), reason };
+        self.soc.validate().map_err(|e| bad(e.to_string()))?;
         let n = self.soc.pus.len();
         if self.components.len() != n || self.io_every_call.len() != n {
             return Err(bad(format!(
@@ -324,7 +341,7 @@ impl CostTable {
             return Err(bad(format!("its runtime launch cost {v} µs is negative, not finite or over a second")));
         }
         for s in &self.segments {
-            if s.ops.len() < 2 || s.ops.iter().any(|&o| o as usize >= g.ops.len()) || s.per_pu.len() != n {
+            if s.ops.len() < 2 || s.ops.iter().any(|&o| o as usize >= self.ops.len()) || s.per_pu.len() != n {
                 return Err(bad(format!(
                     "segment {:?} has fewer than two ops, an op out of range or not one entry per PU",
                     s.ops
@@ -337,12 +354,9 @@ impl CostTable {
                 )));
             }
         }
-        for (i, (o, op)) in self.ops.iter().zip(&g.ops).enumerate() {
-            if o.op as usize != i || o.name != op.name || o.kind != op.kind {
-                return Err(bad(format!(
-                    "op {i} is `{}` ({}) in the table, `{}` ({}) in the graph",
-                    o.name, o.kind, op.name, op.kind
-                )));
+        for (i, o) in self.ops.iter().enumerate() {
+            if o.op as usize != i {
+                return Err(bad(format!("op {i} `{}` is numbered {} in the table", o.name, o.op)));
             }
             if o.per_pu.len() != n {
                 return Err(bad(format!("op {i} has {} PU slots for {n} PUs", o.per_pu.len())));

@@ -1272,7 +1272,7 @@ mod tests {
             backend: "none".into(),
             measured_on: "nowhere".into(),
             warmup: 0,
-            components: vec![],
+            components: vec!["none".into(); 2],
             io_every_call: vec![false; 2],
             launch_us: vec![],
             segments: vec![],

@@ -380,6 +380,15 @@ pub struct Plan {
     pub best_single_pu_us: Option<f64>,
 }
 
+/// The one rule of which neighbours in the execution order compile together under a parallel
+/// schedule (under a sequential one any do): an op at (phase, branch) `after` joins the op
+/// before it at `before` when both are in one branch of one phase, or in two phases of one
+/// branch each (`one_branch`), so that the run overlaps nothing else. [`Plan::joins_previous`]
+/// (the plan's segments, the runtime's tasks) and the evaluator's runs ([`OrderLinks`]) use it.
+pub fn joins_in_parallel(before: (usize, usize), after: (usize, usize), one_branch: impl Fn(usize) -> bool) -> bool {
+    before == after || (one_branch(before.0) && one_branch(after.0))
+}
+
 impl Plan {
     /// Whether step `k` may be compiled together with step `k - 1` (when both are on one PU):
     /// in a sequential plan always, in a parallel one within a branch or between phases of one
@@ -391,13 +400,13 @@ impl Plan {
         if self.schedule == Schedule::Sequential {
             return true;
         }
-        let one_branch = |phase: u32| {
-            let mut branches = self.steps.iter().filter(|s| s.phase == phase).map(|s| s.branch);
+        let one_branch = |phase: usize| {
+            let mut branches = self.steps.iter().filter(|s| s.phase as usize == phase).map(|s| s.branch);
             let first = branches.next();
             branches.all(|b| Some(b) == first)
         };
-        (before.phase, before.branch) == (step.phase, step.branch)
-            || (one_branch(before.phase) && one_branch(step.phase))
+        let at = |s: &Step| (s.phase as usize, s.branch as usize);
+        joins_in_parallel(at(before), at(step), one_branch)
     }
 
     /// The plan's segments: maximal runs of steps on one PU that join (see
@@ -457,10 +466,12 @@ pub struct Mapping {
     pub estimate: f64,
 }
 
-/// A cost table and a phased graph must describe the same fused graph.
+/// The search's seam: a cost table and a phased graph must describe the same fused graph, and
+/// the table must be whole ([`CostTable::check_whole`]) whichever way it came (a file, a
+/// profile in memory, a refine's or a server's re-pricing).
 pub(crate) fn same_graph(phased: &PhasedGraph, costs: &CostTable) -> Result<(), SearchError> {
-    if phased.graph == costs.graph {
-        return Ok(());
+    if phased.graph == costs.graph && phased.op_count as usize == costs.ops.len() {
+        return costs.check_whole().map_err(|e| SearchError::Check(e.to_string()));
     }
     Err(SearchError::Mismatch {
         table: costs.model.clone(),
@@ -948,4 +959,20 @@ pub fn check_figures(plan: &Plan) -> Result<(), SearchError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// Neighbours join in one branch of a phase and across phases of one branch each, not
+    /// across the branches of a phase that has several (the run would overlap them).
+    #[test]
+    fn neighbours_join_where_their_run_overlaps_nothing() {
+        // phase 0 one branch, phase 1 two, phase 2 one
+        let one_branch = |phase: usize| phase != 1;
+        assert!(super::joins_in_parallel((1, 0), (1, 0), one_branch));
+        assert!(!super::joins_in_parallel((1, 0), (1, 1), one_branch));
+        assert!(super::joins_in_parallel((0, 0), (2, 0), one_branch));
+        assert!(!super::joins_in_parallel((0, 0), (1, 0), one_branch));
+        assert!(!super::joins_in_parallel((1, 1), (2, 0), one_branch));
+    }
 }

@@ -90,8 +90,7 @@ pub struct Problem {
 }
 
 /// Each op's neighbours in the execution order (phase by phase, branch by branch), and whether
-/// it may join its predecessor's run under a parallel schedule (same branch, or both in phases
-/// of one branch).
+/// it may join its predecessor's run under a parallel schedule ([`crate::joins_in_parallel`]).
 pub struct OrderLinks {
     pub prev: Vec<Option<usize>>,
     pub next: Vec<Option<usize>>,
@@ -103,12 +102,11 @@ impl OrderLinks {
         let n = place.len();
         let mut links = OrderLinks { prev: vec![None; n], next: vec![None; n], joins_in_parallel: vec![false; n] };
         let order: Vec<usize> = phases.iter().flatten().flatten().copied().collect();
-        let single = |c: usize| phases[place[c].0].len() == 1;
         for w in order.windows(2) {
             let (a, b) = (w[0], w[1]);
             links.prev[b] = Some(a);
             links.next[a] = Some(b);
-            links.joins_in_parallel[b] = place[a] == place[b] || (single(a) && single(b));
+            links.joins_in_parallel[b] = crate::joins_in_parallel(place[a], place[b], |ph| phases[ph].len() == 1);
         }
         links
     }
