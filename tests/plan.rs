@@ -597,3 +597,24 @@ fn refine_measures_long_runs_and_whole_models_once() {
     }));
     assert_eq!(bident_search::segments_to_measure(&plan, &costs, &phased), vec![]);
 }
+
+/// The search's seam checks every table it is given, not only one read from a file: a table in
+/// memory with a figure that is not a number, or with an engine setting outside the allowed
+/// ones, is refused before any search.
+#[test]
+fn the_search_refuses_a_broken_table_in_memory() {
+    let path = root().join("tests/data/import/example.yaml");
+    let g = import(&read_case::<ModelCase>(&path), &path);
+    let phased = bident_partition::partition(&g).expect("partition");
+    let cfg = bident_search::SearchConfig::default();
+    let mut nan = synthetic_costs(&g);
+    if let Some(c) = nan.ops[3].per_pu[1].as_mut() {
+        c.exec_us = f64::NAN;
+    }
+    let err = bident_search::search(&phased, &nan, &cfg).expect_err("a NaN figure");
+    assert!(err.to_string().contains("not finite"), "{err}");
+    let mut setting = synthetic_costs(&g);
+    setting.soc.pus[0].properties.insert("CACHE_DIR".into(), "/tmp/x".into());
+    let err = bident_search::search(&phased, &setting, &cfg).expect_err("a setting not allowed");
+    assert!(err.to_string().contains("CACHE_DIR"), "{err}");
+}

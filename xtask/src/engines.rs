@@ -82,7 +82,8 @@ fn one_core_pus() -> Result<Vec<(String, String)>> {
         .collect())
 }
 
-pub fn engines(targets: &[Target], runs: u32, out: &std::path::Path) -> Result<()> {
+/// The engines table of `targets` into `out/engines.md`; the table, when every model ran.
+pub fn engines(targets: &[Target], runs: u32, out: &std::path::Path) -> Result<String> {
     std::fs::create_dir_all(out).with_context(|| out.display().to_string())?;
     let columns = one_core_pus()?;
     let cores: Vec<String> = columns.iter().map(|(pu, _)| pu.clone()).collect();
@@ -129,7 +130,7 @@ pub fn engines(targets: &[Target], runs: u32, out: &std::path::Path) -> Result<(
         out.join("engines.md").display()
     );
     match failed.first() {
-        None => Ok(()),
+        None => Ok(table),
         Some((label, _)) => {
             anyhow::bail!("{} of {} models failed, the first {label} (see the table)", failed.len(), targets.len())
         }

@@ -39,7 +39,8 @@ pub struct EvalArgs {
     #[arg(long)]
     pub only: Vec<String>,
     /// Output folder (default: target/bident/eval/<soc>-<size>/, with --engines
-    /// target/bident/eval/engines-<size>/).
+    /// target/bident/eval/engines-<size>/). A run of every family into the default folder
+    /// also writes its section of docs/results.md.
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Instead of the paper's tables: the engines, precisions and cores table (measured, on the
@@ -194,6 +195,19 @@ pub fn eval(a: EvalArgs) -> Result<()> {
     let pus: Vec<String> = rows[0].costs.soc.pus.iter().map(|p| p.name.clone()).collect();
     bident_artifact::files::write_bytes(&out.join("matmul.svg"), matmul_chart(&sweep, &pus, label).as_ref())?;
     print!("{report}");
+    if a.only.is_empty() && a.out.is_none() && failed.is_empty() {
+        let command = format!("cargo xtask eval --soc {} --size {}{}", a.soc, a.size, runs_flag(a.runs));
+        let charts = ["heatmap.svg", "energy.svg", "matmul.svg"];
+        crate::results::record(
+            &crate::results::path(),
+            &format!("{}-{}", a.soc, a.size),
+            &command,
+            &report,
+            &out,
+            &charts,
+        )?;
+        eprintln!("eval: the report is the `{command}` section of {}", crate::results::path().display());
+    }
     eprintln!(
         "eval: {} configurations and {} pairs in {:.1} s [{label}] -> {}",
         rows.len(),
@@ -217,6 +231,11 @@ pub fn eval(a: EvalArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `--runs N` where it is not the default, for a command line that reproduces a run.
+fn runs_flag(runs: u32) -> String {
+    if runs == 60 { String::new() } else { format!(" --runs {runs}") }
 }
 
 /// Fractions as `median 1.0%, p90 2.0%, max 3.0%`.
@@ -264,7 +283,18 @@ fn engines(a: &EvalArgs) -> Result<()> {
     }
     anyhow::ensure!(!targets.is_empty(), "no model matches --only {:?} / --thirdparty {:?}", a.only, a.thirdparty);
     let out = a.out.clone().unwrap_or_else(|| target_dir().join("bident/eval").join(format!("engines-{}", a.size)));
-    crate::engines::engines(&targets, a.runs, &out)
+    let table = crate::engines::engines(&targets, a.runs, &out)?;
+    if a.only.is_empty() && a.out.is_none() {
+        let (key, with) = match &a.thirdparty {
+            Some(only) if only.is_empty() => (format!("engines-{}-thirdparty", a.size), " --thirdparty"),
+            Some(_) => return Ok(()),
+            None => (format!("engines-{}", a.size), ""),
+        };
+        let command = format!("cargo xtask eval --engines --size {}{with}{}", a.size, runs_flag(a.runs));
+        crate::results::record(&crate::results::path(), &key, &command, &table, &out, &[])?;
+        eprintln!("eval: the table is the `{command}` section of {}", crate::results::path().display());
+    }
+    Ok(())
 }
 
 fn progress(done: usize, total: usize, what: &str, t0: std::time::Instant) {

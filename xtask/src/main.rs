@@ -7,11 +7,13 @@ mod codegen;
 mod conformance;
 mod engines;
 mod eval;
+mod explain;
 mod fuzz;
 mod inspect;
 mod ovir;
 mod pipeline;
 mod print;
+mod results;
 mod svg;
 mod thirdparty;
 mod venv;
@@ -74,6 +76,16 @@ enum Cmd {
     PlanDiff { a: PathBuf, b: PathBuf },
     /// Print any artifact as YAML.
     Show { file: PathBuf },
+    /// Where each fused op of DIR's plan went and why: per op its name, kind, PU, predicted
+    /// start and time, the reason (`best-alone`, `joins-previous`, `avoids-transfer`,
+    /// `overlaps`, `only-supported`, `pinned`) and the fastest PU for it alone.
+    Explain {
+        /// Folder holding the plan and the artifacts it was made from.
+        dir: PathBuf,
+        /// Also print the placement as one JSON object, the last line of stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// Write DIR's source model with its plan in the metadata (each node's fused op, PU,
     /// predicted start and time, reason; the SoC, objective and totals on the model), for Netron.
     Annotate {
@@ -188,6 +200,7 @@ fn main() {
         Cmd::PlanDiff { a, b } => inspect::plan_diff(&a, &b),
         Cmd::Show { file } => inspect::show(&file),
         Cmd::Annotate { dir, out } => inspect::annotate(&dir, &out),
+        Cmd::Explain { dir, json } => explain::explain(&dir, json),
         Cmd::Extract(a) => inspect::extract(a),
         Cmd::Soc { spec } => inspect::soc(&spec),
         Cmd::Zoo { name, out, seed, external_data } => inspect::zoo(name.as_deref(), &out, seed, external_data),

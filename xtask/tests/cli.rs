@@ -990,3 +990,35 @@ fn a_plan_slower_than_a_whole_model_run_gives_way() {
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("re-plan    drift on core1") && stdout.contains("new plan"), "{stdout}");
 }
+
+/// `cargo xtask explain`: every op of the plan in execution order with its PU, predicted times
+/// and reason (a pinned op says `pinned`), what each reason used means, and the same placement
+/// as JSON; every reason it can give is documented in the README.
+#[test]
+fn explain_says_where_each_op_went_and_why() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = recorded_example(tmp.path());
+    let o = xtask(&["search", &dir, "--pin", "conv_3_node=core1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = xtask(&["explain", &dir, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let pinned = stdout.lines().find(|l| l.contains(" conv_3_node ")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(pinned.contains(" core1 ") && pinned.contains(" pinned "), "{pinned}");
+    assert!(stdout.lines().any(|l| l.contains(" pinned ") && l.contains("a --pin put it there")), "{stdout}");
+    let j: serde_json::Value = serde_json::from_str(stdout.lines().last().expect("JSON")).expect("JSON");
+    let ops = j["ops"].as_array().expect("ops");
+    assert_eq!(ops.len(), 10, "{stdout}");
+    for op in ops {
+        let known = bident_search::Reason::ALL.map(|r| r.name());
+        assert!(op["reason"].as_str().is_some_and(|r| known.contains(&r)), "{op}");
+        assert!(op["alone_us"][op["pu"].as_str().expect("pu")].as_f64().is_some(), "{op}");
+    }
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README");
+    for r in bident_search::Reason::ALL {
+        assert!(readme.contains(&format!("`{}`", r.name())), "`{}` is not documented in the README", r.name());
+    }
+    let o = xtask(&["explain", &tmp.path().join("nothing").display().to_string()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+}

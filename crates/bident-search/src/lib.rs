@@ -297,6 +297,32 @@ impl Reason {
             Reason::Pinned => "pinned",
         }
     }
+
+    /// What it means, in one line (`cargo xtask explain` prints it beside the placements).
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Reason::OnlySupported => "no other PU can run the op",
+            Reason::BestAlone => "the op's best PU by itself (fastest, or least energy under the energy objective)",
+            Reason::AvoidsTransfer => {
+                "another PU is better for the op alone, but moving it there costs more in transfers"
+            }
+            Reason::Overlaps => "another PU is better for the op alone; here it runs beside another branch",
+            Reason::JoinsPrevious => {
+                "another PU is better for the op alone; here it compiles together with the op before it, which saves more"
+            }
+            Reason::Pinned => "a --pin put it there",
+        }
+    }
+
+    /// Every reason, in the order the docs list them.
+    pub const ALL: [Reason; 6] = [
+        Reason::BestAlone,
+        Reason::JoinsPrevious,
+        Reason::AvoidsTransfer,
+        Reason::Overlaps,
+        Reason::OnlySupported,
+        Reason::Pinned,
+    ];
 }
 
 /// One op of the plan, in execution order.
