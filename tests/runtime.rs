@@ -253,8 +253,9 @@ struct Drift {
 /// ops running 20 times slower from the 30th on, every inference's outputs checked against the
 /// whole model: the server, the slowed PU and its ops in the plan, every latency, and the
 /// table the server was loaded with.
-fn serve_through_a_slowdown(d: Drift) -> (bident_runtime::Server, String, u32, Vec<f64>, bident_profile::CostTable) {
+fn serve_through_a_slowdown(d: Drift) -> (Served, String, u32, Vec<f64>, bident_profile::CostTable) {
     use bident_backend::fault::{Fault, SlowFactor};
+    use bident_driver::TablePlanner;
     use bident_runtime::{ServeConfig, Server};
     let (g, phased) = model("example");
     let be = backend();
@@ -304,10 +305,12 @@ fn serve_through_a_slowdown(d: Drift) -> (bident_runtime::Server, String, u32, V
     let recheck = d.recovers_after.map(|_| Duration::from_millis(2));
     let serve = ServeConfig { threshold: 4.0, standby: !d.no_standby, recheck, ..ServeConfig::default() };
     let profiled = costs.clone();
-    let mut server = Server::new((g, phased), costs, plan, soc, faulty, search, serve).expect("serve");
+    let searched = Arc::new(bident_search::pass::Bident);
+    let planner = Arc::new(TablePlanner::new((g.clone(), phased), (soc.clone(), faulty.clone()), searched, &plan));
+    let mut server = Server::new(g, (planner, costs), (plan, soc), faulty, serve).expect("serve");
     let mut totals = vec![];
     let t0 = std::time::Instant::now();
-    let recovered = |s: &Server| s.switches().iter().any(|w| w.factor < 1.0);
+    let recovered = |s: &Served| s.switches().iter().any(|w| w.factor < 1.0);
     while totals.len() < 150 || (d.recovers_after.is_some() && !recovered(&server) && t0.elapsed().as_secs() < 10) {
         let inf = server.infer(&inputs).expect("inference");
         for (got, want) in inf.outputs[0].iter().zip(&want) {
@@ -317,6 +320,9 @@ fn serve_through_a_slowdown(d: Drift) -> (bident_runtime::Server, String, u32, V
     }
     (server, busiest, before, totals, profiled)
 }
+
+/// A server re-planning through the driver's planner, as `cargo xtask serve` serves.
+type Served = bident_runtime::Server<bident_driver::TablePlanner>;
 
 /// The inference a [`serve_through_a_slowdown`] slows its PU from.
 const SLOW_FROM: usize = 30;

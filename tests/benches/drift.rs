@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use bident_backend::Backend;
 use bident_backend::fault::{Fault, FaultSpec, FaultyBackend, SlowFactor};
+use bident_driver::TablePlanner;
 use bident_runtime::{Grouping, Program, ServeConfig, Server};
 
 const SLOW_FROM: usize = 100;
@@ -36,16 +37,11 @@ fn main() {
     };
     let faulty: Arc<dyn Backend> = Arc::new(FaultyBackend::new(be.clone(), fault));
     let inputs = bident_runtime::model_inputs(&g, 0);
-    let mut server = Server::new(
-        (g.clone(), phased.clone()),
-        costs,
-        plan,
-        soc.clone(),
-        faulty.clone(),
-        search.clone(),
-        ServeConfig::default(),
-    )
-    .expect("serve");
+    let searched = Arc::new(bident_search::pass::Bident);
+    let planner = TablePlanner::new((g.clone(), phased.clone()), (soc.clone(), faulty.clone()), searched, &plan);
+    let mut server =
+        Server::new(g.clone(), (Arc::new(planner), costs), (plan, soc.clone()), faulty.clone(), ServeConfig::default())
+            .expect("serve");
     let totals: Vec<f64> = (0..SERVED).map(|_| server.infer(&inputs).expect("inference").total_us).collect();
     // the fresh plan: profiled through the slowed backend (the slowdown is on by now)
     let fresh_costs = bident_profile::profile(&g, &soc, faulty.as_ref(), &cfg, None, &mut |_| {}).expect("profile");

@@ -460,7 +460,11 @@ pub fn served(s: &bident_driver::Served, window: usize) {
     use bident_runtime::{Outcome, Via};
     let median = |v: &[f64]| if v.is_empty() { f64::NAN } else { bident_profile::quantile(&mut v.to_vec(), 0.5) };
     let n = s.latencies.len();
-    println!("served     {n} inferences, median {:.1} µs [measured]", median(&s.latencies));
+    println!(
+        "served     {n} inferences, median {:.1} µs [measured]; re-planning with search `{}`",
+        median(&s.latencies),
+        s.search
+    );
     if s.switches.is_empty() {
         println!("drift      none: no PU left its calibrated ratio of measured to predicted time for long");
     }

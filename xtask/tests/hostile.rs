@@ -395,9 +395,8 @@ fn every_file_is_read_and_written_through_one_place() {
         ("crates/bident-artifact/src/files.rs", "the one place"),
         ("crates/bident-profile/src/cache.rs", "/proc/loadavg"),
         ("crates/bident-profile/src/power.rs", "RAPL counters under /sys"),
-        ("crates/bident-profile/src/lib.rs", "/proc/cpuinfo"),
         ("crates/bident-backend/src/soc.rs", "core types under /sys"),
-        ("crates/bident-backend/src/lib.rs", "/proc/stat and this process's tasks"),
+        ("crates/bident-backend/src/lib.rs", "/proc/stat, /proc/cpuinfo and this process's tasks"),
         (
             "crates/bident-backend/src/onnxruntime/mod.rs",
             "/proc/cpuinfo; ONNX Runtime's profile in bident's own temp folder",

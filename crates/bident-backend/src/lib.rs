@@ -14,6 +14,7 @@ pub mod fault;
 pub mod multi;
 pub mod soc;
 mod soc_check;
+pub mod speed;
 
 #[cfg(any(feature = "openvino", feature = "onnxruntime"))]
 mod model_check;
@@ -412,6 +413,35 @@ pub fn pin_current_thread(pu: &str, cores: &[usize]) -> Result<(), BackendError>
         cores: cores.to_vec(),
         reason: "thread pinning is only implemented on Linux".into(),
     })
+}
+
+/// `<cpu model>, <n> cores` of this machine, for labelling measurements.
+pub fn host_description() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    format!("{model}, {cores} cores")
+}
+
+/// The name and version of every backend `soc`'s PUs name, joined by ` + `
+/// (`openvino 2026.4.1 + onnxruntime 1.32.0`): the PU whose backend `backend` does not have
+/// is the error's.
+pub fn describe(backend: &dyn Backend, soc: &SocSpec) -> Result<String, (String, BackendError)> {
+    let mut ids: Vec<String> = vec![];
+    for pu in &soc.pus {
+        let id = backend.backend_id(&pu.backend).map_err(|e| (pu.name.clone(), e))?;
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    Ok(ids.join(" + "))
 }
 
 #[cfg(test)]

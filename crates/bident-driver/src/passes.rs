@@ -9,13 +9,16 @@ use crate::{DriverError, Result};
 /// [`Passes::add_search`] / [`Passes::add_partition`].
 pub struct Passes {
     partition: Vec<Box<dyn PartitionPass>>,
-    search: Vec<Box<dyn MappingSearch>>,
+    search: Vec<std::sync::Arc<dyn MappingSearch>>,
 }
 
 impl Default for Passes {
     /// bident's own passes.
     fn default() -> Self {
-        Self { partition: bident_partition::builtin(), search: bident_search::pass::builtin() }
+        Self {
+            partition: bident_partition::builtin(),
+            search: bident_search::pass::builtin().into_iter().map(std::sync::Arc::from).collect(),
+        }
     }
 }
 
@@ -25,7 +28,7 @@ impl Passes {
         if self.search.iter().any(|x| x.name() == s.name()) {
             return Err(DriverError::Invalid(format!("a search named `{}` is already registered", s.name())));
         }
-        self.search.push(s);
+        self.search.push(std::sync::Arc::from(s));
         Ok(())
     }
 
@@ -36,6 +39,11 @@ impl Passes {
         }
         self.partition.push(p);
         Ok(())
+    }
+
+    /// The search named `name`, shared (a server re-plans with it on threads of its own).
+    pub fn shared_search(&self, name: &str) -> Option<std::sync::Arc<dyn MappingSearch>> {
+        self.search.iter().find(|s| s.name() == name).cloned()
     }
 
     pub fn search(&self, name: &str) -> Result<&dyn MappingSearch> {

@@ -9,13 +9,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bident_artifact::ContentHash;
-use bident_backend::fault::{Fault, FaultSpec, FaultyBackend};
+use bident_backend::fault::FaultyBackend;
 use bident_backend::{Backend, Backends, SocSpec};
 use bident_ir::{FusedGraph, OpId};
 use bident_partition::PhasedGraph;
 use bident_profile::{CostTable, ProfileConfig};
 use bident_runtime::{RunReport, consistently_faster, error_chain, faster_blocks};
-use bident_search::{Constraints, Plan, REFINE_ROUNDS, segments_to_measure};
+use bident_search::{Constraints, Plan};
 
 use crate::folder::{COSTS, FUSED, PHASED, PLAN, REPORT};
 use crate::{
@@ -145,18 +145,12 @@ impl Driver<'_> {
         if opts.goal == Goal::Pareto {
             return Ok((plan, plan_h));
         }
-        let (costs, ch, plan, plan_h) = self.refine(
-            &p.folder,
-            &p.graph,
-            (&p.phased, p.phased_hash),
-            (p.costs.clone(), p.costs_hash),
-            (plan, plan_h),
-            opts,
-            (spec, be.as_ref()),
-            m,
-        )?;
-        (p.costs, p.costs_hash) = (costs, ch);
-        Ok((plan, plan_h))
+        let remeasure = self.remeasure((&p.graph, &p.phased), (spec, be.as_ref()), m);
+        let phased = (&p.phased, p.phased_hash);
+        let refined =
+            self.refine(&p.folder, &remeasure, phased, (p.costs.clone(), p.costs_hash), (plan, plan_h), opts)?;
+        (p.costs, p.costs_hash) = refined.costs;
+        Ok(refined.plan)
     }
 
     /// The run stage with its policies ([`Driver::run`]: giving way, fallback), re-planning
@@ -556,86 +550,6 @@ impl Driver<'_> {
         })
     }
 
-    /// Between search and run, on real PUs: measure the plan's segments of three or more ops
-    /// whole (the search priced them from pairs), and every PU running the whole model (the
-    /// single-PU baselines), add them to the cost table and search again, until the plan's
-    /// segments are all measured (at most [`REFINE_ROUNDS`] rounds). The table and plan are
-    /// rewritten in `folder` after each round.
-    #[allow(clippy::too_many_arguments)]
-    pub fn refine(
-        &self,
-        folder: &Folder,
-        g: &FusedGraph,
-        phased: (&PhasedGraph, ContentHash),
-        (mut costs, mut ch): (CostTable, ContentHash),
-        (plan, mut plan_h): (Plan, ContentHash),
-        p: &PlanOptions,
-        soc: (&SocSpec, &dyn Backend),
-        m: Measuring,
-    ) -> Result<(CostTable, ContentHash, Plan, ContentHash)> {
-        let table_inputs = folder.read_raw::<CostTable>(COSTS)?.header.input_hash;
-        let plan = self.refine_costs(g, phased.0, &mut costs, plan, soc, m, &mut |costs| {
-            ch = folder.write(COSTS, costs, table_inputs)?;
-            let (plan, h) = self.search(folder, phased, (costs, ch), p)?;
-            plan_h = h;
-            Ok(plan)
-        })?;
-        Ok((costs, ch, plan, plan_h))
-    }
-
-    /// The refine loop of [`Driver::refine`] on a table in memory: `search` plans again on the
-    /// grown table after each round.
-    #[allow(clippy::too_many_arguments)]
-    pub fn refine_costs(
-        &self,
-        g: &FusedGraph,
-        phased: &PhasedGraph,
-        costs: &mut CostTable,
-        mut plan: Plan,
-        (soc, be): (&SocSpec, &dyn Backend),
-        m: Measuring,
-        search: &mut dyn FnMut(&CostTable) -> Result<Plan>,
-    ) -> Result<Plan> {
-        let pcfg = ProfileConfig { runs: m.runs, adaptive: m.adaptive, ..Default::default() };
-        let cache = self.cache(m);
-        for _ in 0..REFINE_ROUNDS {
-            let wanted = segments_to_measure(&plan, costs, phased);
-            if wanted.is_empty() {
-                break;
-            }
-            let t0 = Instant::now();
-            let found = bident_profile::measure_segments(g, soc, be, &pcfg, cache.as_ref(), &wanted, &mut |p| {
-                if let Some(why) = &p.note {
-                    self.note(Stage::Refine, format!("{}: {why}", p.pu));
-                }
-            })?;
-            let before = plan.predicted_us;
-            let summary: Vec<String> = found
-                .iter()
-                .zip(&wanted)
-                .map(|(s, (ops, j))| {
-                    let got = s.per_pu[*j]
-                        .as_ref()
-                        .map_or("failed".to_string(), |c| format!("{:.1} µs", c.weight_us() + c.h2d_us + c.d2h_us));
-                    format!("ops {}..{} on {}: {got}", ops[0], ops[ops.len() - 1], soc.pus[*j].name)
-                })
-                .collect();
-            costs.segments.extend(found);
-            plan = search(costs)?;
-            self.note(
-                Stage::Refine,
-                format!(
-                    "measured the plan's segments whole in {:.1} s ({}); the plan predicted {before:.1} µs from pairs, \
-                     the new plan {:.1} µs",
-                    t0.elapsed().as_secs_f64(),
-                    summary.join("; "),
-                    plan.predicted_us
-                ),
-            );
-        }
-        Ok(plan)
-    }
-
     /// Stage 5: run and measure the plan. A plan slower than the fastest engine default beside
     /// it gives way to that engine's whole-model PU (`gives_way_to_default`), and one clearly
     /// slower than a PU running the whole model beside it to that PU (`ahead`), each PU
@@ -833,7 +747,12 @@ impl Driver<'_> {
 impl Driver<'_> {
     /// The backends a folder's plan runs on, once its options are checked against its SoC and
     /// its costs are known to be measured.
-    fn backends_of_plan(&self, folder: &Folder, p: &crate::Planned, opts: &RunOptions) -> Result<Arc<Backends>> {
+    pub(crate) fn backends_of_plan(
+        &self,
+        folder: &Folder,
+        p: &crate::Planned,
+        opts: &RunOptions,
+    ) -> Result<Arc<Backends>> {
         check_run(opts, &p.costs.soc)?;
         if p.costs.simulated {
             return Err(DriverError::Invalid(format!(
@@ -852,127 +771,6 @@ impl Driver<'_> {
         }
         self.backends(&distinct)
     }
-
-    /// Serve `inferences` inferences of the folder's plan through a [`bident_runtime::Server`]
-    /// that re-plans when a PU drifts (`opts.fault` may slow one on purpose: `PU:slow=F@N`).
-    /// Every inference's outputs are checked against the whole model on an exact PU; a re-plan
-    /// still in flight at the end is waited for; the server's trace goes to
-    /// `serve-trace.json`. Where a `slow` fault made the server swap plans, a fresh plan is
-    /// made and served with that PU slowed from the start ([`Served::fresh`]). Nothing else in
-    /// the folder changes.
-    pub fn serve(
-        &self,
-        folder: &Folder,
-        inferences: usize,
-        opts: &RunOptions,
-        cfg: bident_runtime::ServeConfig,
-    ) -> Result<Served> {
-        let _lock = folder.lock()?;
-        bident_backend::deadline::set_limit(cfg.op_timeout);
-        let p = folder.planned()?;
-        let raw = self.backends_of_plan(folder, &p, opts)?;
-        let be = self.faulty(raw.clone(), opts);
-        let soc = p.costs.soc.clone();
-        let inputs = bident_runtime::model_inputs(&p.g, opts.config.seed);
-        let reference = soc.pus.iter().position(|pu| pu.is_exact()).unwrap_or(0);
-        let one = SocSpec { pus: vec![soc.pus[reference].clone()], ..soc.clone() };
-        let whole = bident_runtime::Program::whole(&p.g, &one, 0, p.g.reference_model()?)?;
-        // the reference runs on the backend itself, not on the fault wrapped around it
-        let want = bident_runtime::Session::load(whole, &one, raw.clone(), cfg.op_timeout)?
-            .run(std::slice::from_ref(&inputs))?
-            .outputs
-            .swap_remove(0);
-        // a plan that gave way to a whole-model run is not held there: a drifting PU may be left
-        let constraints = bident_search::Constraints { whole: None, ..p.plan.constraints.clone() };
-        let search = bident_search::SearchConfig {
-            objective: p.plan.objective,
-            mode: p.plan.mode,
-            constraints,
-            ..Default::default()
-        };
-        let (g, p_soc) = (p.g.clone(), soc.clone());
-        let (phased, costs) = (p.phased.clone(), p.costs.clone());
-        let mut server =
-            bident_runtime::Server::new((p.g, p.phased), p.costs, p.plan, soc, be, search.clone(), cfg.clone())?;
-        let mut latencies = vec![];
-        for k in 0..inferences {
-            let inf = server.infer(&inputs)?;
-            bident_runtime::check_plan_outputs(&g, server.plan(), &p_soc, &inf.outputs[0], &want)
-                .map_err(|e| DriverError::from(e).context(format!("serving, inference {k}")))?;
-            latencies.push(inf.total_us);
-            if (k + 1) % 100 == 0 || k + 1 == inferences {
-                self.emit(crate::Event::Progress {
-                    stage: Stage::Run,
-                    what: "serving".into(),
-                    done: k + 1,
-                    total: inferences,
-                });
-            }
-        }
-        // a re-plan still measuring or compiling lands before anything else is timed
-        server.settle(SETTLE).map_err(|e| DriverError::from(e).context("serving, the last re-plan"))?;
-        let path = folder.path("serve-trace.json");
-        crate::folder::write_replacing(&path, server.trace_json())?;
-        self.note(Stage::Run, format!("the serving trace -> {}", path.display()));
-        // what a fresh pipeline would plan with the PU slowed from the start, served in a
-        // server that never ran another: the latency a recovery is judged against
-        let swapped = server.switches().iter().any(|s| s.swapped_before().is_some());
-        let fresh = match &opts.fault {
-            Some(FaultSpec { pu, fault: Fault::SlowAfter(_, factor) }) if swapped => {
-                let slowed = FaultSpec { pu: pu.clone(), fault: Fault::SlowAfter(0, *factor) };
-                let be: Arc<dyn Backend> = Arc::new(FaultyBackend::new(raw, slowed));
-                let j = p_soc.pus.iter().position(|q| q.name == *pu);
-                let j = j.ok_or_else(|| DriverError::Invalid(format!("no PU `{pu}` in the plan's SoC")))?;
-                let mut costs = costs;
-                costs.scale_pu(j, factor.get());
-                let first = bident_search::search(&phased, &costs, &search)?;
-                let m = Measuring { cache: false, ..Default::default() };
-                let plan = self.refine_costs(&g, &phased, &mut costs, first, (&p_soc, be.as_ref()), m, &mut |c| {
-                    Ok(bident_search::search(&phased, c, &search)?)
-                })?;
-                // measured only: no standby sessions to compile
-                let cfg = bident_runtime::ServeConfig { standby: false, ..cfg };
-                let mut fresh = bident_runtime::Server::new(
-                    (g.clone(), phased),
-                    costs,
-                    plan.clone(),
-                    p_soc.clone(),
-                    be,
-                    search,
-                    cfg,
-                )?;
-                let mut t = vec![];
-                for k in 0..inferences.min(FRESH_INFERENCES) {
-                    let inf = fresh.infer(&inputs)?;
-                    bident_runtime::check_plan_outputs(&g, fresh.plan(), &p_soc, &inf.outputs[0], &want)
-                        .map_err(|e| DriverError::from(e).context(format!("serving afresh, inference {k}")))?;
-                    t.push(inf.total_us);
-                }
-                (!t.is_empty()).then(|| (plan, bident_profile::quantile(&mut t, 0.5)))
-            }
-            _ => None,
-        };
-        Ok(Served { switches: server.switches().to_vec(), latencies, plan: server.plan().clone(), fresh })
-    }
-}
-
-/// How long serving waits, at its end, for a re-plan still measuring or compiling.
-const SETTLE: Duration = Duration::from_secs(300);
-
-/// Inferences of a fresh plan served afresh ([`Served::fresh`]).
-const FRESH_INFERENCES: usize = 100;
-
-/// What a serving run did.
-pub struct Served {
-    pub switches: Vec<bident_runtime::Switch>,
-    /// Every inference's latency (µs), in order.
-    pub latencies: Vec<f64>,
-    /// The plan serving at the end.
-    pub plan: Plan,
-    /// Where a slowed PU's fault made the server swap plans: a fresh plan (the profile's table
-    /// re-priced by the injected slowdown, searched and refined on runs measured with that PU
-    /// slowed, as a pipeline would) and its median latency (µs), served afresh so.
-    pub fresh: Option<(Plan, f64)>,
 }
 
 /// `cfg` with every PU that runs the whole model among the runs measured beside `plan`: the

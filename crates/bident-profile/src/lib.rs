@@ -17,7 +17,8 @@ pub mod contention;
 pub mod portable;
 pub mod power;
 pub mod simulate;
-pub mod speed;
+pub use bident_backend::{host_description, speed};
+pub use bident_stats::{median_ci, median_rel_ci, quantile};
 
 use bident_artifact::{Artifact, ContentHash};
 use bident_backend::{BackendError, SocSpec};
@@ -315,29 +316,6 @@ impl Default for ProfileConfig {
     }
 }
 
-/// The distribution-free 95% confidence interval of the median of `sorted` (order statistics
-/// n/2 -+ 0.98 sqrt(n)); None below three samples.
-pub fn median_ci(sorted: &[f64]) -> Option<(f64, f64)> {
-    let n = sorted.len();
-    if n < 3 {
-        return None;
-    }
-    let half = 0.98 * (n as f64).sqrt();
-    let lo = ((n as f64 / 2.0 - half).floor().max(0.0)) as usize;
-    let hi = ((n as f64 / 2.0 + half).ceil() as usize).min(n - 1);
-    Some((sorted[lo], sorted[hi]))
-}
-
-/// Half-width of [`median_ci`], relative to the median.
-pub fn median_rel_ci(sorted: &[f64]) -> f64 {
-    let Some((lo, hi)) = median_ci(sorted) else { return f64::INFINITY };
-    let median = sorted[sorted.len() / 2];
-    if median <= 0.0 {
-        return if hi <= lo { 0.0 } else { f64::INFINITY };
-    }
-    (hi - lo) / 2.0 / median
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {
     #[error(transparent)]
@@ -356,31 +334,6 @@ pub enum ProfileError {
     Contention { pu: String, source: BackendError },
     #[error("profiling the whole model on reference PU `{pu}`")]
     Reference { pu: String, source: BackendError },
-}
-
-/// Quantile by nearest rank (sorts in place); 0 for an empty sample.
-pub fn quantile(xs: &mut [f64], q: f64) -> f64 {
-    if xs.is_empty() {
-        return 0.0;
-    }
-    xs.sort_by(f64::total_cmp);
-    let k = ((xs.len() - 1) as f64 * q).round() as usize;
-    xs[k]
-}
-
-/// `<cpu model>, <n> cores` of this machine, for labelling measurements.
-pub fn host_description() -> String {
-    let model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    format!("{model}, {cores} cores")
 }
 
 /// Input hash of a cost table: the fused graph, the SoC and the protocol.

@@ -128,14 +128,11 @@ pub fn profile(
 /// the PUs, e.g. `openvino 2026.4.1 + onnxruntime 1.32.0`; a PU naming a backend that `backend`
 /// does not have is an error.
 pub fn describe(backend: &dyn Backend, soc: &SocSpec) -> Result<String, ProfileError> {
-    let mut ids: Vec<String> = vec![];
-    for pu in &soc.pus {
-        let id = backend_id(backend, soc, pu)?;
-        if !ids.contains(&id) {
-            ids.push(id);
-        }
-    }
-    Ok(ids.join(" + "))
+    bident_backend::describe(backend, soc).map_err(|(pu, source)| ProfileError::WrongBackend {
+        soc: soc.name.clone(),
+        pu,
+        source: Box::new(source),
+    })
 }
 
 /// The name and version of `pu`'s own backend (adding a backend to a SoC keeps the other PUs'

@@ -64,7 +64,7 @@ impl DriftWatch {
             if w.is_empty() || warm_up {
                 continue;
             }
-            let ratio = bident_profile::quantile(&mut w, 0.5);
+            let ratio = bident_stats::quantile(&mut w, 0.5);
             let Some(base) = self.calibrated[pu] else {
                 // a window timed at 0 µs (or not at all) calibrates nothing: every later one
                 // would drift infinitely, and the re-plan would price the PU infinitely slow
@@ -82,7 +82,7 @@ impl DriftWatch {
                 self.factors[pu].clear();
             }
             if self.strikes[pu] >= self.sustain && may_report {
-                let f = bident_profile::quantile(&mut self.factors[pu].clone(), 0.5);
+                let f = bident_stats::quantile(&mut self.factors[pu].clone(), 0.5);
                 if drifting.is_none_or(|(_, g)| f > g) {
                     drifting = Some((pu, f));
                 }

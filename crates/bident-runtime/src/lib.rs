@@ -28,7 +28,7 @@ use bident_tensor::HostTensor;
 use serde::{Deserialize, Serialize};
 
 pub use program::{Grouping, Program, Task};
-pub use serve::{Outcome, ServeConfig, Server, Switch, Via};
+pub use serve::{MOVE_MARGIN, Outcome, Planner, ServeConfig, Server, Switch, Via, worth_moving};
 pub use session::{Inference, Session, Span};
 
 #[derive(Clone, Debug, Serialize)]
@@ -123,7 +123,7 @@ pub struct RunReport {
     pub prediction_error_blocks: [f64; 3],
     /// [`RunReport::prediction_error_blocks`] over only the plan's blocks that ran with every
     /// core in its fast state throughout, the state the profile prices in
-    /// ([`bident_profile::speed`]), and how many those were; None where fewer than
+    /// ([`bident_backend::speed`]), and how many those were; None where fewer than
     /// [`FAST_BLOCKS_MIN`] were. The gap to the spread over every block is the machine's slow
     /// states, not the cost model.
     pub prediction_error_fast: Option<([f64; 3], u32)>,
@@ -154,7 +154,7 @@ pub struct RunReport {
     pub measured_whole: Vec<WholeRun>,
     /// Measuring blocks, the plan's and every alternative's, and how many of them ran with a
     /// core in a slow state, before or after them (the budget for waiting and measuring again
-    /// ran out, [`bident_profile::speed`]).
+    /// ran out, [`bident_backend::speed`]).
     pub blocks: u32,
     pub slow_blocks: u32,
     /// Executor overhead per task (µs; median over runs): from the moment a task could start
@@ -257,7 +257,7 @@ pub fn consistently_faster(block_ratios: &[f64], margin: f64) -> bool {
 }
 
 /// Whether the blocks do not yet tell an alternative's median from the plan's: the confidence
-/// interval of the median of `block_ratios` ([`bident_profile::median_ci`], 95%) holds 1 and is
+/// interval of the median of `block_ratios` ([`bident_stats::median_ci`], 95%) holds 1 and is
 /// wider than [`DECIDED_WITHIN`] either side. Fewer than five blocks never decide.
 fn undecided(block_ratios: &[f64]) -> bool {
     if block_ratios.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
@@ -265,7 +265,7 @@ fn undecided(block_ratios: &[f64]) -> bool {
     }
     let mut s = block_ratios.to_vec();
     s.sort_by(f64::total_cmp);
-    match bident_profile::median_ci(&s) {
+    match bident_stats::median_ci(&s) {
         Some((lo, hi)) if s.len() >= 5 => {
             lo <= 1.0 && hi >= 1.0 && hi / lo > (1.0 + DECIDED_WITHIN) / (1.0 - DECIDED_WITHIN)
         }
@@ -542,13 +542,13 @@ fn warm_up(runs: u32, mut run: impl FnMut() -> Result<(), RuntimeError>) -> Resu
 /// The pause before each session's block in a measurement turn, at least ([`let_threads_settle`]).
 const SETTLE: Duration = Duration::from_millis(20);
 
-/// How long a measuring block waits for every core's fast state ([`bident_profile::speed`]) at
+/// How long a measuring block waits for every core's fast state ([`bident_backend::speed`]) at
 /// most, and all blocks of one run together, with the blocks measured again ([`FastState`]),
 /// beyond the time the blocks kept took.
 const SPEED_WAIT: Duration = Duration::from_millis(200);
 const SPEED_BUDGET: Duration = Duration::from_secs(5);
 
-/// Measuring blocks in the machine's fast state ([`bident_profile::speed`]): each starts once
+/// Measuring blocks in the machine's fast state ([`bident_backend::speed`]): each starts once
 /// every core is in it, and one that a core left during it is measured again, within a budget
 /// for the whole run (waiting, and the blocks measured again: [`SPEED_BUDGET`] and the time of
 /// the blocks kept). On this VM a core is slow
@@ -584,7 +584,7 @@ impl FastState {
     /// Before a block (or a model's part of one): wait for every core's fast state.
     fn before(&self) {
         let mut budget = self.budget.get();
-        let w = bident_profile::speed::await_fast(&[], SPEED_WAIT, &mut budget);
+        let w = bident_backend::speed::await_fast(&[], SPEED_WAIT, &mut budget);
         self.budget.set(budget);
         self.slow_start.set(self.slow_start.get() || w.is_some_and(|w| !w.fast()));
     }
@@ -594,7 +594,7 @@ impl FastState {
     /// counted, as slow where it was.
     fn again(&self, took: Duration) -> bool {
         let mut budget = self.budget.get();
-        let slow = bident_profile::speed::await_fast(&[], Duration::ZERO, &mut budget).is_some_and(|w| !w.fast());
+        let slow = bident_backend::speed::await_fast(&[], Duration::ZERO, &mut budget).is_some_and(|w| !w.fast());
         if slow && budget > took {
             self.budget.set(budget - took);
             self.slow_start.set(false);
@@ -727,7 +727,7 @@ pub fn launch_us(
             beyond.push((inf.total_us - ops).max(0.0));
         }
     }
-    Ok(bident_profile::quantile(&mut beyond, 0.5))
+    Ok(bident_stats::quantile(&mut beyond, 0.5))
 }
 
 /// A session running model `g` whole on `pu` (alone in a one-PU SoC).
@@ -1061,7 +1061,7 @@ fn measure(
                     }
                     kept.push((total, spans));
                 }
-                block_medians.push(bident_profile::quantile(&mut this_block, 0.5));
+                block_medians.push(bident_stats::quantile(&mut this_block, 0.5));
                 fast_blocks.push(!speed.last_slow.get());
                 return Ok(());
             }
@@ -1093,7 +1093,7 @@ fn measure(
                 }
             };
             times.extend_from_slice(&sums);
-            blocks.push(bident_profile::quantile(&mut sums, 0.5));
+            blocks.push(bident_stats::quantile(&mut sums, 0.5));
         }
         if turn % 2 == 1 {
             plan_block()?;
@@ -1101,7 +1101,7 @@ fn measure(
         turn += 1;
         done += block;
     }
-    let q = bident_profile::quantile;
+    let q = bident_stats::quantile;
     let measured_us = q(&mut totals.clone(), 0.5);
     let ratios = |theirs: &[f64]| over(theirs, &block_medians);
     let mono_ratios = if reference_is_plan { vec![] } else { ratios(&mono_blocks) };
@@ -1184,8 +1184,9 @@ fn measure(
         pus: soc.pus.iter().map(|p| p.name.clone()).collect(),
         pu_backends: soc.pus.iter().map(|p| p.backend.clone()).collect(),
         simulated: false,
-        measured_on: bident_profile::host_description(),
-        backend: bident_profile::describe(backend.as_ref(), soc).map_err(|e| RuntimeError::Program(e.to_string()))?,
+        measured_on: bident_backend::host_description(),
+        backend: bident_backend::describe(backend.as_ref(), soc)
+            .map_err(|(pu, e)| RuntimeError::Program(format!("PU `{pu}`: {e}")))?,
         schedule: program.schedule.clone(),
         warmup: cfg.warmup,
         runs: done,
@@ -1320,7 +1321,7 @@ fn output_errors(g: &FusedGraph, got: &[Arc<HostTensor>], want: &[Arc<HostTensor
 
 /// p10, median and p90 of per-block figures.
 fn spread(mut v: Vec<f64>) -> [f64; 3] {
-    let q = bident_profile::quantile;
+    let q = bident_stats::quantile;
     [q(&mut v, 0.1), q(&mut v, 0.5), q(&mut v, 0.9)]
 }
 

@@ -11,7 +11,7 @@
 //! device (throttled, contended) slows every op. A PU the new plan leaves is not seen in the
 //! spans again, so the server times the whole model on it off the hot path just after, and
 //! again every [`ServeConfig::recheck`]: once it runs faster than then by more than the
-//! threshold, it has recovered, is priced as profiled again ([`CostTable::restore_pu`]) and
+//! threshold, it has recovered, is priced as profiled again ([`Planner::restored`]) and
 //! the plan re-planned as for a drift (the switch's factor below 1). Each re-check runs the
 //! whole model on the PU a few times beside the inferences, so it is off by default.
 //!
@@ -24,11 +24,16 @@
 //!
 //! The search prices runs of ops the table has not measured whole from pairs, and that can
 //! miss by 2x (the example's split across `CPU` and `core1` predicted 46 µs, served in 105).
-//! So a re-plan refines as the pipeline does ([`bident_search::segments_to_measure`]): the
-//! runs its plan would serve that the table prices from pairs are measured whole, off the hot
-//! path and through the drifting backend (so in its present state), and the search runs again
-//! on the grown table, before anything is compiled. What it measures never enters a profile
-//! cache: it is the PU's state while drifting, not its normal.
+//! So a re-plan refines as the pipeline does: the runs its plan would serve that the table
+//! prices from pairs are measured whole, off the hot path and through the drifting backend (so
+//! in its present state), and the search runs again on the grown table, before anything is
+//! compiled. What it measures never enters a profile cache: it is the PU's state while
+//! drifting, not its normal.
+//!
+//! The server keeps no cost table of its own kind and runs no search: the prices it holds are
+//! a [`Planner::Table`], and every pricing, search, refine and whole-model timing is asked of
+//! the [`Planner`] that made the plan (the driver's, with the search the plan names and the
+//! pipeline's one refine loop). The server decides only when to ask and what to serve.
 //!
 //! A re-plan that fails (its search, a measurement, or the new plan's compile) is recorded
 //! ([`Outcome::Failed`]) and the serving plan goes on serving: no inference fails for it.
@@ -39,9 +44,7 @@ use std::time::{Duration, Instant};
 
 use bident_backend::{Backend, SocSpec};
 use bident_ir::FusedGraph;
-use bident_partition::PhasedGraph;
-use bident_profile::{CostTable, ProfileConfig};
-use bident_search::{Objective, Placement, Plan, SearchConfig};
+use bident_search::{Objective, Plan};
 use bident_tensor::HostTensor;
 
 use crate::drift::DriftWatch;
@@ -63,8 +66,6 @@ pub struct ServeConfig {
     /// Compile the whole model on every other PU at load, so that a re-plan to one of them
     /// swaps at once.
     pub standby: bool,
-    /// How a re-plan measures the runs its plan prices from pairs (off the hot path).
-    pub measure: ProfileConfig,
     /// How often a PU that a drift made the plan leave is timed again off the hot path (the
     /// whole model on it, against its time just after the drift), so that one that recovered
     /// is priced as profiled again and the plan searched again; None: never, the default. Where
@@ -84,10 +85,6 @@ impl Default for ServeConfig {
             grouping: Grouping::Merged,
             op_timeout: Duration::from_secs(60),
             standby: true,
-            // lighter than a profile's (its result only decides between plans) and in whatever
-            // state the cores are in: waiting for their fast state beside the server's own
-            // inferences spun for 150 ms on the example, and doubled their latency meanwhile
-            measure: ProfileConfig { warmup: 5, runs: 50, min_runs: 20, fast_state: false, ..Default::default() },
             recheck: None,
         }
     }
@@ -95,13 +92,30 @@ impl Default for ServeConfig {
 
 /// How far below the serving plan a re-plan's plan must be predicted before the server
 /// measures and compiles it while serving: the median prediction error the project aims
-/// at (issue 17). A plan predicted 5% faster is as likely to serve slower.
-const MOVE_MARGIN: f64 = 0.10;
+/// at. A plan predicted 5% faster is as likely to serve slower ([`worth_moving`]).
+pub const MOVE_MARGIN: f64 = 0.10;
 
-/// Timed runs (after one warm-up) of the whole model on a PU a drift left, just after and at
-/// each re-check ([`ServeConfig::recheck`]): few, for a slowed PU's run may be 100x its
-/// normal, and it spins beside the inferences.
-const RETIME_RUNS: u32 = 7;
+/// What a server asks of whoever made its plan: prices on a table the runtime does not read,
+/// searches and whole-model timings. Shared with the server's re-plan threads.
+pub trait Planner: Send + Sync + 'static {
+    /// What plans are priced on (the driver's cost table).
+    type Table: Clone + Send + 'static;
+    /// `plan`'s placement priced on `table`, as the search would price it.
+    fn price(&self, table: &Self::Table, plan: &Plan) -> Result<Plan, RuntimeError>;
+    /// `plan`'s model whole on PU `pu` (by index), priced on `table`.
+    fn whole_on(&self, table: &Self::Table, plan: &Plan, pu: usize) -> Result<Plan, RuntimeError>;
+    /// `table` with PU `pu` priced `factor` times as high (its measured slowdown).
+    fn scaled(&self, table: &Self::Table, pu: usize, factor: f64) -> Self::Table;
+    /// `table` with PU `pu` priced as in `profiled` again (it recovered).
+    fn restored(&self, table: &Self::Table, pu: usize, profiled: &Self::Table) -> Self::Table;
+    /// Search again on `table`, refining the plan on runs measured whole, off the hot path:
+    /// the plan to serve (the placement of `serving` where nothing beats it by more than
+    /// [`MOVE_MARGIN`], [`worth_moving`]), the table grown by what was measured, and how many
+    /// runs that was.
+    fn replan(&self, table: Self::Table, serving: &Plan) -> Result<(Plan, Self::Table, usize), RuntimeError>;
+    /// The whole model's time on PU `pu` (µs), measured now, in whatever state its cores are.
+    fn time_whole(&self, pu: usize) -> Result<f64, RuntimeError>;
+}
 
 /// Runs of each standby session at load, before it may serve.
 const STANDBY_WARMUP: usize = 5;
@@ -161,10 +175,10 @@ impl Switch {
 }
 
 /// What a background re-plan gives.
-struct Replanned {
+struct Replanned<T> {
     plan: Plan,
     /// The re-priced table, grown by the runs the refine measured.
-    costs: CostTable,
+    costs: T,
     /// The serving plan's prediction on it.
     old_us: f64,
     /// The new plan's session: None where the placement did not change or a standby session
@@ -174,8 +188,8 @@ struct Replanned {
 }
 
 /// A plan searched and compiled in the background.
-struct Replan {
-    rx: mpsc::Receiver<Result<Replanned, RuntimeError>>,
+struct Replan<T> {
+    rx: mpsc::Receiver<Result<Replanned<T>, RuntimeError>>,
     switch: usize,
     /// The drifting PU and its slowdown, as the re-plan priced it.
     pu: usize,
@@ -184,14 +198,13 @@ struct Replan {
     gave_way: bool,
 }
 
-/// Inferences through a plan that is searched again when a PU drifts.
-pub struct Server {
+/// Inferences through a plan that is searched again, by its [`Planner`], when a PU drifts.
+pub struct Server<P: Planner> {
     graph: Arc<FusedGraph>,
-    phased: Arc<PhasedGraph>,
-    costs: CostTable,
+    planner: Arc<P>,
+    costs: P::Table,
     soc: Arc<SocSpec>,
     backend: Arc<dyn Backend>,
-    search: SearchConfig,
     cfg: ServeConfig,
     plan: Plan,
     session: Session,
@@ -199,13 +212,13 @@ pub struct Server {
     /// The drift rule over this session's inferences (the first window is the warm-up: the
     /// first inference after a load ran 30x slower here).
     drift: DriftWatch,
-    pending: Option<Replan>,
+    pending: Option<Replan<P::Table>>,
     /// A standby a re-plan gave way to, swapped in before the next inference: its PU, its plan
     /// and the re-priced table.
-    giving_way: Option<(usize, Plan, CostTable)>,
+    giving_way: Option<(usize, Plan, P::Table)>,
     /// The table as loaded, kept where re-checks are on: what a PU that recovered is priced as
     /// again.
-    profiled: Option<CostTable>,
+    profiled: Option<P::Table>,
     /// Per PU a drift made the plan leave: the whole model's time on it just after (µs), None
     /// until it is measured.
     left: Vec<Option<Option<f64>>>,
@@ -221,15 +234,14 @@ pub struct Server {
     t0: Instant,
 }
 
-impl Server {
-    /// Load `plan` (searched on `costs` under `search`) and serve with it.
+impl<P: Planner> Server<P> {
+    /// Load `plan` (made by `planner` on `costs`, for `graph` on `soc`) and serve with it on
+    /// `backend`.
     pub fn new(
-        (graph, phased): (FusedGraph, PhasedGraph),
-        costs: CostTable,
-        plan: Plan,
-        soc: SocSpec,
+        graph: FusedGraph,
+        (planner, costs): (Arc<P>, P::Table),
+        (plan, soc): (Plan, SocSpec),
         backend: Arc<dyn Backend>,
-        search: SearchConfig,
         cfg: ServeConfig,
     ) -> Result<Self, RuntimeError> {
         if cfg.window == 0 || cfg.sustain == 0 || !(cfg.threshold.is_finite() && cfg.threshold > 1.0) {
@@ -248,10 +260,12 @@ impl Server {
         if cfg.standby {
             let inputs = crate::model_inputs(&graph, 0);
             for j in 0..soc.pus.len() {
-                if whole_on(&plan) == Some(j) || costs.ops.iter().any(|o| o.per_pu.get(j).is_none_or(Option::is_none)) {
+                // a PU that cannot run every op has no whole-model plan
+                let Some(on_j) =
+                    (whole_on(&plan) != Some(j)).then(|| planner.whole_on(&costs, &plan, j).ok()).flatten()
+                else {
                     continue;
-                }
-                let on_j = Self::whole_plan(&phased, &costs, &plan, &soc.pus[j].name)?;
+                };
                 let built = Program::from_plan(&graph, &on_j, &soc, cfg.grouping)?;
                 let session = Session::load(built, &soc, backend.clone(), cfg.op_timeout)?;
                 // a session's first runs are its slowest (30x here): a standby comes in warm
@@ -266,11 +280,10 @@ impl Server {
         let drift = DriftWatch::new(n, cfg.window, cfg.threshold, cfg.sustain);
         Ok(Self {
             graph: Arc::new(graph),
-            phased: Arc::new(phased),
+            planner,
             costs,
             soc: Arc::new(soc),
             backend,
-            search,
             cfg,
             plan,
             session,
@@ -289,20 +302,15 @@ impl Server {
         })
     }
 
-    /// `plan`'s model whole on PU `pu`, priced on `costs` under `plan`'s schedule and objective.
-    fn whole_plan(phased: &PhasedGraph, costs: &CostTable, plan: &Plan, pu: &str) -> Result<Plan, RuntimeError> {
-        let placed = Placement {
-            placement: plan.steps.iter().map(|s| (s.op.to_string(), pu.to_string())).collect(),
-            ..placement(plan)
-        };
-        bident_search::plan_from_placement(phased, costs, &placed)
-            .map_err(|e| RuntimeError::Program(format!("a standby plan on `{pu}`: {e}")))
-    }
-
     /// The table the server prices plans on: the profile's, re-priced by every drift seen and
     /// grown by the runs re-plans measured.
-    pub fn costs(&self) -> &CostTable {
+    pub fn costs(&self) -> &P::Table {
         &self.costs
+    }
+
+    /// The SoC it serves on.
+    pub fn soc(&self) -> &SocSpec {
+        &self.soc
     }
 
     /// The plan serving now.
@@ -358,10 +366,10 @@ impl Server {
                     && self.profiled.is_some() =>
             {
                 self.left[pu] = None;
-                let mut costs = self.costs.clone();
-                if let Some(profiled) = &self.profiled {
-                    costs.restore_pu(pu, profiled);
-                }
+                let costs = match &self.profiled {
+                    Some(profiled) => self.planner.restored(&self.costs, pu, profiled),
+                    None => self.costs.clone(),
+                };
                 self.replan_on(pu, now / then, costs);
             }
             // not recovered, or a timing that failed: tried again when the next is due
@@ -382,12 +390,16 @@ impl Server {
         let due = || (0..self.left.len()).find(|&j| matches!(self.left[j], Some(Some(_))) && unused(j));
         let Some(pu) = first.or_else(|| (self.last_retime.elapsed() >= every).then(due).flatten()) else { return };
         self.last_retime = Instant::now();
-        let (graph, phased, soc, backend) =
-            (self.graph.clone(), self.phased.clone(), self.soc.clone(), self.backend.clone());
-        let measure = self.cfg.measure.clone();
+        let planner = self.planner.clone();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
-            let _ = tx.send(time_whole(&graph, &phased, &soc, backend.as_ref(), &measure, pu));
+            // a time of 0 or not finite compares with nothing: a "recovery" to 0 µs would
+            // re-plan on it
+            let timed = planner.time_whole(pu).and_then(|us| match us.is_finite() && us > 0.0 {
+                true => Ok(us),
+                false => Err(RuntimeError::Program(format!("the whole model timed at {us} µs"))),
+            });
+            let _ = tx.send(timed);
         });
         self.retiming = Some((pu, rx));
     }
@@ -493,60 +505,48 @@ impl Server {
     /// most on the re-priced table, if one does; then search, refine and compile in the
     /// background.
     fn replan(&mut self, pu: usize, factor: f64) {
-        let mut costs = self.costs.clone();
-        costs.scale_pu(pu, factor);
+        let costs = self.planner.scaled(&self.costs, pu, factor);
         self.replan_on(pu, factor, costs);
     }
 
     /// Re-plan on `costs`, the table re-priced for PU `pu` by `factor` (its time now against
     /// before): the standby first, then the search in the background.
-    fn replan_on(&mut self, pu: usize, factor: f64, costs: CostTable) {
-        let err = |e: bident_search::SearchError| RuntimeError::Program(format!("re-planning: {e}"));
+    fn replan_on(&mut self, pu: usize, factor: f64, costs: P::Table) {
+        let (detected_after, name) = (self.served - 1, self.soc.pus[pu].name.clone());
         // a plan the table cannot price gives way to no standby: the search says why
-        let staying = bident_search::plan_from_placement(&self.phased, &costs, &placement(&self.plan)).ok();
-        let mut best: Option<(usize, Plan)> = None;
-        if let Some(staying) = &staying {
+        if let Ok(staying) = self.planner.price(&costs, &self.plan) {
             let mut wholes: Vec<(usize, Plan)> = self
                 .standby
                 .iter()
-                .enumerate()
-                .filter_map(|(k, (j, _))| {
-                    Some((k, Self::whole_plan(&self.phased, &costs, &self.plan, &self.soc.pus[*j].name).ok()?))
-                })
+                .filter_map(|(j, _)| Some((*j, self.planner.whole_on(&costs, &self.plan, *j).ok()?)))
                 .collect();
             let priced: Vec<f64> = wholes.iter().map(|(_, p)| objective(p)).collect();
-            best = standby_to_give_way(objective(staying), &priced).map(|i| wholes.swap_remove(i));
+            if let Some(k) = standby_to_give_way(objective(&staying), &priced) {
+                let (j, plan) = wholes.swap_remove(k);
+                self.switches.push(Switch {
+                    detected_after,
+                    outcome: Outcome::Swapped(self.served),
+                    via: Via::Standby,
+                    pu: name.clone(),
+                    factor,
+                    old_predicted_us: staying.predicted_us,
+                    new_predicted_us: plan.predicted_us,
+                    ops_per_pu: plan.ops_per_pu.iter().map(|(pu, &n)| (pu.clone(), n)).collect(),
+                    measured: 0,
+                });
+                self.giving_way = Some((j, plan, costs.clone()));
+            }
         }
-        let (detected_after, name) = (self.served - 1, self.soc.pus[pu].name.clone());
-        let gave_way = best.is_some();
-        if let (Some((k, plan)), Some(staying)) = (best, staying) {
-            self.switches.push(Switch {
-                detected_after,
-                outcome: Outcome::Swapped(self.served),
-                via: Via::Standby,
-                pu: name.clone(),
-                factor,
-                old_predicted_us: staying.predicted_us,
-                new_predicted_us: plan.predicted_us,
-                ops_per_pu: plan.ops_per_pu.iter().map(|(pu, &n)| (pu.clone(), n)).collect(),
-                measured: 0,
-            });
-            self.giving_way = Some((self.standby[k].0, plan, costs.clone()));
-        }
-        let (graph, phased, soc, backend) =
-            (self.graph.clone(), self.phased.clone(), self.soc.clone(), self.backend.clone());
-        let (search, cfg) = (self.search.clone(), self.cfg.clone());
         // the standbys and the plan as they will be once a standby given way to is in
         let mut standing: Vec<usize> = self.standby.iter().map(|(j, _)| *j).collect();
         let serving = match &self.giving_way {
             Some((j, plan, _)) => {
                 standing.retain(|k| k != j);
                 standing.extend(whole_on(&self.plan));
-                placement(plan)
+                plan.clone()
             }
-            None => placement(&self.plan),
+            None => self.plan.clone(),
         };
-        let (tx, rx) = mpsc::channel();
         self.switches.push(Switch {
             detected_after,
             outcome: Outcome::Pending,
@@ -559,45 +559,21 @@ impl Server {
             measured: 0,
         });
         let switch = self.switches.len() - 1;
+        let gave_way = self.giving_way.is_some();
+        let (graph, soc, backend, planner) =
+            (self.graph.clone(), self.soc.clone(), self.backend.clone(), self.planner.clone());
+        let (grouping, op_timeout) = (self.cfg.grouping, self.cfg.op_timeout);
+        let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let r = (|| {
-                let mut costs = costs;
-                let mut plan = bident_search::search(&phased, &costs, &search).map_err(err)?;
-                let mut measured = 0;
-                for round in 0..=bident_search::REFINE_ROUNDS {
-                    let stay = bident_search::plan_from_placement(&phased, &costs, &serving).map_err(err)?;
-                    if !worth_moving(objective(&plan), objective(&stay)) {
-                        plan = stay;
-                        break;
-                    }
-                    let wanted = bident_search::segments_to_measure(&plan, &costs, &phased);
-                    if wanted.is_empty() || round == bident_search::REFINE_ROUNDS {
-                        break;
-                    }
-                    let found = bident_profile::measure_segments(
-                        &graph,
-                        &soc,
-                        backend.as_ref(),
-                        &cfg.measure,
-                        None,
-                        &wanted,
-                        &mut |_| {},
-                    )
-                    .map_err(|e| RuntimeError::Program(format!("re-planning, measuring the plan's runs: {e}")))?;
-                    measured += wanted.len();
-                    costs.segments.extend(found);
-                    plan = bident_search::search(&phased, &costs, &search).map_err(err)?;
-                }
-                let old_us = bident_search::plan_from_placement(&phased, &costs, &serving).map_err(err)?.predicted_us;
-                let moved = serving.placement.len() != plan.steps.len()
-                    || plan.steps.iter().any(|s| serving.placement.get(&s.op.to_string()) != Some(&s.pu));
+                let (plan, costs, measured) = planner.replan(costs, &serving)?;
+                let old_us = planner.price(&costs, &serving)?.predicted_us;
+                let moved = !same_placement(&plan, &serving);
                 let session = match moved && !whole_on(&plan).is_some_and(|j| standing.contains(&j)) {
-                    true => Some(Session::load(
-                        Program::from_plan(&graph, &plan, &soc, cfg.grouping)?,
-                        &soc,
-                        backend,
-                        cfg.op_timeout,
-                    )?),
+                    true => {
+                        let program = Program::from_plan(&graph, &plan, &soc, grouping)?;
+                        Some(Session::load(program, &soc, backend, op_timeout)?)
+                    }
                     false => None,
                 };
                 Ok(Replanned { plan, costs, old_us, session, measured })
@@ -664,29 +640,6 @@ impl Server {
     }
 }
 
-/// The whole model's time on PU `pu` (µs), measured whole ([`RETIME_RUNS`] runs, in whatever
-/// state its cores are in).
-fn time_whole(
-    graph: &FusedGraph,
-    phased: &PhasedGraph,
-    soc: &SocSpec,
-    backend: &dyn Backend,
-    measure: &ProfileConfig,
-    pu: usize,
-) -> Result<f64, RuntimeError> {
-    let cfg = ProfileConfig { warmup: 1, runs: RETIME_RUNS, adaptive: false, ..measure.clone() };
-    let wanted = [(phased.order(), pu)];
-    let found = bident_profile::measure_segments(graph, soc, backend, &cfg, None, &wanted, &mut |_| {})
-        .map_err(|e| RuntimeError::Program(format!("timing the whole model on `{}`: {e}", soc.pus[pu].name)))?;
-    // a time of 0 or not finite compares with nothing: a "recovery" to 0 µs would re-plan on it
-    found
-        .first()
-        .and_then(|s| s.per_pu.get(pu).cloned().flatten())
-        .map(|c| c.weight_us() + c.h2d_us + c.d2h_us)
-        .filter(|us| us.is_finite() && *us > 0.0)
-        .ok_or_else(|| RuntimeError::Program(format!("the whole model did not run on `{}`", soc.pus[pu].name)))
-}
-
 /// Which standby a re-plan gives way to at once, as an index into `standbys` (each one's whole
 /// model priced on the re-priced table, in the objective's unit): the cheapest, if it is below
 /// `staying`, the serving plan priced on that table; ties go to the first.
@@ -702,7 +655,7 @@ fn standby_to_give_way(staying: f64, standbys: &[f64]) -> Option<usize> {
 
 /// Whether a searched plan predicted at `new` is worth measuring and compiling while serving,
 /// against the plan `staying` at: below it by more than [`MOVE_MARGIN`].
-fn worth_moving(new: f64, staying: f64) -> bool {
+pub fn worth_moving(new: f64, staying: f64) -> bool {
     new <= staying * (1.0 - MOVE_MARGIN)
 }
 
@@ -712,13 +665,10 @@ fn recovered(now: f64, then: f64, threshold: f64) -> bool {
     now * threshold < then
 }
 
-/// The plan's placement, as a search pass gives one.
-fn placement(plan: &Plan) -> Placement {
-    Placement {
-        schedule: plan.schedule,
-        objective: plan.objective,
-        placement: plan.steps.iter().map(|s| (s.op.to_string(), s.pu.clone())).collect(),
-    }
+/// Whether two plans put every op on the same PU.
+fn same_placement(a: &Plan, b: &Plan) -> bool {
+    let of = |p: &Plan| p.steps.iter().map(|s| (s.op, s.pu.clone())).collect::<std::collections::BTreeMap<_, _>>();
+    of(a) == of(b)
 }
 
 /// The plan's predicted figure of its objective.

@@ -50,14 +50,14 @@ pub fn fixed_computation_us(passes: usize) -> f64 {
 /// The probe on the calling thread: the median of [`RUNS`] runs of the fixed computation, µs.
 fn probe_us() -> f64 {
     let mut t: Vec<f64> = (0..RUNS).map(|_| fixed_computation_us(PASSES)).collect();
-    crate::quantile(&mut t, 0.5)
+    bident_stats::quantile(&mut t, 0.5)
 }
 
 /// The probe on the calling thread, over the fastest seen on the CPU it ran on: at least 1.
 /// None where that CPU cannot be told or the clock gave no usable time.
 fn slowness_here() -> Option<f64> {
     let us = probe_us();
-    let cpu = bident_backend::current_cpu()?;
+    let cpu = crate::current_cpu()?;
     if !(us.is_finite() && us > 0.0) {
         return None;
     }
@@ -72,7 +72,7 @@ fn slowness_here() -> Option<f64> {
 /// [`slowness_here`] on a thread pinned to CPU `cpu`; None where it cannot be pinned.
 fn slowness(cpu: usize) -> Option<f64> {
     std::thread::scope(|s| {
-        s.spawn(|| bident_backend::pin_current_thread("speed-probe", &[cpu]).ok().and_then(|()| slowness_here()))
+        s.spawn(|| crate::pin_current_thread("speed-probe", &[cpu]).ok().and_then(|()| slowness_here()))
             .join()
             .ok()
             .flatten()
@@ -101,7 +101,7 @@ impl Waited {
 /// [`await_fast_here`]: one that waits for a probe thread sleeps, and a run after a sleep is
 /// slower (waking costs 20-26 µs a run on this VM).
 pub fn await_fast(cores: &[usize], most: Duration, budget: &mut Duration) -> Option<Waited> {
-    let cpus = if cores.is_empty() { bident_backend::allowed_cpus() } else { cores.to_vec() };
+    let cpus = if cores.is_empty() { crate::allowed_cpus() } else { cores.to_vec() };
     wait(most, budget, || cpus.iter().filter_map(|&c| slowness(c)).reduce(f64::max))
 }
 
@@ -116,8 +116,8 @@ pub fn await_fast_here(most: Duration, budget: &mut Duration) -> Option<Waited> 
 /// is the only core). A PU on two cores measures slow when either is slow, and the runtime's
 /// blocks wait for every core.
 pub fn await_fast_on(cores: &[usize], most: Duration, budget: &mut Duration) -> Option<Waited> {
-    let cpus = if cores.is_empty() { bident_backend::allowed_cpus() } else { cores.to_vec() };
-    let here = bident_backend::current_cpu();
+    let cpus = if cores.is_empty() { crate::allowed_cpus() } else { cores.to_vec() };
+    let here = crate::current_cpu();
     let others: Vec<usize> = cpus.into_iter().filter(|&c| Some(c) != here).collect();
     if others.is_empty() {
         return await_fast_here(most, budget);
@@ -130,8 +130,7 @@ pub fn await_fast_on(cores: &[usize], most: Duration, budget: &mut Duration) -> 
                 .map(|&c| {
                     let left = &left;
                     s.spawn(move || {
-                        let r =
-                            bident_backend::pin_current_thread("speed-probe", &[c]).ok().and_then(|()| slowness_here());
+                        let r = crate::pin_current_thread("speed-probe", &[c]).ok().and_then(|()| slowness_here());
                         left.fetch_sub(1, Ordering::AcqRel);
                         r
                     })
@@ -168,7 +167,7 @@ mod tests {
     fn a_probe_takes_microseconds_and_a_core_is_never_faster_than_its_fastest() {
         let us = probe_us();
         assert!(us > 0.0 && us < 100_000.0, "{us}");
-        let cpu = bident_backend::allowed_cpus()[0];
+        let cpu = crate::allowed_cpus()[0];
         let s = slowness(cpu).expect("a probe on an allowed CPU");
         assert!(s >= 1.0, "{s}");
         let here = await_fast_here(Duration::ZERO, &mut Duration::from_secs(0)).expect("a probe here");
