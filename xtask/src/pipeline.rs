@@ -14,12 +14,21 @@ pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| crate::root().join("target"))
 }
 
-/// The passes `--partition` and `--search` choose from: bident's own and the example crate's
-/// custom search, registered like any search from outside bident.
+/// What adds a binary's own passes to bident's ([`crate::main_with`]).
+static REGISTER: std::sync::OnceLock<fn(&mut Passes)> = std::sync::OnceLock::new();
+
+/// Add `register`'s passes to every driver this process makes (the first call counts).
+pub fn register(register: fn(&mut Passes)) {
+    let _ = REGISTER.set(register);
+}
+
+/// The passes `--partition` and `--search` choose from: bident's own and the ones the binary
+/// registered.
 pub fn passes() -> Passes {
     let mut p = Passes::default();
-    // a name clash is impossible here: the example's search has its own name
-    let _ = p.add_search(Box::new(bident_example_search::CheapestRun));
+    if let Some(register) = REGISTER.get() {
+        register(&mut p);
+    }
     p
 }
 
