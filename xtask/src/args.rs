@@ -17,6 +17,7 @@ use bident_search::Mode;
 use clap::{Args, ValueEnum};
 
 #[derive(Args, Clone)]
+#[command(next_help_heading = "Model input")]
 pub struct ImportArgs {
     /// ONNX model file, or `zoo:NAME` for a model the project builds (default: zoo:example).
     pub model: Option<String>,
@@ -28,7 +29,7 @@ pub struct ImportArgs {
     #[arg(long = "input-value", value_name = "NAME=V,V,...")]
     pub input_value: Vec<String>,
     /// Output folder (default: target/bident/<model-name>/).
-    #[arg(long)]
+    #[arg(long, help_heading = "Output")]
     pub out: Option<PathBuf>,
     /// How ONNX nodes are grouped into fused ops: `rules` (bident's fusion rules) or `backend`
     /// (as the SoC's first backend fuses the whole model on its first `local` PU, read from its
@@ -64,10 +65,13 @@ impl ImportArgs {
 }
 
 #[derive(Args, Clone)]
+#[command(next_help_heading = "SoC and PUs")]
 pub struct SocArgs {
-    /// SoC: a preset, `local` (every device of every backend, whole, in f32 and at its default
-    /// precision), `cores` (one pinned single-threaded PU per CPU core and backend), `all`
-    /// (both) or `lunar-lake` (virtual: the paper's CPU + GPU + NPU as an analytic model,
+    /// SoC: a preset, `local` (each backend's device whole and not pinned, in f32, and OpenVINO's
+    /// CPU at its default precision where that is not f32), `cores` (`local`, and one pinned
+    /// single-threaded f32 PU per CPU core and backend), `all` (`cores`, and each core at the
+    /// default precision), `cores-mixed` (the first core on OpenVINO, the second on ONNX
+    /// Runtime) or `lunar-lake` (virtual: the paper's CPU + GPU + NPU as an analytic model,
     /// every figure simulated, nothing runs), or a spec file `FILE.toml` (`cargo xtask soc
     /// NAME` prints a preset as one). PUs that share cores never run at once.
     #[arg(long, default_value = "local")]
@@ -103,6 +107,7 @@ impl SocArgs {
 
 /// How the profile stage measures.
 #[derive(Args, Clone)]
+#[command(next_help_heading = "Measuring")]
 pub struct MeasureArgs {
     /// Timed runs per (op, PU): the cap (the paper's 200) unless --fixed-runs.
     #[arg(long, default_value_t = ProfileConfig::default().runs, value_parser = at_least_one())]
@@ -136,6 +141,7 @@ pub struct ProfileArgs {
 
 /// What the search optimises and may use.
 #[derive(Args, Clone)]
+#[command(next_help_heading = "Planning")]
 pub struct PlanArgs {
     /// latency, energy, or pareto (the latency/energy front: every point is printed and written
     /// to pareto.yaml, the fastest becomes the plan)
@@ -276,6 +282,7 @@ impl ServeArgs {
 }
 
 #[derive(Args, Clone)]
+#[command(next_help_heading = "Running and faults")]
 pub struct RunOpts {
     /// Measured inferences (after warm-up), at least: up to four times as many where the blocks
     /// do not yet tell an alternative measured beside the plan from it.
@@ -325,7 +332,7 @@ pub struct PipelineArgs {
     #[command(flatten)]
     pub soc: SocArgs,
     /// The partition pass, by name (`cargo xtask passes` lists them).
-    #[arg(long, default_value = "phases")]
+    #[arg(long, default_value = "phases", help_heading = "Planning")]
     pub partition: String,
     #[command(flatten)]
     pub plan: PlanArgs,
@@ -334,23 +341,33 @@ pub struct PipelineArgs {
     #[command(flatten)]
     pub run: RunOpts,
     /// Print one JSON object as the last line of stdout.
-    #[arg(long)]
+    #[arg(long, help_heading = "Output")]
     pub json: bool,
     /// A second model to run at the same time (concurrent search over both streams; the plan
     /// goes to --out, default target/bident/pairs/<A>+<B>/, each model's stages to
     /// <out>/<model>/, default target/bident/<model>/).
-    #[arg(long, value_name = "MODEL2")]
+    #[arg(long, value_name = "MODEL2", help_heading = "A second model at once")]
     pub with: Option<String>,
     /// With --with: pin an input's shape of the second model, NAME=D,D,... (repeatable;
     /// --input-shape is the first model's).
-    #[arg(long = "with-input-shape", value_name = "NAME=D,D,...", requires = "with")]
+    #[arg(
+        long = "with-input-shape",
+        value_name = "NAME=D,D,...",
+        requires = "with",
+        help_heading = "A second model at once"
+    )]
     pub with_input_shape: Vec<String>,
     /// With --with: pin an input's value of the second model, NAME=V,V,... (repeatable).
-    #[arg(long = "with-input-value", value_name = "NAME=V,V,...", requires = "with")]
+    #[arg(
+        long = "with-input-value",
+        value_name = "NAME=V,V,...",
+        requires = "with",
+        help_heading = "A second model at once"
+    )]
     pub with_input_value: Vec<String>,
     /// With --with: advance both models in lockstep (the paper's aligned mode, for the same
     /// model twice) instead of the joint (i, j) search.
-    #[arg(long, requires = "with")]
+    #[arg(long, requires = "with", help_heading = "A second model at once")]
     pub aligned: bool,
 }
 

@@ -47,9 +47,6 @@ pub struct ConformanceArgs {
     /// Only the tests listed in this file (one name a line, `#` comments).
     #[arg(long)]
     pub subset: Option<PathBuf>,
-    /// Print a line for every test, not only failures.
-    #[arg(long)]
-    pub verbose: bool,
     /// Last stdout line: one JSON object with total, whole_pass, extracted_pass, parity and the
     /// backend, its version and the PU's precision.
     #[arg(long)]
@@ -333,7 +330,8 @@ pub fn conformance(a: ConformanceArgs) -> Result<()> {
         bident_pass += (b == Outcome::Pass) as usize;
         both += (w == Outcome::Pass && b == Outcome::Pass) as usize;
         let lost = w == Outcome::Pass && b != Outcome::Pass;
-        if a.verbose || lost {
+        // -v: a line for every test, not only the ones lost
+        if tracing::enabled!(tracing::Level::DEBUG) || lost {
             println!(
                 "{name:<60} whole: {:<8} bident: {:<8} {}",
                 w.word(),

@@ -37,6 +37,33 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// More on stderr: with -v, every op's profiled time on every PU (RUST_LOG, where set,
+    /// decides instead).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Less on stderr: no stage lines, progress or summaries; results and errors only.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    quiet: bool,
+}
+
+/// Stage lines on stderr through `tracing`, as they always read (`import: ...`): `RUST_LOG`
+/// where set, else info, warn with -q, debug with -v.
+fn init_logging(verbose: u8, quiet: bool) {
+    let level = match (quiet, verbose) {
+        (true, _) => "warn",
+        (false, 0) => "info",
+        (false, _) => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .without_time()
+        .with_target(false)
+        .with_level(false)
+        .with_ansi(false)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 #[derive(Subcommand)]
@@ -195,6 +222,7 @@ pub unsafe fn main_with(register: fn(&mut bident_driver::Passes)) -> ! {
             std::process::exit(2);
         }
     };
+    init_logging(cli.verbose, cli.quiet);
     let result = match cli.cmd {
         Cmd::Pipeline(a) => pipeline::pipeline(*a),
         Cmd::Import(a) => pipeline::import_cmd(a),
@@ -333,4 +361,31 @@ fn ci() -> Result<()> {
     )?;
     unreferenced_snapshots(&refs)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// clap's own checks of the whole command line (names unique after the global -v and -q
+    /// reach every subcommand, defaults valid), which it otherwise runs only for the
+    /// subcommand a user types.
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        let cli = super::Cli::command();
+        cli.clone().debug_assert();
+        // a subcommand's own `verbose` would take the global's id, and clap would panic on
+        // that subcommand only, when it reads the global's count
+        let mut todo: Vec<&clap::Command> = cli.get_subcommands().collect();
+        while let Some(c) = todo.pop() {
+            for a in c.get_arguments() {
+                assert!(
+                    !["verbose", "quiet"].contains(&a.get_id().as_str()),
+                    "`{}` defines --{}",
+                    c.get_name(),
+                    a.get_id()
+                );
+            }
+            todo.extend(c.get_subcommands());
+        }
+    }
 }

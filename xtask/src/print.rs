@@ -38,11 +38,15 @@ pub fn printable(s: &str) -> String {
 
 /// Print one driver event (the callback every command gives its driver).
 pub fn event(e: Event<'_>) {
+    // -q: the stage lines, bars and summaries go; results on stdout and errors stay
+    if !tracing::enabled!(tracing::Level::INFO) {
+        return;
+    }
     match e {
         Event::Progress { stage, what, done, total } => progress(stage, &what, done, total),
         Event::Note { stage, text } => {
             end_bar();
-            eprintln!("{}: {}", stage.name(), printable(&text));
+            tracing::info!("{}: {}", stage.name(), printable(&text));
         }
         Event::Profiled { table, cfg } => {
             end_bar();

@@ -15,7 +15,12 @@ fn root() -> PathBuf {
 }
 
 fn xtask(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_xtask")).args(args).current_dir(root()).output().expect("xtask runs")
+    Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(args)
+        .current_dir(root())
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("xtask runs")
 }
 
 /// The command failed with exactly one non-empty stderr line, which contains `want`.

@@ -296,6 +296,17 @@ fn measure_units(
         let mut again_here: Vec<(usize, bool)> = vec![];
         let mut measure = |todo: &[usize], column: &mut Column, progress: &mut dyn FnMut(Progress)| {
             for (i, r, slow) in time_units(backend, pu, units, todo, cfg, progress)? {
+                match &r {
+                    Ok(c) => tracing::debug!(
+                        "profile: {} on {}: {:.1} µs ({} runs{})",
+                        units[i].what,
+                        pu.name,
+                        c.weight_us(),
+                        c.runs,
+                        if slow { ", in a slow state" } else { "" }
+                    ),
+                    Err(e) => tracing::debug!("profile: {} on {}: {e}", units[i].what, pu.name),
+                }
                 // running out of time says how long the limit was, not what the op costs
                 let timed_out = r.as_ref().is_err_and(|e| deadline::is_timed_out(e));
                 if let (Some(c), Some(k), false) = (cache, key(i), timed_out) {

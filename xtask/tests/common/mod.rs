@@ -11,6 +11,7 @@ pub fn xtask_within(cwd: &Path, args: &[impl AsRef<OsStr> + std::fmt::Debug], se
     let mut child = Command::new(env!("CARGO_BIN_EXE_xtask"))
         .args(args)
         .current_dir(cwd)
+        .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
