@@ -439,7 +439,7 @@ mod tests {
             left_out += p.priced_otherwise().iter().filter(|&&h| !h).count();
             ops += p.ops();
             for obj in [Objective::Latency, Objective::Energy] {
-                let by_branch = crate::branch_dp(&p, obj).expect("every op runs somewhere");
+                let by_branch = crate::mapping::branch_dp(&p, obj).expect("every op runs somewhere");
                 let sequential = crate::sequential_mapping(&p, obj).expect("every op runs somewhere").assign;
                 let memo = PhaseMemo::new(&p);
                 for start in [by_branch, sequential] {
