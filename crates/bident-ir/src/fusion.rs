@@ -1,5 +1,5 @@
-//! The two fusion sources: bident's own rules (in `lower.rs`) and the backend's grouping, derived
-//! here from a whole-model profile, plus how far the two agree.
+//! The two fusion sources: bident's own rules (in `lower/group.rs`) and the backend's grouping,
+//! derived here from a whole-model profile, plus how far the two agree.
 //!
 //! Backend-true fusion follows the paper: compile the whole model on a reference PU with
 //! profiling on and group the ONNX nodes the way the backend fused them. The profile names each
