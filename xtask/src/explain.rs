@@ -25,7 +25,7 @@ pub fn explain(dir: &Path, json: bool) -> Result<()> {
         plan.predicted_energy_uj
     );
     let width = plan.steps.iter().map(|s| printable(&s.name).chars().count()).max().unwrap_or(4).clamp(4, 40);
-    let kinds = plan.steps.iter().map(|s| s.kind.chars().count()).max().unwrap_or(4).clamp(4, 32);
+    let kinds = plan.steps.iter().map(|s| s.kind.chars().count()).max().unwrap_or(4).clamp(4, 48);
     println!(
         "{:>4}  {:<width$}  {:<kinds$}  {:<10}  {:>9}  {:>9}  {:<15}  fastest alone",
         "op", "name", "kind", "PU", "start µs", "time µs", "reason"
