@@ -152,7 +152,9 @@ pub fn eval(a: EvalArgs) -> Result<()> {
     let soc = driver().soc(&bident_driver::SocChoice::named(&a.soc))?;
     let simulated = matches!(soc, Soc::Virtual(_));
     let label = if simulated { "SIMULATED" } else { "measured" };
-    let out = a.out.clone().unwrap_or_else(|| target_dir().join("bident/eval").join(format!("{}-{}", a.soc, a.size)));
+    // a SoC given as a file path names a folder too: one safe name inside eval/, never a path
+    let key = bident_driver::folder_name(&format!("{}-{}", a.soc, a.size));
+    let out = a.out.clone().unwrap_or_else(|| target_dir().join("bident/eval").join(&key));
     std::fs::create_dir_all(&out).with_context(|| out.display().to_string())?;
     let configs = configs(&a.size, &a.only);
     anyhow::ensure!(!configs.is_empty(), "no family matches --only {:?}", a.only);
@@ -198,14 +200,7 @@ pub fn eval(a: EvalArgs) -> Result<()> {
     if a.only.is_empty() && a.out.is_none() && failed.is_empty() {
         let command = format!("cargo xtask eval --soc {} --size {}{}", a.soc, a.size, runs_flag(a.runs));
         let charts = ["heatmap.svg", "energy.svg", "matmul.svg"];
-        crate::results::record(
-            &crate::results::path(),
-            &format!("{}-{}", a.soc, a.size),
-            &command,
-            &report,
-            &out,
-            &charts,
-        )?;
+        crate::results::record(&crate::results::path(), &key, &command, &report, &out, &charts)?;
         eprintln!("eval: the report is the `{command}` section of {}", crate::results::path().display());
     }
     eprintln!(

@@ -18,6 +18,8 @@ pub fn path() -> PathBuf {
 /// section of `key`, run by `command`, with its charts (file names, copied into
 /// `docs/results/KEY/` from `charts_dir`) linked below it.
 pub fn record(file: &Path, key: &str, command: &str, report: &str, charts_dir: &Path, charts: &[&str]) -> Result<()> {
+    // the key names a folder and the section's markers: a plain name, never a path
+    anyhow::ensure!(key == bident_driver::folder_name(key), "results: `{key}` is not a plain name");
     let old = match file.is_file() {
         true => bident_artifact::files::read_text(file)?,
         false => HEAD.to_string(),
@@ -56,6 +58,14 @@ fn replace_section(text: &str, key: &str, section: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::replace_section;
+
+    /// A key that is a path (an eval's `--soc ../x.toml`) is refused before anything is written.
+    #[test]
+    fn a_key_that_is_a_path_is_refused() {
+        let file = std::path::Path::new("/nonexistent/results.md");
+        let err = super::record(file, "../x.toml-tiny", "c", "# r", file, &[]).expect_err("a path");
+        assert!(err.to_string().contains("not a plain name"), "{err}");
+    }
 
     /// A command's section is replaced in place, the others kept; a new one is appended.
     #[test]
