@@ -80,7 +80,8 @@ pub fn profile(
     for (k, ops) in cfg.segments.iter().enumerate() {
         units.push(Unit::group(g, &ex, ops, cfg.seed, k)?);
     }
-    let mut columns = measure_units(backend, soc, &units, &|_, _| true, cfg, cache, false, progress)?;
+    let m = Measuring { backend, soc, units: &units, cfg, cache, again: false };
+    let mut columns = measure_units(&m, &|_, _| true, progress)?;
     let mut take = |i: usize| -> Vec<Result<Cost, String>> {
         columns.iter_mut().map(|col| col[i].take().unwrap_or_else(|| Err("not measured".into()))).collect()
     };
@@ -244,120 +245,184 @@ fn time_units(
     Ok(out)
 }
 
-/// Time `units` on the PUs of `soc` (`on(unit, pu)`: whether to), PU by PU, through the cache:
-/// `columns[pu][unit]`, None where not asked. With `again`, a unit measured in a slow state of
-/// its PU's cores, and a whole model, is measured once more after every PU's turn, and the
-/// faster of the two kept ([`measure_again`]).
-#[allow(clippy::too_many_arguments)]
-fn measure_units(
-    backend: &dyn Backend,
-    soc: &SocSpec,
-    units: &[Unit],
-    on: &dyn Fn(usize, usize) -> bool,
-    cfg: &ProfileConfig,
-    cache: Option<&cache::CostCache>,
+/// What measuring units on every PU of a SoC shares: the units, the protocol and the cache.
+struct Measuring<'a> {
+    backend: &'a dyn Backend,
+    soc: &'a SocSpec,
+    units: &'a [Unit],
+    cfg: &'a ProfileConfig,
+    cache: Option<&'a cache::CostCache>,
+    /// A unit measured in a slow state of its PU's cores, and a whole model, is measured once
+    /// more after every PU's turn, and the faster of the two kept ([`measure_again`]).
     again: bool,
+}
+
+/// Time the units on the PUs of the SoC (`on(unit, pu)`: whether to), PU by PU, through the
+/// cache: `columns[pu][unit]`, None where not asked.
+fn measure_units(
+    m: &Measuring,
+    on: &dyn Fn(usize, usize) -> bool,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Vec<Column>, ProfileError> {
     let machine = host_description();
-    let mut columns = Vec::with_capacity(soc.pus.len());
+    let mut columns = Vec::with_capacity(m.soc.pus.len());
     let mut second: Vec<SecondLook> = vec![];
-    for (j, pu) in soc.pus.iter().enumerate() {
-        let asked: Vec<usize> = (0..units.len()).filter(|&i| on(i, j)).collect();
-        let pu_key = PuKey::new(backend, soc, pu, &machine)?;
-        let key = |i: usize| pu_key.of(units, i, cfg);
-        let mut column: Column = vec![None; units.len()];
-        let mut cached: Vec<(usize, crate::cache::Conditions)> = vec![];
-        if let Some(c) = cache {
-            for &i in &asked {
-                if let Some(entry) = key(i).and_then(|k| c.get(k)) {
-                    column[i] = Some(entry.result);
-                    cached.push((i, entry.measured));
-                }
-            }
-        }
-        let mut todo: Vec<usize> = asked.iter().copied().filter(|&i| column[i].is_none()).collect();
-        if cache.is_some() {
-            progress(Progress {
-                pu: &pu.name,
-                phase: "cached",
-                done: asked.len() - todo.len(),
-                total: asked.len(),
-                note: None,
-            });
-        }
-        // the costliest cached entries are timed again with the rest: if they moved, the cache
-        // was measured under other conditions and none of the PU's entries is trusted
-        let weight = |r: &Option<Result<Cost, String>>| r.as_ref().and_then(|r| r.as_ref().ok()).map(Cost::weight_us);
-        let mut check: Vec<(usize, f64)> = cached.iter().filter_map(|&(i, _)| Some((i, weight(&column[i])?))).collect();
-        check.sort_by(|a, b| b.1.total_cmp(&a.1));
-        check.truncate(cfg.recheck);
-        todo.extend(check.iter().map(|&(i, _)| i));
-        let mut again_here: Vec<(usize, bool)> = vec![];
-        let mut measure = |todo: &[usize], column: &mut Column, progress: &mut dyn FnMut(Progress)| {
-            for (i, r, slow) in time_units(backend, pu, units, todo, cfg, progress)? {
-                match &r {
-                    Ok(c) => tracing::debug!(
-                        "profile: {} on {}: {:.1} µs ({} runs{})",
-                        units[i].what,
-                        pu.name,
-                        c.weight_us(),
-                        c.runs,
-                        if slow { ", in a slow state" } else { "" }
-                    ),
-                    Err(e) => tracing::debug!("profile: {} on {}: {e}", units[i].what, pu.name),
-                }
-                // running out of time says how long the limit was, not what the op costs
-                let timed_out = r.as_ref().is_err_and(|e| deadline::is_timed_out(e));
-                if let (Some(c), Some(k), false) = (cache, key(i), timed_out) {
-                    c.put(k, &r);
-                }
-                if again && (slow || units[i].whole) {
-                    match again_here.iter_mut().find(|(u, _)| *u == i) {
-                        Some((_, was_slow)) => *was_slow |= slow,
-                        None => again_here.push((i, slow)),
-                    }
-                }
-                column[i] = Some(r);
-            }
-            Ok::<(), ProfileError>(())
-        };
-        measure(&todo, &mut column, progress)?;
-        let mut moved: Vec<f64> =
-            check.iter().filter_map(|&(i, was)| Some((weight(&column[i])? / was - 1.0).abs())).collect();
-        let moved = (!moved.is_empty()).then(|| quantile(&mut moved, 0.5));
-        if let Some(m) = moved.filter(|&m| m > cfg.drift) {
-            // the re-timed entries too: a re-time that moved may be the cache's stale figure or
-            // itself an outlier (one timed in a slow moment), and one more measurement, beside
-            // the PU's other entries, tells. Kept as they were re-timed, four whole models in
-            // one engines eval (stop 47) were priced 1.5-2.2x above what the run measured them at
-            let all_cached: Vec<usize> = cached.iter().map(|&(i, _)| i).collect();
-            let when = cached.first().map_or(String::new(), |(_, c)| format!(", {}", c.describe()));
-            progress(Progress {
-                pu: &pu.name,
-                phase: "stale",
-                done: 0,
-                total: all_cached.len(),
-                note: Some(format!(
-                    "the cached entries moved: {} re-timed by {:.0}% (median{when}); measuring all {} of its cached \
-                     entries again",
-                    check.len(),
-                    m * 100.0,
-                    all_cached.len()
-                )),
-            });
-            measure(&all_cached, &mut column, progress)?;
-        }
-        columns.push(column);
-        if !again_here.is_empty() {
-            second.push(SecondLook { pu: j, key: pu_key, units: again_here });
+    for (j, pu) in m.soc.pus.iter().enumerate() {
+        let asked: Vec<usize> = (0..m.units.len()).filter(|&i| on(i, j)).collect();
+        let key = PuKey::new(m.backend, m.soc, pu, &machine)?;
+        let mut run = PuRun { m, key, column: vec![None; m.units.len()], again: vec![] };
+        let cached = run.take_cached(&asked, progress);
+        let todo: Vec<usize> = asked.iter().copied().filter(|&i| run.column[i].is_none()).collect();
+        run.spot_check(todo, cached, progress)?;
+        columns.push(run.column);
+        if !run.again.is_empty() {
+            second.push(SecondLook { pu: j, key: run.key, units: run.again });
         }
     }
-    measure_again(backend, units, cfg, cache, second, &mut columns, progress)?;
+    measure_again(m, second, &mut columns, progress)?;
     Ok(columns)
 }
 
-/// With `again` in [`measure_units`], one PU's units to measure once more ([`measure_again`]):
+/// One PU's turn in [`measure_units`].
+struct PuRun<'a, 'm> {
+    m: &'m Measuring<'a>,
+    key: PuKey<'m>,
+    column: Column,
+    /// Units to measure once more ([`SecondLook`]), with whether they ran in a slow state.
+    again: Vec<(usize, bool)>,
+}
+
+impl PuRun<'_, '_> {
+    /// Take `asked`'s cached entries: each unit's index and entry.
+    fn take_cached(&mut self, asked: &[usize], progress: &mut dyn FnMut(Progress)) -> Vec<(usize, cache::CachedCost)> {
+        let Some(c) = self.m.cache else { return vec![] };
+        let mut cached = vec![];
+        for &i in asked {
+            if let Some(entry) = self.key.of(self.m.units, i, self.m.cfg).and_then(|k| c.get(k)) {
+                self.column[i] = Some(entry.result.clone());
+                cached.push((i, entry));
+            }
+        }
+        let pu = &self.key.pu.name;
+        progress(Progress { pu, phase: "cached", done: cached.len(), total: asked.len(), note: None });
+        cached
+    }
+
+    /// Measure `todo` with the spot check's first sample of the `cached` entries, and grow the
+    /// sample while it says the cache was slower ([`cache::spot_more`]); say what it found.
+    fn spot_check(
+        &mut self,
+        todo: Vec<usize>,
+        cached: Vec<(usize, cache::CachedCost)>,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<(), ProfileError> {
+        let (units, cfg) = (self.m.units, self.m.cfg);
+        let checkable: Vec<(usize, ContentHash)> = cached
+            .iter()
+            .filter(|(_, e)| e.result.is_ok())
+            .filter_map(|(i, _)| Some((*i, self.key.of(units, *i, cfg)?)))
+            .collect();
+        let order = cache::spot_order(checkable);
+        let (mut done, mut rounds, mut pairs) = (cfg.recheck.min(order.len()), vec![], vec![]);
+        let mut round = self.time([todo.as_slice(), &order[..done]].concat(), &cached, progress)?;
+        while let Some(more) = cache::spot_more(&round, done, order.len() - done, cfg.drift) {
+            rounds.push(done);
+            pairs.append(&mut round);
+            round = self.time(order[done..done + more].to_vec(), &cached, progress)?;
+            done += more;
+        }
+        pairs.append(&mut round);
+        if done == 0 {
+            return Ok(());
+        }
+        let grew = !rounds.is_empty();
+        let note = spot_note(&pairs, (done, order.len()), grew, cached.iter().map(|(_, e)| e.measured), cfg.drift);
+        let pu = &self.key.pu.name;
+        progress(Progress {
+            pu,
+            phase: if grew { "stale" } else { "spot" },
+            done,
+            total: order.len(),
+            note: Some(note),
+        });
+        Ok(())
+    }
+
+    /// Time `todo` on the PU and store what it measured; a unit among `cached` keeps the faster
+    /// of its two figures. Returns each cached unit's (cached, now) figures.
+    fn time(
+        &mut self,
+        todo: Vec<usize>,
+        cached: &[(usize, cache::CachedCost)],
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<Vec<(f64, f64)>, ProfileError> {
+        let (m, pu) = (self.m, self.key.pu);
+        let mut pairs = vec![];
+        for (i, r, slow) in time_units(m.backend, pu, m.units, &todo, m.cfg, progress)? {
+            match &r {
+                Ok(c) => tracing::debug!(
+                    "profile: {} on {}: {:.1} µs ({} runs{})",
+                    m.units[i].what,
+                    pu.name,
+                    c.weight_us(),
+                    c.runs,
+                    if slow { ", in a slow state" } else { "" }
+                ),
+                Err(e) => tracing::debug!("profile: {} on {}: {e}", m.units[i].what, pu.name),
+            }
+            if m.again && (slow || m.units[i].whole) {
+                match self.again.iter_mut().find(|(u, _)| *u == i) {
+                    Some((_, was_slow)) => *was_slow |= slow,
+                    None => self.again.push((i, slow)),
+                }
+            }
+            let was =
+                cached.iter().find(|(u, _)| *u == i).and_then(|(_, e)| e.result.as_ref().ok()).map(Cost::weight_us);
+            let now = r.as_ref().ok().map(Cost::weight_us);
+            if let (Some(was), Some(now)) = (was, now) {
+                pairs.push((was, now));
+                if now >= was {
+                    continue;
+                }
+            }
+            // running out of time says how long the limit was, not what the op costs
+            let timed_out = r.as_ref().is_err_and(|e| deadline::is_timed_out(e));
+            if let (Some(c), Some(k), false) = (m.cache, self.key.of(m.units, i, m.cfg), timed_out) {
+                c.put(k, &r);
+            }
+            self.column[i] = Some(r);
+        }
+        Ok(pairs)
+    }
+}
+
+/// What a PU's spot check found, for the log: how many of its cached entries were re-timed,
+/// by how much they moved, how old they were, and what was kept.
+fn spot_note(
+    pairs: &[(f64, f64)],
+    (done, of): (usize, usize),
+    grew: bool,
+    measured: impl Iterator<Item = cache::Conditions>,
+    drift: f64,
+) -> String {
+    let oldest =
+        measured.min_by_key(|c| c.at_unix_s).map_or(String::new(), |c| format!(" (the oldest {})", c.describe()));
+    let faster = pairs.iter().filter(|(was, now)| now < was).count();
+    let by = cache::spot_move(pairs).map_or(String::new(), |m| format!("median {:+.0}%, ", m * 100.0));
+    let verdict = match cache::spot_move(pairs) {
+        _ if grew && done == of => {
+            "the cache was measured in a slower state: every entry re-timed, the faster figures kept"
+        }
+        _ if grew => {
+            "the cache was measured in a slower state: re-timed until the sample held, the faster figures kept"
+        }
+        Some(m) if m > drift => "the machine is slower now: the cache holds",
+        _ => "within the noise: the cache holds, the faster figures kept",
+    };
+    format!("spot check re-timed {done} of {of} cached entries{oldest}: {by}{faster} faster; {verdict}")
+}
+
+/// With [`Measuring::again`], one PU's units to measure once more ([`measure_again`]):
 /// those measured (not taken from the cache, or re-timed by the drift check) in a slow state of
 /// its cores, and its whole models measured so. A whole model thus gets the faster of two
 /// measurements where other segments get one: the search leans a little towards whole models.
@@ -382,14 +447,12 @@ struct SecondLook<'a> {
 /// (from Python the model alternated between 82-89 µs and 124-167 µs from one round of runs to
 /// the next).
 fn measure_again(
-    backend: &dyn Backend,
-    units: &[Unit],
-    cfg: &ProfileConfig,
-    cache: Option<&cache::CostCache>,
+    m: &Measuring,
     second: Vec<SecondLook>,
     columns: &mut [Column],
     progress: &mut dyn FnMut(Progress),
 ) -> Result<(), ProfileError> {
+    let (backend, units, cfg, cache) = (m.backend, m.units, m.cfg, m.cache);
     for SecondLook { pu: j, key: pu_key, units: again } in second {
         let (pu, column) = (pu_key.pu, &mut columns[j]);
         let todo: Vec<usize> = again.iter().map(|&(i, _)| i).collect();
@@ -447,7 +510,8 @@ pub fn measure_segments(
     for (k, (ops, _)) in wanted.iter().enumerate() {
         units.push(Unit::group(g, &ex, ops, cfg.seed, k)?);
     }
-    let columns = measure_units(backend, soc, &units, &|i, j| wanted[i].1 == j, cfg, cache, true, progress)?;
+    let m = Measuring { backend, soc, units: &units, cfg, cache, again: true };
+    let columns = measure_units(&m, &|i, j| wanted[i].1 == j, progress)?;
     Ok(wanted
         .iter()
         .enumerate()
