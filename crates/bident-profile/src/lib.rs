@@ -11,6 +11,8 @@ pub mod cache;
 #[cfg(feature = "measure")]
 mod measure;
 #[cfg(feature = "measure")]
+mod timing;
+#[cfg(feature = "measure")]
 pub use measure::{Progress, backend_layers, describe, measure_segments, profile};
 pub mod coexec;
 pub mod contention;

@@ -1,12 +1,11 @@
 //! Measuring ops on a SoC's PUs through a backend (behind the `measure` feature): the cost
 //! table's op and segment columns, and the backend's own fusion of a whole model.
 
-use std::time::{Duration, Instant};
-
-use bident_backend::{Backend, BackendError, Executable, PuSpec, SocSpec, deadline};
+use bident_backend::{Backend, BackendError, PuSpec, SocSpec, deadline};
 use bident_ir::{BackendLayer, Extractor, FusedGraph, OpId, TensorId};
 use bident_tensor::HostTensor;
 
+use crate::timing::{Batch, profile_pu};
 use crate::*;
 
 /// The backend's own grouping of `g`'s lowered model: compile it whole on `pu` with per-layer
@@ -182,13 +181,13 @@ fn seeded_inputs(g: &FusedGraph, ins: &[TensorId], seed: u64, unit: usize) -> Ve
 }
 
 /// A unit's result on a PU: a cost or why not.
-type Entry = Result<Cost, String>;
+pub(crate) type Entry = Result<Cost, String>;
 
 /// One PU's results per unit, None where not asked.
 type Column = Vec<Option<Entry>>;
 
 /// A PU's measurement: its entries and how many measured rounds ran in a slow state.
-type Timed = (Vec<Entry>, usize);
+pub(crate) type Timed = (Vec<Entry>, usize);
 
 /// How unit `i` is compiled on `pu` ([`Unit::whole`]): the PU as configured or its quiet variant.
 fn unit_spec<'a>(units: &[Unit], i: usize, pu: &'a PuSpec, quiet: &'a PuSpec) -> &'a PuSpec {
@@ -520,186 +519,4 @@ pub fn measure_segments(
             per_pu: columns.iter().map(|col| col[k].clone().and_then(Result::ok)).collect(),
         })
         .collect())
-}
-
-/// How long a measured round waits for the PU's cores' fast state ([`crate::speed`]), at most,
-/// and all rounds of one PU's measurement together.
-const SPEED_WAIT: Duration = Duration::from_millis(200);
-const SPEED_BUDGET: Duration = Duration::from_secs(2);
-const SPEED_EVERY: Duration = Duration::from_millis(20);
-
-/// How often the timing loop reports its progress, at most.
-const PROGRESS_EVERY: Duration = Duration::from_millis(100);
-
-/// Profiled runs per op that split its inference call into dispatch and execution.
-const SPLIT_RUNS: usize = 5;
-
-/// The units one PU times together: their models, inputs and names.
-struct Batch<'a> {
-    models: &'a [&'a [u8]],
-    inputs: &'a [&'a [HostTensor]],
-    what: &'a [&'a str],
-}
-
-/// One PU's column of the table: a cost, or the backend's reason, per op, and how many measured
-/// rounds ran in a slow state of the PU's cores (the wait for their fast state ran out); `Err`
-/// when the PU itself cannot be used.
-fn profile_pu(
-    backend: &dyn Backend,
-    pu: &PuSpec,
-    Batch { models, inputs, what }: Batch,
-    cfg: &ProfileConfig,
-    progress: &mut dyn FnMut(Progress),
-) -> Result<Result<Timed, String>, ProfileError> {
-    let (tx, rx) = std::sync::mpsc::channel::<(&'static str, usize, usize)>();
-    std::thread::scope(|s| {
-        let worker = s.spawn(move || -> Result<Timed, BackendError> {
-            bident_backend::pin_current_thread(&pu.name, &pu.cores)?;
-            let n = models.len();
-            let quiet = backend.quiet(pu);
-            // timed: the plain executable (a backend's per-layer profiling may slow a run down,
-            // ONNX Runtime's writes a file per run); the profiled one only splits the time into
-            // dispatch and execution, from a few runs of its own
-            let mut exes: Vec<Result<Box<dyn Executable>, String>> = Vec::with_capacity(n);
-            let mut profiled: Vec<Option<Box<dyn Executable>>> = Vec::with_capacity(n);
-            for (i, m) in models.iter().enumerate() {
-                let _ = tx.send(("compiling", i, n));
-                exes.push(backend.compile(m, pu).map_err(|e| e.to_string()));
-                // quiet: its pool must not spin beside the timed runs (it only splits their time)
-                profiled.push(exes[i].is_ok().then(|| backend.compile_profiled(m, &quiet).ok()).flatten());
-            }
-            // made once, not per call: the timing loop between two runs stays as it was
-            let said: Vec<std::sync::Arc<str>> =
-                what.iter().map(|w| format!("{w} on PU `{}`", pu.name).into()).collect();
-            let cancel = |e: Option<&dyn Executable>| e.and_then(|e| e.canceller());
-            let cancels: Vec<_> = exes.iter().map(|e| cancel(e.as_deref().ok())).collect();
-            let profiled_cancels: Vec<_> = profiled.iter().map(|p| cancel(p.as_deref())).collect();
-            let cap = cfg.runs.max(1);
-            let rounds = cfg.warmup + cap;
-            let rapl = power::Rapl::open();
-            let mut energy = None;
-            // samples[i] = [h2d, infer, d2h] per measured run; split[i]: execution's share of a
-            // profiled run's inference call
-            let mut samples: Vec<[Vec<f64>; 3]> = vec![Default::default(); n];
-            let mut split: Vec<Vec<f64>> = vec![vec![]; n];
-            let mut failed: Vec<Option<String>> = vec![None; n];
-            let mut done = vec![false; n];
-            let (mut budget, mut slow, mut last_probe, mut last_progress) = (SPEED_BUDGET, 0, None, None);
-            for r in 0..rounds {
-                // progress at most every PROGRESS_EVERY: each message wakes the thread that draws
-                // it, which the scheduler may put on this core between two timed runs
-                if last_progress.is_none_or(|t: Instant| t.elapsed() >= PROGRESS_EVERY) {
-                    let _ = tx.send(("timing", r as usize, rounds as usize));
-                    last_progress = Some(Instant::now());
-                }
-                // measured rounds start in the PU's cores' fast state, probed from this thread (it
-                // must not sleep before its runs) at most every SPEED_EVERY: a probe before
-                // every round of one whole model (~50 µs) put it 5-10% higher
-                if cfg.fast_state && r >= cfg.warmup && last_probe.is_none_or(|t: Instant| t.elapsed() >= SPEED_EVERY) {
-                    let w = crate::speed::await_fast_on(&pu.cores, SPEED_WAIT, &mut budget);
-                    slow += usize::from(w.is_some_and(|w| !w.fast()));
-                    last_probe = Some(Instant::now());
-                }
-                if r == cfg.warmup {
-                    energy = rapl.as_ref().and_then(power::Rapl::start);
-                }
-                for i in 0..n {
-                    let Ok(exe) = exes[i].as_mut() else { continue };
-                    if failed[i].is_some() || done[i] {
-                        continue;
-                    }
-                    let refs: Vec<&HostTensor> = inputs[i].iter().collect();
-                    // every call bounded by the process's limit (--timeout), cancelled past it
-                    if r >= cfg.warmup
-                        && split[i].len() < SPLIT_RUNS
-                        && let Some(p) = profiled[i].as_mut()
-                        && let Ok(Ok((_, t))) =
-                            deadline::guard(&said[i], profiled_cancels[i].as_ref(), || p.run_timed(&refs))
-                        && let Ok(layers) = p.layers()
-                    {
-                        let infer = t.infer.as_secs_f64();
-                        let exec: f64 = layers.iter().map(|l| l.real_time.as_secs_f64()).sum();
-                        if infer > 0.0 && exec > 0.0 {
-                            split[i].push((exec / infer).min(1.0));
-                        }
-                    }
-                    match deadline::guard(&said[i], cancels[i].as_ref(), || exe.run_timed(&refs))
-                        .map_err(|e| e.to_string())
-                    {
-                        Ok(Ok((_, t))) if r >= cfg.warmup => {
-                            let s = &mut samples[i];
-                            s[0].push(t.h2d.as_secs_f64() * 1e6);
-                            s[1].push(t.infer.as_secs_f64() * 1e6);
-                            s[2].push(t.d2h.as_secs_f64() * 1e6);
-                            if cfg.adaptive && s[1].len() as u32 >= cfg.min_runs.max(3) {
-                                let mut w = s[1].clone();
-                                w.sort_by(f64::total_cmp);
-                                done[i] = median_rel_ci(&w) <= cfg.rel_ci;
-                            }
-                        }
-                        Ok(Ok(_)) => {}
-                        Ok(Err(e)) => failed[i] = Some(e.to_string()),
-                        Err(e) => failed[i] = Some(e),
-                    }
-                }
-                if r >= cfg.warmup
-                    && done.iter().zip(&failed).zip(&exes).all(|((d, f), e)| *d || f.is_some() || e.is_err())
-                {
-                    break;
-                }
-            }
-            let _ = tx.send(("timing", rounds as usize, rounds as usize));
-            let measured_w = rapl.as_ref().zip(energy.as_ref()).and_then(|(r, e)| r.watts_since(e));
-            if slow > 0 {
-                let _ = tx.send(("slow", slow, rounds.saturating_sub(cfg.warmup) as usize));
-            }
-            let costs = exes
-                .into_iter()
-                .zip(samples)
-                .zip(split)
-                .zip(failed)
-                .map(|(((exe, [h2d, infer, d2h]), mut split), failed)| {
-                    exe?;
-                    if let Some(e) = failed {
-                        return Err(e);
-                    }
-                    // without a profile the whole call counts as execution
-                    let share = if split.is_empty() { 1.0 } else { quantile(&mut split, 0.5) };
-                    let dispatch = infer.iter().map(|t| t * (1.0 - share)).collect();
-                    let exec = infer.iter().map(|t| t * share).collect();
-                    let mut parts = [h2d, dispatch, exec, d2h];
-                    let runs = parts[2].len() as u32;
-                    let stop_check = (!cfg.adaptive).then(|| replay_stop(&infer, cfg));
-                    let mut q = |k: usize, p: f64| quantile(&mut parts[k], p);
-                    let median = [q(0, 0.5), q(1, 0.5), q(2, 0.5), q(3, 0.5)];
-                    Ok(Cost {
-                        h2d_us: median[0],
-                        dispatch_us: median[1],
-                        exec_us: median[2],
-                        d2h_us: median[3],
-                        p10_us: [q(0, 0.1), q(1, 0.1), q(2, 0.1), q(3, 0.1)],
-                        p90_us: [q(0, 0.9), q(1, 0.9), q(2, 0.9), q(3, 0.9)],
-                        runs,
-                        power_w: measured_w.unwrap_or(pu.declared_power_w),
-                        power: if measured_w.is_some() { PowerSource::Measured } else { PowerSource::Declared },
-                        stop_check,
-                    })
-                })
-                .collect();
-            Ok((costs, slow))
-        });
-        for (phase, done, total) in rx {
-            let note = (phase == "slow").then(|| {
-                format!(
-                    "measured in a slow state of its cores {done} times (the wait for their fast state ran out; see \
-                     bident_profile::speed)"
-                )
-            });
-            progress(Progress { pu: &pu.name, phase, done, total, note });
-        }
-        match worker.join() {
-            Ok(col) => Ok(col.map_err(|e| e.to_string())),
-            Err(_) => Err(ProfileError::Worker(pu.name.clone())),
-        }
-    })
 }

@@ -152,117 +152,114 @@ pub fn import(text: &str, format: Format, origin: &str) -> Result<CostTable, Pro
     bident_artifact::files::check_nesting(text).map_err(bad)?;
     match format {
         Format::Json => serde_json::from_str(text).map_err(|e| bad(e.to_string())),
-        Format::Csv => {
-            let mut lines = text.lines();
-            let first = lines.next().unwrap_or("");
-            if !first.starts_with(CSV_MAGIC) {
-                return Err(bad(format!("not a bident cost table export (first line should start `{CSV_MAGIC}`)")));
-            }
-            let mut meta = serde_json::Map::new();
-            let mut body_at = first.len() + 1;
-            for line in lines {
-                let Some(kv) = line.strip_prefix("# ") else { break };
-                body_at += line.len() + 1;
-                let (k, v) = kv.split_once(": ").ok_or_else(|| bad(format!("bad metadata line `{line}`")))?;
-                let v = serde_json::from_str(v).map_err(|e| bad(format!("metadata `{k}`: {e}")))?;
-                meta.insert(k.to_string(), v);
-            }
-            for key in META {
-                if !meta.contains_key(*key) {
-                    return Err(bad(format!("metadata line `# {key}: ...` is missing")));
-                }
-            }
-            // the table without its ops, from the metadata
-            meta.insert("ops".into(), serde_json::Value::Array(vec![]));
-            let mut t: CostTable =
-                serde_json::from_value(serde_json::Value::Object(meta)).map_err(|e| bad(format!("metadata: {e}")))?;
-            let n = t.soc.pus.len();
-            // every (op, PU) has exactly one row: a repeated one would silently override, a
-            // missing one would read as "cannot run there"
-            let mut seen: Vec<Vec<bool>> = vec![];
-            let mut r = csv::Reader::from_reader(text.get(body_at..).unwrap_or("").as_bytes());
-            for (k, row) in r.deserialize::<Row>().enumerate() {
-                let mut row = row.map_err(|e| bad(format!("row {}: {e}", k + 1)))?;
-                for text in [&mut row.name, &mut row.kind, &mut row.pu].into_iter().chain(row.failure.as_mut()) {
-                    *text = uncell(text);
-                }
-                let j = t
-                    .soc
-                    .pus
-                    .iter()
-                    .position(|p| p.name == row.pu)
-                    .ok_or_else(|| bad(format!("row {}: PU `{}` is not in the SoC", k + 1, row.pu)))?;
-                if row.op as usize == t.ops.len() {
-                    seen.push(vec![false; n]);
-                    t.ops.push(OpCosts {
-                        op: row.op,
-                        name: row.name.clone(),
-                        kind: row.kind.clone(),
-                        per_pu: vec![None; n],
-                        failures: vec![],
-                    });
-                }
-                let o = t
-                    .ops
-                    .get_mut(row.op as usize)
-                    .filter(|o| o.name == row.name && o.kind == row.kind)
-                    .ok_or_else(|| bad(format!("row {}: op {} `{}` is out of order", k + 1, row.op, row.name)))?;
-                if std::mem::replace(&mut seen[row.op as usize][j], true) {
-                    return Err(bad(format!(
-                        "row {}: op {} `{}` on PU `{}` has a row already",
-                        k + 1,
-                        row.op,
-                        row.name,
-                        row.pu
-                    )));
-                }
-                let cost =
-                    match (row.h2d_us, row.dispatch_us, row.exec_us, row.d2h_us, row.runs, row.power_w, row.power) {
-                        (Some(h2d), Some(dispatch), Some(exec), Some(d2h), Some(runs), Some(power_w), Some(power)) => {
-                            let q = |v: [Option<f64>; 4]| -> Result<[f64; 4], ProfileError> {
-                                let got: Option<Vec<f64>> = v.into_iter().collect();
-                                got.and_then(|g| g.try_into().ok())
-                                    .ok_or_else(|| bad(format!("row {}: a p10/p90 is missing", k + 1)))
-                            };
-                            Some(Cost {
-                                h2d_us: h2d,
-                                dispatch_us: dispatch,
-                                exec_us: exec,
-                                d2h_us: d2h,
-                                p10_us: q([row.h2d_p10_us, row.dispatch_p10_us, row.exec_p10_us, row.d2h_p10_us])?,
-                                p90_us: q([row.h2d_p90_us, row.dispatch_p90_us, row.exec_p90_us, row.d2h_p90_us])?,
-                                runs,
-                                power_w,
-                                power,
-                                stop_check: match (row.stop_runs, row.stop_median_us, row.full_median_us) {
-                                    (Some(runs), Some(median_us), Some(full_median_us)) => {
-                                        Some(StopCheck { runs, median_us, full_median_us })
-                                    }
-                                    (None, None, None) => None,
-                                    _ => {
-                                        return Err(bad(format!(
-                                            "row {}: the stop-check columns are incomplete",
-                                            k + 1
-                                        )));
-                                    }
-                                },
-                            })
-                        }
-                        (None, None, None, None, None, None, None) => None,
-                        _ => return Err(bad(format!("row {}: some cost columns are empty, others not", k + 1))),
-                    };
-                o.per_pu[j] = cost;
-                if let Some(reason) = row.failure {
-                    o.failures.push((row.pu, reason));
-                }
-            }
-            for (op, row) in seen.iter().enumerate() {
-                if let Some(j) = row.iter().position(|&s| !s) {
-                    return Err(bad(format!("op {op} has no row for PU `{}`", t.soc.pus[j].name)));
-                }
-            }
-            Ok(t)
+        Format::Csv => import_csv(text, &bad),
+    }
+}
+
+/// The error of a malformed export, from its reason.
+type Bad<'a> = &'a dyn Fn(String) -> ProfileError;
+
+/// A CSV export: the metadata lines, then a row per (op, PU).
+fn import_csv(text: &str, bad: Bad) -> Result<CostTable, ProfileError> {
+    let (mut t, body_at) = csv_metadata(text, bad)?;
+    let n = t.soc.pus.len();
+    // every (op, PU) has exactly one row: a repeated one would silently override, a
+    // missing one would read as "cannot run there"
+    let mut seen: Vec<Vec<bool>> = vec![];
+    let mut r = csv::Reader::from_reader(text.get(body_at..).unwrap_or("").as_bytes());
+    for (k, row) in r.deserialize::<Row>().enumerate() {
+        let mut row = row.map_err(|e| bad(format!("row {}: {e}", k + 1)))?;
+        for text in [&mut row.name, &mut row.kind, &mut row.pu].into_iter().chain(row.failure.as_mut()) {
+            *text = uncell(text);
         }
+        let j = t
+            .soc
+            .pus
+            .iter()
+            .position(|p| p.name == row.pu)
+            .ok_or_else(|| bad(format!("row {}: PU `{}` is not in the SoC", k + 1, row.pu)))?;
+        if row.op as usize == t.ops.len() {
+            seen.push(vec![false; n]);
+            t.ops.push(OpCosts {
+                op: row.op,
+                name: row.name.clone(),
+                kind: row.kind.clone(),
+                per_pu: vec![None; n],
+                failures: vec![],
+            });
+        }
+        let o = t
+            .ops
+            .get_mut(row.op as usize)
+            .filter(|o| o.name == row.name && o.kind == row.kind)
+            .ok_or_else(|| bad(format!("row {}: op {} `{}` is out of order", k + 1, row.op, row.name)))?;
+        if std::mem::replace(&mut seen[row.op as usize][j], true) {
+            let (op, name, pu) = (row.op, &row.name, &row.pu);
+            return Err(bad(format!("row {}: op {op} `{name}` on PU `{pu}` has a row already", k + 1)));
+        }
+        o.per_pu[j] = row.cost(k, bad)?;
+        if let Some(reason) = row.failure {
+            o.failures.push((row.pu, reason));
+        }
+    }
+    for (op, row) in seen.iter().enumerate() {
+        if let Some(j) = row.iter().position(|&s| !s) {
+            return Err(bad(format!("op {op} has no row for PU `{}`", t.soc.pus[j].name)));
+        }
+    }
+    Ok(t)
+}
+
+/// The table without its ops, from the export's metadata lines, and where its rows start.
+fn csv_metadata(text: &str, bad: Bad) -> Result<(CostTable, usize), ProfileError> {
+    let mut lines = text.lines();
+    let first = lines.next().unwrap_or("");
+    if !first.starts_with(CSV_MAGIC) {
+        return Err(bad(format!("not a bident cost table export (first line should start `{CSV_MAGIC}`)")));
+    }
+    let mut meta = serde_json::Map::new();
+    let mut body_at = first.len() + 1;
+    for line in lines {
+        let Some(kv) = line.strip_prefix("# ") else { break };
+        body_at += line.len() + 1;
+        let (k, v) = kv.split_once(": ").ok_or_else(|| bad(format!("bad metadata line `{line}`")))?;
+        let v = serde_json::from_str(v).map_err(|e| bad(format!("metadata `{k}`: {e}")))?;
+        meta.insert(k.to_string(), v);
+    }
+    for key in META {
+        if !meta.contains_key(*key) {
+            return Err(bad(format!("metadata line `# {key}: ...` is missing")));
+        }
+    }
+    meta.insert("ops".into(), serde_json::Value::Array(vec![]));
+    let t = serde_json::from_value(serde_json::Value::Object(meta)).map_err(|e| bad(format!("metadata: {e}")))?;
+    Ok((t, body_at))
+}
+
+impl Row {
+    /// Row `k`'s cost: every cost column filled, or none (the op cannot run on the PU).
+    fn cost(&self, k: usize, bad: Bad) -> Result<Option<Cost>, ProfileError> {
+        let row = self;
+        let (Some(h2d_us), Some(dispatch_us), Some(exec_us), Some(d2h_us), Some(runs), Some(power_w), Some(power)) =
+            (row.h2d_us, row.dispatch_us, row.exec_us, row.d2h_us, row.runs, row.power_w, row.power)
+        else {
+            return match (row.h2d_us, row.dispatch_us, row.exec_us, row.d2h_us, row.runs, row.power_w, row.power) {
+                (None, None, None, None, None, None, None) => Ok(None),
+                _ => Err(bad(format!("row {}: some cost columns are empty, others not", k + 1))),
+            };
+        };
+        let q = |v: [Option<f64>; 4]| -> Result<[f64; 4], ProfileError> {
+            let got: Option<Vec<f64>> = v.into_iter().collect();
+            got.and_then(|g| g.try_into().ok()).ok_or_else(|| bad(format!("row {}: a p10/p90 is missing", k + 1)))
+        };
+        let p10_us = q([row.h2d_p10_us, row.dispatch_p10_us, row.exec_p10_us, row.d2h_p10_us])?;
+        let p90_us = q([row.h2d_p90_us, row.dispatch_p90_us, row.exec_p90_us, row.d2h_p90_us])?;
+        let stop_check = match (row.stop_runs, row.stop_median_us, row.full_median_us) {
+            (Some(runs), Some(median_us), Some(full_median_us)) => Some(StopCheck { runs, median_us, full_median_us }),
+            (None, None, None) => None,
+            _ => return Err(bad(format!("row {}: the stop-check columns are incomplete", k + 1))),
+        };
+        Ok(Some(Cost { h2d_us, dispatch_us, exec_us, d2h_us, p10_us, p90_us, runs, power_w, power, stop_check }))
     }
 }
 
