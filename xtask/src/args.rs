@@ -78,7 +78,14 @@ pub struct SocArgs {
     pub soc: String,
     /// The backends PUs may use, the first being the default one (presets name its PUs
     /// without a tag; `CPU.ort` is ONNX Runtime's CPU beside OpenVINO's `CPU`).
-    #[arg(long, value_delimiter = ',', default_value = "openvino,onnxruntime", value_parser = ["openvino", "onnxruntime"])]
+    #[arg(
+        long = "backend",
+        visible_alias = "backends",
+        value_name = "BACKEND,...",
+        value_delimiter = ',',
+        default_value = "openvino,onnxruntime",
+        value_parser = ["openvino", "onnxruntime"]
+    )]
     pub backends: Vec<String>,
     /// `default`: presets offer each CPU at its default precision beside exact f32 (`CPU.bf16`
     /// where OpenVINO computes in bf16); `exact`: f32 only (a spec file's PUs must ask for f32).
@@ -106,8 +113,12 @@ impl SocArgs {
 }
 
 /// How the profile stage measures.
+/// The help headings of the flags a virtual SoC ignores: nothing is measured or run on it.
+pub const MEASURING: &str = "Measuring";
+pub const RUNNING: &str = "Running and faults";
+
 #[derive(Args, Clone)]
-#[command(next_help_heading = "Measuring")]
+#[command(next_help_heading = MEASURING)]
 pub struct MeasureArgs {
     /// Timed runs per (op, PU): the cap (the paper's 200) unless --fixed-runs.
     #[arg(long, default_value_t = ProfileConfig::default().runs, value_parser = at_least_one())]
@@ -282,7 +293,7 @@ impl ServeArgs {
 }
 
 #[derive(Args, Clone)]
-#[command(next_help_heading = "Running and faults")]
+#[command(next_help_heading = RUNNING)]
 pub struct RunOpts {
     /// Measured inferences (after warm-up), at least: up to four times as many where the blocks
     /// do not yet tell an alternative measured beside the plan from it.
@@ -369,6 +380,10 @@ pub struct PipelineArgs {
     /// model twice) instead of the joint (i, j) search.
     #[arg(long, requires = "with", help_heading = "A second model at once")]
     pub aligned: bool,
+    /// The flags under [`MEASURING`] and [`RUNNING`] given on the command line (not defaults),
+    /// refused on a virtual SoC.
+    #[arg(skip)]
+    pub measuring_given: Vec<String>,
 }
 
 impl PipelineArgs {

@@ -25,10 +25,10 @@ pub fn codegen(check: bool) -> Result<()> {
         if current != fresh {
             bail!("{OUT} is stale: run `cargo xtask codegen` and commit the result");
         }
-        eprintln!("codegen: {OUT} is up to date");
+        tracing::info!("codegen: {OUT} is up to date");
     } else {
         std::fs::write(&out, fresh)?;
-        eprintln!("codegen: wrote {OUT}");
+        tracing::info!("codegen: wrote {OUT}");
     }
     Ok(())
 }

@@ -90,7 +90,7 @@ pub fn engines(targets: &[Target], runs: u32, out: &std::path::Path) -> Result<S
     let t0 = std::time::Instant::now();
     let (mut rows, mut failed) = (vec![], vec![]);
     for (k, t) in targets.iter().enumerate() {
-        eprintln!("engines: [{}/{}] {} ({:.0} s)", k + 1, targets.len(), t.label, t0.elapsed().as_secs_f64());
+        tracing::info!("engines: [{}/{}] {} ({:.0} s)", k + 1, targets.len(), t.label, t0.elapsed().as_secs_f64());
         let mut o = Options::new(t.import.model.clone(), "all");
         o.import = t.import.clone();
         o.out = Some(target_dir().join("bident/engines").join(&t.label));
@@ -101,7 +101,7 @@ pub fn engines(targets: &[Target], runs: u32, out: &std::path::Path) -> Result<S
         let out = match driver().pipeline(&o) {
             Ok(out) => out,
             Err(e) => {
-                eprintln!("engines: {} failed: {e:#}", t.label);
+                tracing::warn!("engines: {} failed: {e:#}", t.label);
                 failed.push((t.label.clone(), format!("{e:#}")));
                 continue;
             }
@@ -123,7 +123,7 @@ pub fn engines(targets: &[Target], runs: u32, out: &std::path::Path) -> Result<S
     crate::eval::failures(&mut table, &failed, targets.len());
     bident_artifact::files::write_bytes(&out.join("engines.md"), table.as_bytes())?;
     print!("{table}");
-    eprintln!(
+    tracing::info!(
         "engines: {} models in {:.0} s [measured] -> {}",
         rows.len(),
         t0.elapsed().as_secs_f64(),

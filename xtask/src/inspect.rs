@@ -41,12 +41,12 @@ pub fn extract(a: ExtractArgs) -> Result<()> {
         Some(op) => {
             let id = bident_ir::resolve_op(g.ops.iter().map(|o| o.name.as_str()), op)
                 .map_err(|e| anyhow::anyhow!("--op: {e} in {}", a.dir.display()))?;
-            eprintln!("extract: op {id} `{}` ({})", g.ops[id].name, g.ops[id].kind);
+            tracing::info!("extract: op {id} `{}` ({})", g.ops[id].name, g.ops[id].kind);
             bident_ir::Extractor::new(&g)?.extract(id as OpId)?
         }
     };
     artifact::files::write_bytes(&a.out, &bytes)?;
-    eprintln!("extract: {} bytes -> {}", bytes.len(), a.out.display());
+    tracing::info!("extract: {} bytes -> {}", bytes.len(), a.out.display());
     Ok(())
 }
 
@@ -80,7 +80,7 @@ pub fn coexec(a: CoexecArgs) -> Result<()> {
     let folder = Folder::new(&dir);
     let _lock = folder.create_locked()?;
     folder.clear(&[file])?;
-    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr()) && tracing::enabled!(tracing::Level::INFO);
     let t0 = std::time::Instant::now();
     let table = bident_profile::coexec::measure(be.as_ref(), &soc, (&ga, &gb), cfg, &mut |p| {
         if tty {
@@ -91,7 +91,7 @@ pub fn coexec(a: CoexecArgs) -> Result<()> {
         eprintln!();
     }
     folder.write(file, &table, bident_profile::coexec::input_hash(ha, hb, &soc, &cfg)?)?;
-    eprintln!(
+    tracing::info!(
         "coexec: {} x {} ops of `{}` and `{}` on {} in {:.1} s ({}) -> {}",
         ga.ops.len(),
         gb.ops.len(),
@@ -120,7 +120,7 @@ pub fn coexec(a: CoexecArgs) -> Result<()> {
             ),
             None => "too few pairs to fit".into(),
         };
-        eprintln!(
+        tracing::info!(
             "coexec: {}: {} pairs measured ({}), median slowdown sharing the PU {med:.2}x; {fit}",
             pu.name,
             pairs.len(),
@@ -136,7 +136,8 @@ pub enum CostsCmd {
     /// metadata as `# key: value` lines).
     Export { dir: PathBuf, file: PathBuf },
     /// Read FILE (an export) as DIR's cost table, after checking it is for DIR's fused graph.
-    Import { file: PathBuf, dir: PathBuf },
+    /// (`import FILE DIR`, the old order, is read too, for one more release.)
+    Import { dir: PathBuf, file: PathBuf },
 }
 
 pub fn costs(cmd: CostsCmd) -> Result<()> {
@@ -146,7 +147,7 @@ pub fn costs(cmd: CostsCmd) -> Result<()> {
         CostsCmd::Export { dir, file } => {
             let t = Folder::new(&dir).read_raw::<CostTable>(COSTS)?.value;
             artifact::files::write_bytes(&file, portable::export(&t, format(&file)?)?.as_bytes())?;
-            eprintln!(
+            tracing::info!(
                 "costs: {} ops x {} PUs ({}) -> {}",
                 t.ops.len(),
                 t.soc.pus.len(),
@@ -154,7 +155,8 @@ pub fn costs(cmd: CostsCmd) -> Result<()> {
                 file.display()
             );
         }
-        CostsCmd::Import { file, dir } => {
+        CostsCmd::Import { dir, file } => {
+            let (dir, file) = crate::pipeline::folder_then_file(dir, file, "costs import");
             let fmt = format(&file)?;
             let text = artifact::files::read_text(&file)?;
             let t = portable::import(&text, fmt, &file.display().to_string())?;
@@ -164,7 +166,7 @@ pub fn costs(cmd: CostsCmd) -> Result<()> {
             t.check(&g).with_context(|| file.display().to_string())?;
             folder.clear(&[COSTS, "plan.bin", "run-report.bin"])?;
             folder.write(COSTS, &t, ContentHash::of_parts(&[&gh.0, text.as_bytes()]))?;
-            eprintln!(
+            tracing::info!(
                 "costs: {} -> {} ({} ops x {} PUs, {} on {})",
                 file.display(),
                 dir.join(COSTS).display(),
@@ -211,7 +213,7 @@ pub fn plan_diff(a: &Path, b: &Path) -> Result<()> {
 
 pub fn annotate(dir: &Path, out: &Path) -> Result<()> {
     let a = bident_driver::annotate(&Folder::new(dir), out)?;
-    eprintln!(
+    tracing::info!(
         "annotate: `{}` planned on {} ({}): {} of {} nodes placed{} -> {}",
         a.model,
         a.soc,
@@ -258,7 +260,7 @@ pub fn show(file: &Path) -> Result<()> {
     if let (false, Some(graph)) = (verified, &fused) {
         bident_ir::verify(graph).map_err(|e| not_verified(e.into()))?;
     } else if !verified {
-        eprintln!(
+        tracing::info!(
             "{}: not verified: a fused graph is checked on its own, and fused-graph.bin, phased-graph.bin, \
              cost-table.bin and plan.bin against the artifacts beside them in their folder",
             file.display()

@@ -83,12 +83,12 @@ enum Cmd {
     /// Serve a folder's plan: inferences through a session that notices a drifting PU, plans
     /// again off the hot path and swaps the new plan in (`--inject-fault PU:slow=F@N` to try it).
     Serve(args::ServeArgs),
-    /// Plans written by other tools: `plan import FILE DIR`.
+    /// Plans written by other tools: `plan import DIR FILE`.
     Plan {
         #[command(subcommand)]
         cmd: pipeline::PlanCmd,
     },
-    /// Phased graphs written by other tools: `phases import FILE DIR`.
+    /// Phased graphs written by other tools: `phases import DIR FILE`.
     Phases {
         #[command(subcommand)]
         cmd: pipeline::PhasesCmd,
@@ -199,6 +199,35 @@ enum Cmd {
     Ci,
 }
 
+/// The command line, with what `pipeline` was given explicitly among the flags a virtual SoC
+/// ignores ([`args::PipelineArgs::measuring_given`]).
+fn parse() -> Result<Cli, clap::Error> {
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().try_get_matches()?;
+    let mut cli = Cli::from_arg_matches(&matches)?;
+    if let (Cmd::Pipeline(a), Some(("pipeline", m))) = (&mut cli.cmd, matches.subcommand()) {
+        let cmd = Cli::command();
+        let pipeline = cmd.find_subcommand("pipeline").expect("the pipeline subcommand");
+        a.measuring_given = pipeline
+            .get_arguments()
+            .filter(|arg| matches!(arg.get_help_heading(), Some(args::MEASURING | args::RUNNING)))
+            .filter(|arg| m.value_source(arg.get_id().as_str()) == Some(clap::parser::ValueSource::CommandLine))
+            .filter_map(|arg| arg.get_long().map(|l| format!("--{l}")))
+            .collect();
+    }
+    Ok(cli)
+}
+
+/// A clap usage error as one line, like every other error, its tip (`a similar argument
+/// exists: '--soc'`) kept.
+fn one_line(text: &str) -> String {
+    let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("error: bad arguments");
+    match text.lines().find_map(|l| l.trim().strip_prefix("tip: ")) {
+        Some(tip) => format!("{first} ({tip})"),
+        None => first.to_string(),
+    }
+}
+
 /// Run bident's command line (`std::env::args`) with the passes `register` adds to bident's
 /// own (`--search NAME` and `--partition NAME` then choose them, `passes` lists them), and exit.
 ///
@@ -209,16 +238,14 @@ pub unsafe fn main_with(register: fn(&mut bident_driver::Passes)) -> ! {
     // SAFETY: the caller's promise: no other thread exists yet.
     unsafe { bident_backend::openvino::unbind_threads() };
     pipeline::register(register);
-    let cli = match Cli::try_parse() {
+    let cli = match parse() {
         Ok(cli) => cli,
         // help and version (also asked for by giving no arguments) print as clap writes them
         Err(e) if !e.use_stderr() || e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             e.exit()
         }
         Err(e) => {
-            // clap's usage errors as one line, like every other error
-            let text = e.to_string();
-            eprintln!("{}", text.lines().find(|l| !l.trim().is_empty()).unwrap_or("error: bad arguments"));
+            eprintln!("{}", one_line(&e.to_string()));
             std::process::exit(2);
         }
     };
@@ -231,8 +258,8 @@ pub unsafe fn main_with(register: fn(&mut bident_driver::Passes)) -> ! {
         Cmd::Search(a) => pipeline::search_cmd(a),
         Cmd::Run(a) => pipeline::run_cmd(a),
         Cmd::Serve(a) => pipeline::serve_cmd(a),
-        Cmd::Plan { cmd: pipeline::PlanCmd::Import { file, dir } } => pipeline::import_plan(&file, &dir),
-        Cmd::Phases { cmd: pipeline::PhasesCmd::Import { file, dir } } => pipeline::import_phases(&file, &dir),
+        Cmd::Plan { cmd: pipeline::PlanCmd::Import { dir, file } } => pipeline::import_plan(dir, file),
+        Cmd::Phases { cmd: pipeline::PhasesCmd::Import { dir, file } } => pipeline::import_phases(dir, file),
         Cmd::Passes => pipeline::passes_cmd(),
         Cmd::Costs { cmd } => inspect::costs(cmd),
         Cmd::Coexec(a) => inspect::coexec(a),

@@ -39,6 +39,13 @@ pub fn driver() -> Driver<'static> {
 }
 
 pub fn pipeline(a: PipelineArgs) -> Result<()> {
+    if bident_profile::simulate::VirtualSoc::preset(&a.soc.soc).is_some() && !a.measuring_given.is_empty() {
+        anyhow::bail!(
+            "{} would be ignored: `--soc {}` is a virtual SoC; nothing runs on it",
+            a.measuring_given.join(", "),
+            a.soc.soc
+        );
+    }
     let d = driver();
     let o = a.options()?;
     if let Some(second) = a.second()? {
@@ -203,20 +210,34 @@ pub enum PlanCmd {
     /// Read a plan written by any tool (YAML or JSON): a whole plan (as `plan.yaml`, or its
     /// payload alone) or a placement (`placement: {OP: PU, ...}`, optional `schedule` and
     /// `objective`), check it against DIR's phases and costs and write it as DIR's plan, ready
-    /// for `cargo xtask run DIR`.
-    Import { file: PathBuf, dir: PathBuf },
+    /// for `cargo xtask run DIR`. (`import FILE DIR`, the old order, is read too, for one more
+    /// release.)
+    Import { dir: PathBuf, file: PathBuf },
 }
 
 #[derive(clap::Subcommand)]
 pub enum PhasesCmd {
     /// Read a phased graph written by any tool (YAML or JSON), verify it against DIR's fused
-    /// graph and write it as DIR's phased graph.
-    Import { file: PathBuf, dir: PathBuf },
+    /// graph and write it as DIR's phased graph. (`import FILE DIR`, the old order, is read too,
+    /// for one more release.)
+    Import { dir: PathBuf, file: PathBuf },
 }
 
-pub fn import_plan(file: &Path, dir: &Path) -> Result<()> {
+/// `DIR FILE` as given, or as the old order `FILE DIR` gave them (not a folder, then a folder),
+/// which `cmd` reads for one more release with a warning.
+pub fn folder_then_file(dir: PathBuf, file: PathBuf, cmd: &str) -> (PathBuf, PathBuf) {
+    if !dir.is_dir() && file.is_dir() {
+        tracing::warn!("{cmd}: FILE DIR is the old order, read as DIR FILE for one more release");
+        return (file, dir);
+    }
+    (dir, file)
+}
+
+pub fn import_plan(dir: PathBuf, file: PathBuf) -> Result<()> {
+    let (dir, file) = folder_then_file(dir, file, "plan import");
+    let (dir, file) = (dir.as_path(), file.as_path());
     let plan = driver().import_plan(&Folder::new(dir), &read_text(file)?, &file.display().to_string())?;
-    eprintln!(
+    tracing::info!(
         "plan: {} -> {} ({} ops: {}; predicted {:.1} µs by the evaluator; search `{}`)",
         file.display(),
         dir.join("plan.bin").display(),
@@ -228,9 +249,11 @@ pub fn import_plan(file: &Path, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-pub fn import_phases(file: &Path, dir: &Path) -> Result<()> {
+pub fn import_phases(dir: PathBuf, file: PathBuf) -> Result<()> {
+    let (dir, file) = folder_then_file(dir, file, "phases import");
+    let (dir, file) = (dir.as_path(), file.as_path());
     let p = driver().import_phases(&Folder::new(dir), &read_text(file)?, &file.display().to_string())?;
-    eprintln!(
+    tracing::info!(
         "phases: {} -> {} ({} phases, {} with parallel branches)",
         file.display(),
         dir.join("phased-graph.bin").display(),

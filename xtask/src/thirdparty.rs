@@ -65,7 +65,7 @@ fn fetch(c: &Case) -> Result<PathBuf> {
     if file.is_file() {
         return Ok(file);
     }
-    eprintln!("fetching {}=={} from PyPI into {}", c.package, c.version, dir.display());
+    tracing::info!("fetching {}=={} from PyPI into {}", c.package, c.version, dir.display());
     let st = Command::new("python3")
         .args(["-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps", "-d"])
         .arg(&dir)
@@ -106,7 +106,7 @@ pub fn thirdparty(
         let c: Case =
             serde_norway::from_str(&std::fs::read_to_string(path)?).with_context(|| path.display().to_string())?;
         let model = fetch(&c)?;
-        eprintln!("== {}: {}", name_of(path), c.what);
+        tracing::info!("== {}: {}", name_of(path), c.what);
         let mut o = Options::new(Model::File(model), soc);
         o.import.input_shapes = c.input_shape.clone();
         o.import.input_values = c.input_value.clone();

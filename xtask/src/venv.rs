@@ -23,7 +23,7 @@ pub fn python_with(dir: &Path, packages: &[&str]) -> Result<PathBuf> {
     if ready.is_file() {
         return Ok(python);
     }
-    eprintln!("installing {} with pip into a venv in {}", packages.join(", "), dir.display());
+    tracing::info!("installing {} with pip into a venv in {}", packages.join(", "), dir.display());
     if !python.is_file() {
         let st = Command::new("python3").args(["-m", "venv"]).arg(dir).status().context("python3 -m venv")?;
         anyhow::ensure!(st.success(), "could not create a Python venv in {}", dir.display());

@@ -428,8 +428,11 @@ fn cost_tables_round_trip_through_csv_and_json() {
         let file = tmp.path().join(format!("costs.{ext}")).display().to_string();
         let o = xtask(&["costs", "export", &d, &file]);
         assert!(o.status.success(), "{}", stderr(&o));
-        let o = xtask(&["costs", "import", &file, &d]);
+        let o = xtask(&["costs", "import", &d, &file]);
         assert!(o.status.success(), "{}", stderr(&o));
+        // the old order, FILE DIR, is read for one more release, with a warning
+        let o = xtask(&["costs", "import", &file, &d]);
+        assert!(o.status.success() && stderr(&o).contains("FILE DIR is the old order"), "{}", stderr(&o));
         assert_eq!(twin(), before, "{ext} round trip changed the table");
     }
     // a negative figure
@@ -439,13 +442,13 @@ fn cost_tables_round_trip_through_csv_and_json() {
     cells[6] = "-1.0";
     let bad = tmp.path().join("bad.csv");
     std::fs::write(&bad, csv.replace(row, &cells.join(","))).expect("write");
-    let o = xtask(&["costs", "import", &bad.display().to_string(), &d]);
+    let o = xtask(&["costs", "import", &d, &bad.display().to_string()]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("negative, not finite or over an hour"), "{}", stderr(&o));
     // another model's graph
     let other = tmp.path().join("b").display().to_string();
     assert!(xtask(&["import", "zoo:mlp", "--out", &other]).status.success());
-    let o = xtask(&["costs", "import", &tmp.path().join("costs.json").display().to_string(), &other]);
+    let o = xtask(&["costs", "import", &other, &tmp.path().join("costs.json").display().to_string()]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("it was made for graph"), "{}", stderr(&o));
 }
@@ -833,7 +836,7 @@ fn a_plan_written_by_a_python_script_runs() {
         .status()
         .expect("python3 runs");
     assert!(st.success());
-    let o = xtask(&["plan", "import", &placement.display().to_string(), &d]);
+    let o = xtask(&["plan", "import", &d, &placement.display().to_string()]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("search `placement`"), "{}", stderr(&o));
     let o = xtask(&["run", &d, "--runs", "3"]);
@@ -843,7 +846,7 @@ fn a_plan_written_by_a_python_script_runs() {
     // the twin of a whole plan reads back as the same plan
     let twin = dir.join("plan.yaml");
     let before = std::fs::read(dir.join("plan.bin")).expect("plan");
-    let o = xtask(&["plan", "import", &twin.display().to_string(), &d]);
+    let o = xtask(&["plan", "import", &d, &twin.display().to_string()]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(std::fs::read(dir.join("plan.bin")).expect("plan"), before);
     // a PU the SoC does not have
@@ -854,7 +857,7 @@ fn a_plan_written_by_a_python_script_runs() {
         *pu = "tpu0".into();
     }
     std::fs::write(&bad, json.to_string()).expect("write");
-    let o = xtask(&["plan", "import", &bad.display().to_string(), &d]);
+    let o = xtask(&["plan", "import", &d, &bad.display().to_string()]);
     assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);
     assert!(err.lines().count() == 1 && err.contains("no PU named `tpu"), "{err}");
@@ -894,7 +897,7 @@ fn recorded_example(tmp: &Path) -> String {
     let dir = tmp.display().to_string();
     let table = root().join("tests/data/serve/example-two-cores.json").display().to_string();
     for args in
-        [&["import", "zoo:example", "--out", &dir][..], &["partition", &dir], &["costs", "import", &table, &dir]]
+        [&["import", "zoo:example", "--out", &dir][..], &["partition", &dir], &["costs", "import", &dir, &table]]
     {
         let o = xtask(args);
         assert!(o.status.success(), "{args:?}: {}", stderr(&o));
@@ -995,7 +998,7 @@ fn a_plan_slower_than_a_whole_model_run_gives_way() {
     let file = tmp.path().join("placement.json");
     let text = serde_json::json!({"schedule": "sequential", "objective": "latency", "placement": placement});
     std::fs::write(&file, text.to_string()).expect("write");
-    let o = xtask(&["plan", "import", &file.display().to_string(), &dir]);
+    let o = xtask(&["plan", "import", &dir, &file.display().to_string()]);
     assert!(o.status.success(), "{}", stderr(&o));
     let o = xtask(&["run", &dir, "--runs", "20", "--inject-fault", "core0:slow=20", "--measure-whole", "core1"]);
     assert!(o.status.success(), "{}", stderr(&o));

@@ -165,6 +165,14 @@ fn edge_values_are_refused_not_changed() {
     refused(&with(&["--input-shape", "x=1,64", "--input-shape", "x=2,64"]), "--input-shape `x` is given twice");
     refused(&with(&["--pin", "0=cpu", "--pin", "0=gpu"]), "is pinned twice, to cpu and to gpu");
     refused(&with(&["--inject-fault", "core9:compile"]), "virtual SoC; nothing runs on it");
+    // a flag a virtual SoC would ignore is refused, and said which
+    refused(
+        &with(&["--runs", "3", "--no-cache"]),
+        "--no-cache, --runs would be ignored: `--soc lunar-lake` is a virtual",
+    );
+    // clap's suggestion stays on the one line
+    refused(&xtask(&["pipeline", "--precisoin", "exact"]), "(a similar argument exists: '--precision')");
+    refused(&xtask(&["pipelin"]), "similar subcommands exist: 'explain', 'pipeline'");
     refused(&xtask(&["pipeline", "zoo:mlp", "--soc", "cores", "--inject-fault", "core9:compile"]), "has no PU `core9`");
 }
 
@@ -185,11 +193,11 @@ fn imported_cost_tables_are_whole_and_in_range() {
     let mut twice = lines.clone();
     twice.insert(first_row + 1, lines[first_row]);
     write(&twice);
-    refused(&xtask(&["costs", "import", &c, &d]), "has a row already");
+    refused(&xtask(&["costs", "import", &d, &c]), "has a row already");
     let mut missing = lines.clone();
     missing.remove(first_row);
     write(&missing);
-    refused(&xtask(&["costs", "import", &c, &d]), "has no row for PU");
+    refused(&xtask(&["costs", "import", &d, &c]), "has no row for PU");
 
     let json = tmp.path().join("costs.json");
     let j = json.display().to_string();
@@ -202,7 +210,7 @@ fn imported_cost_tables_are_whole_and_in_range() {
         }
     }
     std::fs::write(&json, table.to_string()).expect("write");
-    refused(&xtask(&["costs", "import", &j, &d]), "over an hour");
+    refused(&xtask(&["costs", "import", &d, &j]), "over an hour");
 
     // the SoC a table carries is checked as a SoC file is: names, and no engine setting
     type Edit = fn(&mut serde_json::Value);
@@ -220,7 +228,7 @@ fn imported_cost_tables_are_whole_and_in_range() {
             serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("json");
         edit(&mut table["soc"]["pus"]);
         std::fs::write(&json, table.to_string()).expect("write");
-        refused(&xtask(&["costs", "import", &j, &d]), want);
+        refused(&xtask(&["costs", "import", &d, &j]), want);
     }
 }
 

@@ -53,12 +53,12 @@ impl BackendName {
 /// first if needed.
 pub fn load_backends(named: &[BackendName], target: &Path, say: &mut dyn FnMut(&str)) -> Result<Arc<Backends>> {
     if named.is_empty() {
-        return Err(DriverError::Invalid("--backends names no backend".into()));
+        return Err(DriverError::Invalid("--backend names no backend".into()));
     }
     let mut members: Vec<Arc<dyn Backend>> = vec![];
     for (k, b) in named.iter().enumerate() {
         if named[..k].contains(b) {
-            return Err(DriverError::Invalid(format!("--backends names `{}` twice", b.name())));
+            return Err(DriverError::Invalid(format!("--backend names `{}` twice", b.name())));
         }
         members.push(b.load(target, say)?);
     }
