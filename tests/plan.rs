@@ -655,3 +655,112 @@ fn the_search_refuses_a_broken_table_in_memory() {
     let err = bident_search::search(&phased, &setting, &cfg).expect_err("a setting not allowed");
     assert!(err.to_string().contains("CACHE_DIR"), "{err}");
 }
+
+/// A backend that counts the executables alive at once (plain and profiled), around another.
+struct Counting {
+    inner: std::sync::Arc<dyn bident_backend::Backend>,
+    live: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    peak: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// An executable [`Counting`] counts until it is dropped.
+struct Live(Box<dyn bident_backend::Executable>, std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.1.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl bident_backend::Executable for Live {
+    fn inputs(&self) -> &[bident_backend::PortInfo] {
+        self.0.inputs()
+    }
+    fn outputs(&self) -> &[bident_backend::PortInfo] {
+        self.0.outputs()
+    }
+    fn run_timed(
+        &mut self,
+        inputs: &[&bident_tensor::HostTensor],
+    ) -> Result<(Vec<bident_tensor::HostTensor>, bident_backend::RunTiming), bident_backend::BackendError> {
+        self.0.run_timed(inputs)
+    }
+    fn layers(&self) -> Result<Vec<bident_backend::Layer>, bident_backend::BackendError> {
+        self.0.layers()
+    }
+    fn canceller(&self) -> Option<bident_backend::Canceller> {
+        self.0.canceller()
+    }
+}
+
+impl Counting {
+    fn count(
+        &self,
+        exe: Result<Box<dyn bident_backend::Executable>, bident_backend::BackendError>,
+    ) -> Result<Box<dyn bident_backend::Executable>, bident_backend::BackendError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let exe = exe?;
+        let now = self.live.fetch_add(1, SeqCst) + 1;
+        self.peak.fetch_max(now, SeqCst);
+        Ok(Box::new(Live(exe, self.live.clone())))
+    }
+}
+
+impl bident_backend::Backend for Counting {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn version(&self) -> String {
+        self.inner.version()
+    }
+    fn devices(&self) -> Result<Vec<bident_backend::DeviceInfo>, bident_backend::BackendError> {
+        self.inner.devices()
+    }
+    fn compile(
+        &self,
+        onnx: &[u8],
+        pu: &bident_backend::PuSpec,
+    ) -> Result<Box<dyn bident_backend::Executable>, bident_backend::BackendError> {
+        self.count(self.inner.compile(onnx, pu))
+    }
+    fn compile_profiled(
+        &self,
+        onnx: &[u8],
+        pu: &bident_backend::PuSpec,
+    ) -> Result<Box<dyn bident_backend::Executable>, bident_backend::BackendError> {
+        self.count(self.inner.compile_profiled(onnx, pu))
+    }
+    fn timing_meaning(&self, pu: &bident_backend::PuSpec) -> String {
+        self.inner.timing_meaning(pu)
+    }
+    fn quiet(&self, pu: &bident_backend::PuSpec) -> bident_backend::PuSpec {
+        self.inner.quiet(pu)
+    }
+}
+
+/// The profile compiles, times and drops its units in batches: a model with more units than a
+/// batch never has more than a batch's executables (plain and profiled) alive on a PU, so its
+/// memory grows with the batch and not with the model's op count.
+#[test]
+fn the_profile_holds_one_batch_of_executables_at_a_time() {
+    let inner: std::sync::Arc<dyn bident_backend::Backend> = backend();
+    let counting = Counting { inner, live: Default::default(), peak: Default::default() };
+    let soc = SocSpec::preset_with("local", &counting, bident_backend::soc::Precisions::Exact).expect("local");
+    let case = ModelCase { model: "zoo:attention".into(), input_shape: Default::default(), fusion: None };
+    let g = import(&case, &root().join("tests/data/import/attention.yaml"));
+    // every op and every pair of neighbours: more units than a batch
+    let segments = bident_partition::partition(&g).expect("partition").neighbours();
+    let segments: Vec<Vec<_>> = segments.into_iter().map(|(a, b)| vec![a, b]).collect();
+    let units = g.ops.len() + segments.len();
+    assert!(units > bident_profile::BATCH, "more units than a batch: {units}");
+    let cfg = bident_profile::ProfileConfig { warmup: 1, runs: 2, adaptive: false, segments, ..Default::default() };
+    let table = bident_profile::profile(&g, &soc, &counting, &cfg, None, &mut |_| {}).expect("profile");
+    assert!(table.ops.iter().all(|o| o.per_pu.iter().any(Option::is_some)), "every op measured somewhere");
+    let peak = counting.peak.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        peak <= 2 * bident_profile::BATCH,
+        "{peak} executables alive at once, batches of {}",
+        bident_profile::BATCH
+    );
+    assert_eq!(counting.live.load(std::sync::atomic::Ordering::SeqCst), 0, "every executable dropped");
+}

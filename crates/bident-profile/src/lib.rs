@@ -14,6 +14,8 @@ mod measure;
 mod timing;
 #[cfg(feature = "measure")]
 pub use measure::{Progress, backend_layers, describe, measure_segments, profile};
+#[cfg(feature = "measure")]
+pub use timing::BATCH;
 pub mod coexec;
 pub mod contention;
 pub mod portable;

@@ -5,7 +5,7 @@ use bident_backend::{Backend, BackendError, PuSpec, SocSpec, deadline};
 use bident_ir::{BackendLayer, Extractor, FusedGraph, OpId, TensorId};
 use bident_tensor::HostTensor;
 
-use crate::timing::{Batch, profile_pu};
+use crate::timing::{BATCH, Batch, Clock, profile_pu};
 use crate::*;
 
 /// The backend's own grouping of `g`'s lowered model: compile it whole on `pu` with per-layer
@@ -36,7 +36,8 @@ pub fn backend_layers(backend: &dyn Backend, g: &FusedGraph, pu: &PuSpec) -> Res
 /// Progress of a profiling run, for the caller to display.
 pub struct Progress<'a> {
     pub pu: &'a str,
-    /// What is happening: `compiling`, `timing`, `cached` (`done` of `total` entries from the
+    /// What is happening: `measuring` (`done` of `total` units compiled and timed), `cached`
+    /// (`done` of `total` entries from the
     /// cache), `stale` (`note` says why the PU's cached entries are measured again), `slow`
     /// (`done` of `total` rounds measured in a slow state) or `again` (entries measured in a slow
     /// state measured once more, `done` of `total` faster; [`measure_segments`] only).
@@ -218,6 +219,10 @@ impl<'a> PuKey<'a> {
 /// Time `todo` (units) on `pu`, the units compiled alike together (one group unless the PU has
 /// a quiet variant): per unit its result and whether a round of it ran in a slow state of the
 /// PU's cores (the wait for their fast state ran out).
+///
+/// A group is compiled, timed and dropped in batches of [`BATCH`] units in the graph's order:
+/// memory grows with the largest batch, not with the model's op count (on a 659-op CRNN, every
+/// unit compiled at once held 5.5 GB).
 fn time_units(
     backend: &dyn Backend,
     pu: &PuSpec,
@@ -229,18 +234,26 @@ fn time_units(
     let quiet = backend.quiet(pu);
     let (whole, rest): (Vec<usize>, Vec<usize>) = todo.iter().copied().partition(|&i| units[i].whole && quiet != *pu);
     let mut out = Vec::with_capacity(todo.len());
+    let mut clock = Clock::new(todo.len());
     for group in [rest, whole].iter().filter(|g| !g.is_empty()) {
-        let models: Vec<&[u8]> = group.iter().map(|&i| units[i].model.as_slice()).collect();
-        let inputs: Vec<&[HostTensor]> = group.iter().map(|&i| units[i].inputs.as_slice()).collect();
-        let what: Vec<&str> = group.iter().map(|&i| units[i].what.as_str()).collect();
         let spec = unit_spec(units, group[0], pu, &quiet);
-        match profile_pu(backend, spec, Batch { models: &models, inputs: &inputs, what: &what }, cfg, progress)? {
-            Ok((measured, slow)) => out.extend(group.iter().zip(measured).map(|(&i, r)| (i, r, slow > 0))),
-            // the PU itself is unusable (e.g. cannot pin): every unit fails there with that
-            // reason, and nothing is cached
-            Err(reason) => out.extend(group.iter().map(|&i| (i, Err(reason.clone()), false))),
+        let mut batches = group.chunks(BATCH);
+        while let Some(batch) = batches.next() {
+            let models: Vec<&[u8]> = batch.iter().map(|&i| units[i].model.as_slice()).collect();
+            let inputs: Vec<&[HostTensor]> = batch.iter().map(|&i| units[i].inputs.as_slice()).collect();
+            let what: Vec<&str> = batch.iter().map(|&i| units[i].what.as_str()).collect();
+            let batch_of = Batch { models: &models, inputs: &inputs, what: &what };
+            match profile_pu(backend, spec, batch_of, cfg, &mut clock, progress)? {
+                Ok((measured, slow)) => out.extend(batch.iter().zip(measured).map(|(&i, r)| (i, r, slow > 0))),
+                // the PU itself is unusable (e.g. cannot pin): every unit fails there with that
+                // reason, and nothing is cached
+                Err(reason) => {
+                    out.extend(batch.iter().chain(batches.by_ref().flatten()).map(|&i| (i, Err(reason.clone()), false)))
+                }
+            }
         }
     }
+    clock.say_slow(&pu.name, progress);
     Ok(out)
 }
 

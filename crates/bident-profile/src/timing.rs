@@ -23,6 +23,11 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 /// Profiled runs per op that split its inference call into dispatch and execution.
 const SPLIT_RUNS: usize = 5;
 
+/// Units compiled and timed at once on a PU, at most: what bounds the profile's memory. On a
+/// 195-op CRNN (389 units per PU) the peak was 1.82 GB with every unit at once, 1.32 GB in
+/// batches of 64, 1.12 GB in batches of 16 (and the profile took 201, 136 and 114 s).
+pub const BATCH: usize = 16;
+
 /// The units one PU times together: their models, inputs and names.
 pub(crate) struct Batch<'a> {
     pub models: &'a [&'a [u8]],
@@ -30,42 +35,79 @@ pub(crate) struct Batch<'a> {
     pub what: &'a [&'a str],
 }
 
-/// What the timing thread tells the caller: a phase, done and total.
-type Said = (&'static str, usize, usize);
+/// One PU's measurement across its batches: progress over all of them, the budget of waits for
+/// the cores' fast state, and the rounds that ran in a slow state.
+pub(crate) struct Clock {
+    /// Units to measure on the PU, and measured so far.
+    total: usize,
+    done: usize,
+    budget: Duration,
+    slow: usize,
+    rounds: usize,
+}
 
-/// One PU's column of the table: a cost, or the backend's reason, per op, and how many measured
-/// rounds ran in a slow state of the PU's cores (the wait for their fast state ran out); `Err`
-/// when the PU itself cannot be used.
+impl Clock {
+    pub fn new(total: usize) -> Self {
+        Self { total, done: 0, budget: SPEED_BUDGET, slow: 0, rounds: 0 }
+    }
+
+    /// Say how many measured rounds ran in a slow state of the PU's cores, if any did.
+    pub fn say_slow(&self, pu: &str, progress: &mut dyn FnMut(Progress)) {
+        if self.slow > 0 {
+            let note = format!(
+                "measured in a slow state of its cores {} times (the wait for their fast state ran out; see \
+                 bident_profile::speed)",
+                self.slow
+            );
+            progress(Progress { pu, phase: "slow", done: self.slow, total: self.rounds, note: Some(note) });
+        }
+    }
+}
+
+/// What the timing thread tells the caller: units done, in halves (a unit is half compiled,
+/// half timed).
+type Said = usize;
+
+/// One PU's column of the table for one batch: a cost, or the backend's reason, per unit, and
+/// how many measured rounds ran in a slow state of the PU's cores (the wait for their fast state
+/// ran out); `Err` when the PU itself cannot be used.
 pub(crate) fn profile_pu(
     backend: &dyn Backend,
     pu: &PuSpec,
     batch: Batch,
     cfg: &ProfileConfig,
+    clock: &mut Clock,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Result<Timed, String>, ProfileError> {
     let (tx, rx) = std::sync::mpsc::channel::<Said>();
-    std::thread::scope(|s| {
-        let worker = s.spawn(move || -> Result<Timed, BackendError> {
+    let mut budget = clock.budget;
+    let (n, total) = (batch.models.len(), clock.total);
+    let worker = std::thread::scope(|s| {
+        let worker = s.spawn(|| -> Result<Timed, BackendError> {
             bident_backend::pin_current_thread(&pu.name, &pu.cores)?;
             let mut timer = Timer::compile(backend, pu, &batch, &tx);
-            let slow = timer.rounds(batch.inputs, pu, cfg, &tx);
+            let slow = timer.rounds(batch.inputs, pu, cfg, &mut budget, &tx);
             let measured_w = timer.power.take().and_then(|(rapl, start)| rapl.watts_since(&start?));
+            drop(tx);
             Ok((timer.costs(cfg, pu, measured_w), slow))
         });
-        for (phase, done, total) in rx {
-            let note = (phase == "slow").then(|| {
-                format!(
-                    "measured in a slow state of its cores {done} times (the wait for their fast state ran out; see \
-                     bident_profile::speed)"
-                )
-            });
-            progress(Progress { pu: &pu.name, phase, done, total, note });
+        for halves in rx {
+            let done = clock.done + halves / 2;
+            progress(Progress { pu: &pu.name, phase: "measuring", done, total, note: None });
         }
-        match worker.join() {
-            Ok(col) => Ok(col.map_err(|e| e.to_string())),
-            Err(_) => Err(ProfileError::Worker(pu.name.clone())),
+        worker.join()
+    });
+    clock.done += n;
+    clock.budget = budget;
+    clock.rounds += cfg.runs.max(1) as usize;
+    match worker {
+        Ok(Ok((costs, slow))) => {
+            clock.slow += slow;
+            Ok(Ok((costs, slow)))
         }
-    })
+        Ok(Err(e)) => Ok(Err(e.to_string())),
+        Err(_) => Err(ProfileError::Worker(pu.name.clone())),
+    }
 }
 
 /// One unit's executables: the plain one that is timed, and a profiled one that only splits its
@@ -104,7 +146,7 @@ impl Timer {
     /// profiling may slow a run down, ONNX Runtime's writes a file per run), the profiled one
     /// quiet (its pool must not spin beside the timed runs).
     fn compile(backend: &dyn Backend, pu: &PuSpec, batch: &Batch, tx: &Sender<Said>) -> Self {
-        let (n, quiet) = (batch.models.len(), backend.quiet(pu));
+        let quiet = backend.quiet(pu);
         let cancel = |e: Option<&dyn Executable>| e.and_then(|e| e.canceller());
         let units = batch
             .models
@@ -112,7 +154,7 @@ impl Timer {
             .zip(batch.what)
             .enumerate()
             .map(|(i, (m, what))| {
-                let _ = tx.send(("compiling", i, n));
+                let _ = tx.send(i);
                 let exe = backend.compile(m, pu).map_err(|e| e.to_string());
                 let profiled = exe.is_ok().then(|| backend.compile_profiled(m, &quiet).ok()).flatten();
                 let compiled = Compiled {
@@ -128,16 +170,24 @@ impl Timer {
         Self { units, power: power::Rapl::open().map(|r| (r, None)) }
     }
 
-    /// Run `warmup + runs` rounds, each every unit once, until every unit stopped; the number of
-    /// measured rounds that ran in a slow state of the PU's cores.
-    fn rounds(&mut self, inputs: &[&[HostTensor]], pu: &PuSpec, cfg: &ProfileConfig, tx: &Sender<Said>) -> usize {
-        let rounds = cfg.warmup + cfg.runs.max(1);
-        let (mut budget, mut slow, mut last_probe, mut last_progress) = (SPEED_BUDGET, 0, None, None);
+    /// Run `warmup + runs` rounds, each every unit once, until every unit stopped, the waits for
+    /// the cores' fast state drawn from `budget`; the number of measured rounds that ran in a
+    /// slow state of the PU's cores.
+    fn rounds(
+        &mut self,
+        inputs: &[&[HostTensor]],
+        pu: &PuSpec,
+        cfg: &ProfileConfig,
+        budget: &mut Duration,
+        tx: &Sender<Said>,
+    ) -> usize {
+        let (rounds, n) = (cfg.warmup + cfg.runs.max(1), self.units.len());
+        let (mut slow, mut last_probe, mut last_progress) = (0, None, None);
         for r in 0..rounds {
             // progress at most every PROGRESS_EVERY: each message wakes the thread that draws
             // it, which the scheduler may put on this core between two timed runs
             if last_progress.is_none_or(|t: Instant| t.elapsed() >= PROGRESS_EVERY) {
-                let _ = tx.send(("timing", r as usize, rounds as usize));
+                let _ = tx.send(n + n * r as usize / rounds as usize);
                 last_progress = Some(Instant::now());
             }
             let measured = r >= cfg.warmup;
@@ -145,7 +195,7 @@ impl Timer {
             // must not sleep before its runs) at most every SPEED_EVERY: a probe before every
             // round of one whole model (~50 µs) put it 5-10% higher
             if cfg.fast_state && measured && last_probe.is_none_or(|t: Instant| t.elapsed() >= SPEED_EVERY) {
-                let w = crate::speed::await_fast_on(&pu.cores, SPEED_WAIT, &mut budget);
+                let w = crate::speed::await_fast_on(&pu.cores, SPEED_WAIT, budget);
                 slow += usize::from(w.is_some_and(|w| !w.fast()));
                 last_probe = Some(Instant::now());
             }
@@ -161,10 +211,7 @@ impl Timer {
                 break;
             }
         }
-        let _ = tx.send(("timing", rounds as usize, rounds as usize));
-        if slow > 0 {
-            let _ = tx.send(("slow", slow, rounds.saturating_sub(cfg.warmup) as usize));
-        }
+        let _ = tx.send(2 * n);
         slow
     }
 
