@@ -127,56 +127,7 @@ impl Session {
             }
         }
         let t0 = Instant::now();
-        // every worker compiles its own tasks, all workers at once
-        let (tx, rx) = mpsc::channel();
-        let mut bytes: Vec<Option<Vec<u8>>> = bytes.into_iter().map(Some).collect();
-        for (pu, q) in program.queues.iter().enumerate() {
-            let Some(w) = &workers[pu] else { continue };
-            // (task, ONNX bytes, its input names, its output names)
-            let jobs: Vec<(usize, Vec<u8>, [Vec<String>; 2])> = q
-                .iter()
-                .map(|&t| {
-                    let task = &program.tasks[t];
-                    (t, bytes[t].take().unwrap_or_default(), [task.input_names.clone(), task.output_names.clone()])
-                })
-                .collect();
-            // a task that runs beside others gets the PU's quiet configuration (no pool spinning
-            // on after its run while the next task runs); a program of one task, as configured
-            let spec = if program.tasks.len() > 1 { backend.quiet(&soc.pus[pu]) } else { soc.pus[pu].clone() };
-            let (be, tx) = (backend.clone(), tx.clone());
-            w.post(Box::new(move |exes| {
-                for (t, onnx, [ins, outs]) in jobs {
-                    let r = be.compile(&onnx, &spec).and_then(|exe| {
-                        let feed = ports(exe.inputs().iter().map(|p| p.name.as_str()), &ins, &spec.name, "input")?;
-                        let take =
-                            ports(outs.iter().map(String::as_str), &exe_names(exe.outputs()), &spec.name, "output")?;
-                        exes.insert(t, Compiled { exe, feed, take });
-                        Ok(())
-                    });
-                    let failed = r.is_err();
-                    let _ = tx.send((t, r));
-                    if failed {
-                        return;
-                    }
-                }
-            }))?;
-        }
-        drop(tx);
-        let mut left: usize = program.tasks.len();
-        while left > 0 {
-            let (t, r) = rx.recv_timeout(timeout).map_err(|_| RuntimeError::Worker {
-                pu: "?".into(),
-                why: format!("compiling took over {} s", timeout.as_secs()),
-            })?;
-            let task = &program.tasks[t];
-            r.map_err(|e| RuntimeError::Op {
-                what: task.label(),
-                name: task.name.clone(),
-                pu: soc.pus[task.pu].name.clone(),
-                source: Box::new(e),
-            })?;
-            left -= 1;
-        }
+        compile_tasks(&workers, (&program, bytes), soc, &backend, timeout)?;
         let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
         let inline =
             inline_pu(&program, soc).map(|pu| Self::hand_over(&mut workers, pu, timeout)).transpose()?.flatten();
@@ -468,6 +419,66 @@ impl Session {
         *lock(&self.broken) = Some(why.clone());
         RuntimeError::Timeout(why)
     }
+}
+
+/// Every task compiled on its PU's worker, all workers at once, each worker its own tasks in
+/// queue order; the first task that does not compile is an error naming it and its PU.
+fn compile_tasks(
+    workers: &[Option<Worker>],
+    (program, bytes): (&Program, Vec<Vec<u8>>),
+    soc: &SocSpec,
+    backend: &Arc<dyn Backend>,
+    timeout: Duration,
+) -> Result<(), RuntimeError> {
+    let (tx, rx) = mpsc::channel();
+    let mut bytes: Vec<Option<Vec<u8>>> = bytes.into_iter().map(Some).collect();
+    for (pu, q) in program.queues.iter().enumerate() {
+        let Some(w) = &workers[pu] else { continue };
+        // (task, ONNX bytes, its input names, its output names)
+        let jobs: Vec<(usize, Vec<u8>, [Vec<String>; 2])> = q
+            .iter()
+            .map(|&t| {
+                let task = &program.tasks[t];
+                (t, bytes[t].take().unwrap_or_default(), [task.input_names.clone(), task.output_names.clone()])
+            })
+            .collect();
+        // a task that runs beside others gets the PU's quiet configuration (no pool spinning
+        // on after its run while the next task runs); a program of one task, as configured
+        let spec = if program.tasks.len() > 1 { backend.quiet(&soc.pus[pu]) } else { soc.pus[pu].clone() };
+        let (be, tx) = (backend.clone(), tx.clone());
+        w.post(Box::new(move |exes| {
+            for (t, onnx, [ins, outs]) in jobs {
+                let r = be.compile(&onnx, &spec).and_then(|exe| {
+                    let feed = ports(exe.inputs().iter().map(|p| p.name.as_str()), &ins, &spec.name, "input")?;
+                    let take = ports(outs.iter().map(String::as_str), &exe_names(exe.outputs()), &spec.name, "output")?;
+                    exes.insert(t, Compiled { exe, feed, take });
+                    Ok(())
+                });
+                let failed = r.is_err();
+                let _ = tx.send((t, r));
+                if failed {
+                    return;
+                }
+            }
+        }))?;
+    }
+    drop(tx);
+    let mut left: usize = program.tasks.len();
+    while left > 0 {
+        let (t, r) = rx.recv_timeout(timeout).map_err(|_| RuntimeError::Worker {
+            pu: "?".into(),
+            why: format!("compiling took over {} s", timeout.as_secs()),
+        })?;
+        let task = &program.tasks[t];
+        r.map_err(|e| RuntimeError::Op {
+            what: task.label(),
+            name: task.name.clone(),
+            pu: soc.pus[task.pu].name.clone(),
+            source: Box::new(e),
+        })?;
+        left -= 1;
+    }
+    Ok(())
 }
 
 /// The PU whose queue the calling thread runs ([`Inline`]): a program's only PU, where that PU

@@ -12,7 +12,7 @@ use super::hardware::Hardware;
 use super::poll::{pause, polling_allowed};
 use super::worker::Compiled;
 use super::{Span, lock};
-use crate::program::Program;
+use crate::program::{Program, Task};
 
 pub(super) struct Slots {
     pub(super) values: Vec<Option<(Arc<HostTensor>, Instant)>>,
@@ -74,36 +74,7 @@ pub(super) fn run_queue(
     let us = |t: Instant| t.duration_since(flight.t0).as_secs_f64() * 1e6;
     for &t in &p.queues[pu] {
         let task = &p.tasks[t];
-        let spin_until = Instant::now() + spin;
-        let (inputs, ready) = {
-            let mut st = lock(&flight.slots);
-            loop {
-                if st.stop {
-                    return Err(Failure::Stopped);
-                }
-                let got: Option<Vec<_>> = task.inputs.iter().map(|&i| st.values[i].clone()).collect();
-                if let Some(got) = got {
-                    st.running[pu] = Some(t);
-                    let ready = got.iter().map(|v| v.1).max().unwrap_or(flight.t0);
-                    break (got.into_iter().map(|v| v.0).collect::<Vec<_>>(), ready);
-                }
-                if Instant::now() < spin_until && polling_allowed() {
-                    // spin until another task is published, then look again
-                    let seen = flight.progress.load(Ordering::Acquire);
-                    drop(st);
-                    let waiting =
-                        || flight.progress.load(Ordering::Acquire) == seen && !flight.stopping.load(Ordering::Acquire);
-                    while waiting() && Instant::now() < spin_until && polling_allowed() {
-                        pause(waiting);
-                    }
-                    st = lock(&flight.slots);
-                } else {
-                    st.sleepers += 1;
-                    st = flight.cv.wait(st).unwrap_or_else(|e| e.into_inner());
-                    st.sleepers -= 1;
-                }
-            }
-        };
+        let (inputs, ready) = await_inputs(flight, task, t, pu, spin)?;
         let c = exes.get_mut(&t).ok_or(Failure::Output(t, "not compiled".into()))?;
         let refs: Vec<&HostTensor> = c.feed.iter().map(|&i| inputs[i].as_ref()).collect();
         let held = hw.take(pu);
@@ -152,4 +123,43 @@ pub(super) fn run_queue(
         spans.push(Span { task: t, ready_us: us(ready), start_us: us(start), finish_us: us(finish) });
     }
     Ok(spans)
+}
+
+/// Wait for task `t`'s inputs (polling for `spin`, then asleep), and mark it running on PU
+/// `pu`: its inputs, and when the last of them was produced; stopped where the inference stops.
+fn await_inputs(
+    flight: &Flight,
+    task: &Task,
+    t: usize,
+    pu: usize,
+    spin: Duration,
+) -> Result<(Vec<Arc<HostTensor>>, Instant), Failure> {
+    let spin_until = Instant::now() + spin;
+    let mut st = lock(&flight.slots);
+    loop {
+        if st.stop {
+            return Err(Failure::Stopped);
+        }
+        let got: Option<Vec<_>> = task.inputs.iter().map(|&i| st.values[i].clone()).collect();
+        if let Some(got) = got {
+            st.running[pu] = Some(t);
+            let ready = got.iter().map(|v| v.1).max().unwrap_or(flight.t0);
+            return Ok((got.into_iter().map(|v| v.0).collect::<Vec<_>>(), ready));
+        }
+        if Instant::now() < spin_until && polling_allowed() {
+            // spin until another task is published, then look again
+            let seen = flight.progress.load(Ordering::Acquire);
+            drop(st);
+            let waiting =
+                || flight.progress.load(Ordering::Acquire) == seen && !flight.stopping.load(Ordering::Acquire);
+            while waiting() && Instant::now() < spin_until && polling_allowed() {
+                pause(waiting);
+            }
+            st = lock(&flight.slots);
+        } else {
+            st.sleepers += 1;
+            st = flight.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+            st.sleepers -= 1;
+        }
+    }
 }
