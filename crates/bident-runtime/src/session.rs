@@ -12,251 +12,27 @@
 //! which on this VM cost ~15-35 µs an inference, the caller's and the worker's wake-ups; its
 //! watchdog stops a run by cancelling it.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use bident_backend::{Backend, BackendError, Canceller, Executable, HostTensor, PuSpec, SocSpec};
+#[cfg(doc)]
+use bident_backend::Executable;
+use bident_backend::{Backend, BackendError, Canceller, HostTensor, PuSpec, SocSpec};
 
 use crate::RuntimeError;
 use crate::program::{Built, Program};
 
-/// A task's compiled sub-model, and where its ports sit in the task's input / output order.
-struct Compiled {
-    exe: Box<dyn Executable>,
-    /// `feed[i]`: the task input fed to the executable's input `i`.
-    feed: Vec<usize>,
-    /// `take[j]`: the executable output that is the task's output `j`.
-    take: Vec<usize>,
-}
+mod dataflow;
+mod hardware;
+mod poll;
+mod worker;
 
-type Job = Box<dyn FnOnce(&mut HashMap<usize, Compiled>) + Send>;
-
-/// A thread pinned to one PU, owning the executables compiled for it.
-struct Worker {
-    pu: String,
-    tx: Mutex<Option<mpsc::Sender<Job>>>,
-    handle: Option<std::thread::JoinHandle<()>>,
-    /// Set when a job outlived its timeout: the thread is abandoned, never joined.
-    hung: AtomicBool,
-}
-
-impl Worker {
-    /// `idle_spin`: how long the worker polls for its next job before it sleeps.
-    fn spawn(pu: &PuSpec, idle_spin: Duration) -> Result<Self, RuntimeError> {
-        let (tx, rx) = mpsc::channel::<Job>();
-        let (ready_tx, ready_rx) = mpsc::channel();
-        let spec = pu.clone();
-        let lost = || RuntimeError::Worker { pu: pu.name.clone(), why: "could not start".into() };
-        let handle = std::thread::Builder::new()
-            .name(format!("pu-{}", pu.name))
-            .spawn(move || {
-                let pinned = bident_backend::pin_current_thread(&spec.name, &spec.cores);
-                let ok = pinned.is_ok();
-                let _ = ready_tx.send(pinned);
-                if !ok {
-                    return;
-                }
-                let mut exes = HashMap::new();
-                let mut idle_since = Instant::now();
-                let mut spinning = true;
-                loop {
-                    // spin a little before sleeping: back-to-back inferences then start at once
-                    let job = match rx.try_recv() {
-                        Ok(job) => job,
-                        Err(mpsc::TryRecvError::Empty)
-                            if spinning && idle_since.elapsed() < idle_spin && polling_allowed() =>
-                        {
-                            // yield: another thread pinned here (another session's worker) runs.
-                            // A yield that lost the core for a time slice ends this worker's spin
-                            // only, with no back-off for the process ([`yield_core`]): it is
-                            // mostly the caller's own work between inferences (a run's baselines)
-                            spinning = yield_briefly();
-                            continue;
-                        }
-                        Err(mpsc::TryRecvError::Empty) => match rx.recv() {
-                            Ok(job) => job,
-                            Err(_) => return,
-                        },
-                        Err(mpsc::TryRecvError::Disconnected) => return,
-                    };
-                    job(&mut exes);
-                    idle_since = Instant::now();
-                    spinning = true;
-                }
-            })
-            .map_err(|_| lost())?;
-        match ready_rx.recv() {
-            Ok(Ok(())) => {
-                Ok(Self { pu: pu.name.clone(), tx: Mutex::new(Some(tx)), handle: Some(handle), hung: false.into() })
-            }
-            Ok(Err(e)) => Err(RuntimeError::Load { what: "pinning".into(), pu: pu.name.clone(), source: Box::new(e) }),
-            Err(_) => Err(lost()),
-        }
-    }
-
-    fn post(&self, job: Job) -> Result<(), RuntimeError> {
-        let lost = || RuntimeError::Worker { pu: self.pu.clone(), why: "its thread has stopped".into() };
-        let tx = lock(&self.tx);
-        tx.as_ref().ok_or_else(lost)?.send(job).map_err(|_| lost())
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        lock(&self.tx).take();
-        if let Some(h) = self.handle.take()
-            && !self.hung.load(Ordering::Relaxed)
-        {
-            let _ = h.join();
-        }
-    }
-}
-
-/// A program on one unpinned PU, run on the calling thread ([`inline_pu`]): its executables
-/// (compiled on a worker, then handed over) and a watchdog thread that cancels a run making no
-/// progress for the timeout.
-struct Inline {
-    pu: usize,
-    exes: Mutex<HashMap<usize, Compiled>>,
-    watch: Arc<Watch>,
-    watchdog: Option<std::thread::JoinHandle<()>>,
-}
-
-/// What the watchdog of an [`Inline`] program looks at.
-struct Watch {
-    /// The inference running now.
-    flight: Mutex<Option<Arc<Flight>>>,
-    cancel: Vec<Canceller>,
-    /// The tasks that were running when the watchdog cancelled them.
-    fired: Mutex<Option<Vec<usize>>>,
-    /// Set when the session goes: the watchdog ends.
-    gone: Mutex<bool>,
-    cv: Condvar,
-}
-
-impl Inline {
-    /// `cancel`: a canceller of each of `exes`.
-    fn new(
-        pu: usize,
-        (exes, cancel): (HashMap<usize, Compiled>, Vec<Canceller>),
-        timeout: Duration,
-    ) -> Result<Self, RuntimeError> {
-        let watch = Arc::new(Watch {
-            flight: Mutex::new(None),
-            cancel,
-            fired: Mutex::new(None),
-            gone: Mutex::new(false),
-            cv: Condvar::new(),
-        });
-        let w = watch.clone();
-        let watchdog = std::thread::Builder::new()
-            .name("bident-watchdog".into())
-            .spawn(move || w.watch(timeout))
-            .map_err(|e| RuntimeError::Worker { pu: "?".into(), why: format!("cannot start a watchdog: {e}") })?;
-        Ok(Inline { pu, exes: Mutex::new(exes), watch, watchdog: Some(watchdog) })
-    }
-}
-
-impl Watch {
-    /// Look every quarter of the timeout (at most every 250 ms): an inference whose tasks made no
-    /// progress for the timeout has its runs cancelled, once.
-    fn watch(&self, timeout: Duration) {
-        let tick = (timeout / 4).clamp(Duration::from_millis(1), Duration::from_millis(250));
-        // (the inference, its tasks finished, since when)
-        let mut seen: Option<(Arc<Flight>, usize, Instant)> = None;
-        let mut gone = lock(&self.gone);
-        loop {
-            gone = self.cv.wait_timeout(gone, tick).unwrap_or_else(|e| e.into_inner()).0;
-            if *gone {
-                return;
-            }
-            // held while it decides: the caller clears the inference under it, then reads `fired`
-            let current = lock(&self.flight);
-            let Some(flight) = current.as_ref() else {
-                seen = None;
-                continue;
-            };
-            let done = flight.progress.load(Ordering::Acquire);
-            match &seen {
-                Some((f, d, since)) if Arc::ptr_eq(f, flight) && *d == done => {
-                    if since.elapsed() >= timeout && lock(&self.fired).is_none() {
-                        let running = lock(&flight.slots).running.iter().flatten().copied().collect();
-                        *lock(&self.fired) = Some(running);
-                        self.cancel.iter().for_each(|c| c());
-                    }
-                }
-                _ => seen = Some((flight.clone(), done, Instant::now())),
-            }
-        }
-    }
-}
-
-impl Drop for Inline {
-    fn drop(&mut self) {
-        *lock(&self.watch.gone) = true;
-        self.watch.cv.notify_all();
-        if let Some(h) = self.watchdog.take() {
-            let _ = h.join();
-        }
-    }
-}
-
-/// The hardware PUs share: a lock per CPU core (an unpinned CPU PU takes every core this
-/// process may run on) and per other device, taken by a PU's worker around each backend call,
-/// in index order, so that PUs sharing hardware never run at once ([`SocSpec::exclusive`]).
-/// Empty when no two PUs the program uses share hardware: then nothing is locked.
-struct Hardware {
-    locks: Vec<Mutex<()>>,
-    /// Per PU, the locks it takes, ascending.
-    of_pu: Vec<Vec<usize>>,
-}
-
-impl Hardware {
-    fn new(soc: &SocSpec, used: &[bool], exclusive: &[Vec<bool>]) -> Self {
-        let n = soc.pus.len();
-        let shares = (0..n).any(|i| used[i] && (0..n).any(|j| used[j] && exclusive[i][j]));
-        if !shares {
-            return Self { locks: vec![], of_pu: vec![vec![]; n] };
-        }
-        let all = bident_backend::allowed_cpus();
-        let mut keys: Vec<String> = vec![];
-        let of_pu = soc
-            .pus
-            .iter()
-            .map(|pu| {
-                let mine: Vec<String> = match pu.kind {
-                    bident_backend::PuKind::Cpu => {
-                        let cores = if pu.cores.is_empty() { &all } else { &pu.cores };
-                        cores.iter().map(|c| format!("core {c}")).collect()
-                    }
-                    kind => vec![format!("{} {}", kind.name(), pu.device)],
-                };
-                let mut idx: Vec<usize> = mine
-                    .into_iter()
-                    .map(|k| match keys.iter().position(|x| *x == k) {
-                        Some(i) => i,
-                        None => {
-                            keys.push(k);
-                            keys.len() - 1
-                        }
-                    })
-                    .collect();
-                idx.sort_unstable();
-                idx.dedup();
-                idx
-            })
-            .collect();
-        Self { locks: keys.iter().map(|_| Mutex::new(())).collect(), of_pu }
-    }
-
-    /// Hold PU `pu`'s hardware until the guards drop.
-    fn take(&self, pu: usize) -> Vec<MutexGuard<'_, ()>> {
-        self.of_pu[pu].iter().map(|&i| lock(&self.locks[i])).collect()
-    }
-}
+use dataflow::{Failure, Flight, Slots, run_queue};
+use hardware::Hardware;
+use poll::{IDLE_SPIN, pause, polling_allowed, spin_for};
+use worker::{Compiled, Inline, Worker};
 
 /// A poisoned lock only means another thread panicked while holding it; the data (tensor
 /// slots, a sender) stays consistent, so go on.
@@ -301,146 +77,6 @@ impl Inference {
         }
         sum / self.spans.len().max(1) as f64
     }
-}
-
-struct Slots {
-    values: Vec<Option<(Arc<HostTensor>, Instant)>>,
-    /// Tasks finished so far (the watchdog's measure of progress).
-    done: usize,
-    /// Per PU: the task running now.
-    running: Vec<Option<usize>>,
-    /// Workers asleep on the flight's condition variable, waiting for inputs: a task's outputs
-    /// wake them only where there are any (`notify_all` is a system call even with no one to
-    /// wake, on every task's critical path).
-    sleepers: usize,
-    /// What each worker's queue gave back (beside the outputs: the last queue's end then moves
-    /// no other cache line between cores).
-    answers: Vec<Result<Vec<Span>, Failure>>,
-    /// The core the caller sleeps on (on the flight's condition variable), while it does: the
-    /// worker of the last queue wakes it, and so does the worker pinned there as its queue ends,
-    /// so that it polls there for the end instead (off the critical path: another PU's op runs).
-    caller_asleep: Option<usize>,
-    stop: bool,
-}
-
-struct Flight {
-    slots: Mutex<Slots>,
-    cv: Condvar,
-    /// Tasks published so far and whether to stop, readable without the lock (for spinning).
-    progress: AtomicUsize,
-    stopping: AtomicBool,
-    t0: Instant,
-    /// Queues still running; the worker that finishes the last one wakes the caller, so that
-    /// the caller, asleep where no core is free for it, is not woken beside a running op by
-    /// every other queue's end (measured on `cores-mixed`: the second op, ONNX Runtime, took
-    /// 19.2 µs in the session against 9.6 µs called directly).
-    left: AtomicUsize,
-    /// Per PU: its queue has finished (the caller may poll on its cores).
-    finished: Vec<AtomicBool>,
-}
-
-/// How long a thread polls (yielding the CPU between polls) before it sleeps: a worker for its
-/// inputs or its next job, the caller for the workers' answers. Waking a sleeping thread costs
-/// tens of µs on a VM whose idle vCPU halts (measured here: the first op of an inference
-/// started ~50 µs late, the caller saw the end ~40 µs late); a hand-off caught while polling
-/// costs about one. Polling yields so that a thread sharing the core (the caller is not
-/// pinned; another session's worker may be pinned there) is never starved for a time slice.
-const SPIN: Duration = Duration::from_millis(5);
-
-/// How long the caller and the workers poll before they sleep: [`SPIN`] where every PU the
-/// program uses is pinned to cores of its own, none where one runs on every core or two share
-/// a core. A polling thread takes the core from whoever needs it there: beside a multi-threaded
-/// engine on 2 cores it stalled ONNX Runtime's default inference from ~150 µs to ~4 ms (a
-/// scheduler tick) now and then, and a worker polling for its inputs on the core its producer
-/// ran on stalled plans the same way.
-fn spin_for(soc: &SocSpec, used: &[bool], exclusive: &[Vec<bool>]) -> Duration {
-    let n = soc.pus.len();
-    let pinned = (0..n).filter(|&i| used[i]).all(|i| !soc.pus[i].cores.is_empty());
-    let apart = (0..n).all(|i| !used[i] || (0..n).all(|j| !used[j] || !exclusive[i][j]));
-    if pinned && apart { SPIN } else { Duration::ZERO }
-}
-const IDLE_SPIN: Duration = Duration::from_micros(500);
-
-/// One step of polling: up to 16 looks at `waiting` with a pause between them (~1 µs in all),
-/// then, if it still waits, the CPU yielded, so that a thread sharing the core runs. Yielding at
-/// every look (a system call) made each hand-off ~0.2 µs later to be seen here. A yield that
-/// gave the core away for a time slice stops all polling in the process for a while
-/// ([`yield_core`]).
-fn pause(mut waiting: impl FnMut() -> bool) {
-    for _ in 0..16 {
-        if !waiting() {
-            return;
-        }
-        std::hint::spin_loop();
-    }
-    yield_core();
-}
-
-/// A yield that returns later than this ran another thread on the core for a time slice:
-/// something else wants the core (a yield where nothing does returns in ~1 µs here, one
-/// across a hiccup of the VM in up to ~0.4 ms; a busy thread's slice lasts a few ms).
-const CONTENDED: Duration = Duration::from_micros(500);
-
-/// How long no thread of the process polls after a contended yield, at first; doubled each
-/// time the contention is back within as long again after polling resumed, up to
-/// [`MOST_BACK_OFF`]. Polling resumes quickly after a short contention and stays off beside a
-/// busy process. In a quiet pipeline run (`--soc cores`, 60 runs), threads of the process
-/// itself contended 2-4 times (yields of 0.6-4.2 ms).
-const LEAST_BACK_OFF: Duration = Duration::from_millis(5);
-const MOST_BACK_OFF: Duration = Duration::from_secs(1);
-
-/// When polling may start again (µs since [`epoch`]), and the back-off that set it (µs). Two
-/// threads finding contention at once may each set them; either's back-off serves.
-static POLL_AGAIN_AT: AtomicU64 = AtomicU64::new(0);
-static BACK_OFF_US: AtomicU64 = AtomicU64::new(0);
-
-fn epoch() -> Instant {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
-}
-
-fn now_us() -> u64 {
-    epoch().elapsed().as_micros() as u64
-}
-
-/// Yield the core; where that ran another thread for longer than [`CONTENDED`], stop polling
-/// for a while ([`polling_allowed`]). A thread that polls with yields beside a busy one
-/// (another process's, on a shared machine) hands it the core for its whole time slice at
-/// every yield: a one-op session on a pinned PU measured ~3,900 µs an inference beside two
-/// busy threads (~2 µs alone), the scheduler's tick; a thread asleep is woken ahead of a busy
-/// one instead, at the cost of the wake-up (tens of µs on this VM).
-fn yield_core() {
-    if !yield_briefly() {
-        let now = now_us();
-        let (again, last) = (POLL_AGAIN_AT.load(Ordering::Relaxed), BACK_OFF_US.load(Ordering::Relaxed));
-        let least = LEAST_BACK_OFF.as_micros() as u64;
-        let back_off =
-            if last > 0 && now < again + last { (2 * last).min(MOST_BACK_OFF.as_micros() as u64) } else { least };
-        BACK_OFF_US.store(back_off, Ordering::Relaxed);
-        POLL_AGAIN_AT.store(now + back_off, Ordering::Relaxed);
-    }
-}
-
-/// Yield the core; whether it came back within [`CONTENDED`].
-fn yield_briefly() -> bool {
-    let t = Instant::now();
-    std::thread::yield_now();
-    t.elapsed() <= CONTENDED
-}
-
-/// Whether a thread may poll now: not while backing off from a contended yield ([`yield_core`]).
-fn polling_allowed() -> bool {
-    now_us() >= POLL_AGAIN_AT.load(Ordering::Relaxed)
-}
-
-/// A task's failure, reported by its worker.
-enum Failure {
-    Task(usize, BackendError),
-    Output(usize, String),
-    /// Stopped because another worker failed or the watchdog fired.
-    Stopped,
-    /// The worker of this PU panicked (a bug): the inference stops.
-    Panicked(usize),
 }
 
 /// A program compiled on its PUs, ready to run inferences. `Send + Sync`: inferences from
@@ -491,56 +127,7 @@ impl Session {
             }
         }
         let t0 = Instant::now();
-        // every worker compiles its own tasks, all workers at once
-        let (tx, rx) = mpsc::channel();
-        let mut bytes: Vec<Option<Vec<u8>>> = bytes.into_iter().map(Some).collect();
-        for (pu, q) in program.queues.iter().enumerate() {
-            let Some(w) = &workers[pu] else { continue };
-            // (task, ONNX bytes, its input names, its output names)
-            let jobs: Vec<(usize, Vec<u8>, [Vec<String>; 2])> = q
-                .iter()
-                .map(|&t| {
-                    let task = &program.tasks[t];
-                    (t, bytes[t].take().unwrap_or_default(), [task.input_names.clone(), task.output_names.clone()])
-                })
-                .collect();
-            // a task that runs beside others gets the PU's quiet configuration (no pool spinning
-            // on after its run while the next task runs); a program of one task, as configured
-            let spec = if program.tasks.len() > 1 { backend.quiet(&soc.pus[pu]) } else { soc.pus[pu].clone() };
-            let (be, tx) = (backend.clone(), tx.clone());
-            w.post(Box::new(move |exes| {
-                for (t, onnx, [ins, outs]) in jobs {
-                    let r = be.compile(&onnx, &spec).and_then(|exe| {
-                        let feed = ports(exe.inputs().iter().map(|p| p.name.as_str()), &ins, &spec.name, "input")?;
-                        let take =
-                            ports(outs.iter().map(String::as_str), &exe_names(exe.outputs()), &spec.name, "output")?;
-                        exes.insert(t, Compiled { exe, feed, take });
-                        Ok(())
-                    });
-                    let failed = r.is_err();
-                    let _ = tx.send((t, r));
-                    if failed {
-                        return;
-                    }
-                }
-            }))?;
-        }
-        drop(tx);
-        let mut left: usize = program.tasks.len();
-        while left > 0 {
-            let (t, r) = rx.recv_timeout(timeout).map_err(|_| RuntimeError::Worker {
-                pu: "?".into(),
-                why: format!("compiling took over {} s", timeout.as_secs()),
-            })?;
-            let task = &program.tasks[t];
-            r.map_err(|e| RuntimeError::Op {
-                what: task.label(),
-                name: task.name.clone(),
-                pu: soc.pus[task.pu].name.clone(),
-                source: Box::new(e),
-            })?;
-            left -= 1;
-        }
+        compile_tasks(&workers, (&program, bytes), soc, &backend, timeout)?;
         let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
         let inline =
             inline_pu(&program, soc).map(|pu| Self::hand_over(&mut workers, pu, timeout)).transpose()?.flatten();
@@ -607,6 +194,21 @@ impl Session {
         if let Some(why) = lock(&self.broken).clone() {
             return Err(RuntimeError::Broken(why));
         }
+        let flight = self.take_off(inputs)?;
+        self.post_queues(&flight)?;
+        // a program on the calling thread (it has no workers)
+        let mine = self.run_inline(&flight)?;
+        self.await_queues(&flight)?;
+        self.land(&flight, mine)
+    }
+
+    /// The workers of the PUs the program uses.
+    fn workers(&self) -> impl Iterator<Item = (usize, &Worker)> {
+        self.workers.iter().enumerate().filter_map(|(pu, w)| Some((pu, w.as_ref()?)))
+    }
+
+    /// An inference about to start: `inputs` checked and in their slots, the clock started.
+    fn take_off(&self, inputs: &[Vec<Arc<HostTensor>>]) -> Result<Arc<Flight>, RuntimeError> {
         let p = &self.program;
         if inputs.len() != p.streams.len() {
             return Err(RuntimeError::Inputs(format!("{} input sets for {} models", inputs.len(), p.streams.len())));
@@ -633,8 +235,7 @@ impl Session {
                 values[slot] = Some((t.clone(), t0));
             }
         }
-        let workers = || self.workers.iter().enumerate().filter_map(|(pu, w)| Some((pu, w.as_ref()?)));
-        let flight = Arc::new(Flight {
+        Ok(Arc::new(Flight {
             slots: Mutex::new(Slots {
                 values,
                 done: 0,
@@ -648,12 +249,17 @@ impl Session {
             progress: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
             t0,
-            left: AtomicUsize::new(workers().count()),
+            left: AtomicUsize::new(self.workers().count()),
             finished: (0..self.pus.len()).map(|_| AtomicBool::new(false)).collect(),
-        });
-        for (pu, w) in workers() {
+        }))
+    }
+
+    /// Hand every worker its queue of the inference; each gives back its answer and wakes the
+    /// caller where it must.
+    fn post_queues(&self, flight: &Arc<Flight>) -> Result<(), RuntimeError> {
+        for (pu, w) in self.workers() {
             let (program, flight, hw, spin, pu_of_core) =
-                (p.clone(), flight.clone(), self.hardware.clone(), self.spin, self.pu_of_core.clone());
+                (self.program.clone(), flight.clone(), self.hardware.clone(), self.spin, self.pu_of_core.clone());
             w.post(Box::new(move |exes| {
                 let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     run_queue(exes, &program, pu, &flight, &hw, spin)
@@ -677,17 +283,24 @@ impl Session {
                 }
             }))?;
         }
-        // a program on the calling thread (it has no workers)
-        let mut mine = None;
-        if let Some(inline) = &self.inline {
-            *lock(&inline.watch.flight) = Some(flight.clone());
-            let answer = run_queue(&mut lock(&inline.exes), p, inline.pu, &flight, &self.hardware, self.spin);
-            *lock(&inline.watch.flight) = None;
-            if let Some(hung) = lock(&inline.watch.fired).take() {
-                return Err(self.hang(&hung));
-            }
-            mine = Some(answer);
+        Ok(())
+    }
+
+    /// Run the program's queue on the calling thread where it runs there ([`Inline`]): its
+    /// answer, or the timeout where the watchdog cancelled it.
+    fn run_inline(&self, flight: &Arc<Flight>) -> Result<Option<Result<Vec<Span>, Failure>>, RuntimeError> {
+        let Some(inline) = &self.inline else { return Ok(None) };
+        *lock(&inline.watch.flight) = Some(flight.clone());
+        let answer = run_queue(&mut lock(&inline.exes), &self.program, inline.pu, flight, &self.hardware, self.spin);
+        *lock(&inline.watch.flight) = None;
+        if let Some(hung) = lock(&inline.watch.fired).take() {
+            return Err(self.hang(&hung));
         }
+        Ok(Some(answer))
+    }
+
+    /// Wait until every worker has answered; a timeout where no task finished for as long.
+    fn await_queues(&self, flight: &Flight) -> Result<(), RuntimeError> {
         let mut seen_done = 0;
         let spin_until = Instant::now() + self.spin;
         // the caller polls for the end (waking it costs several µs) while it is on a core no PU
@@ -704,7 +317,7 @@ impl Session {
         };
         // every worker's answer is in once `left` is 0
         while flight.left.load(Ordering::Acquire) != 0 {
-            if may_poll(&flight) {
+            if may_poll(flight) {
                 pause(|| flight.left.load(Ordering::Acquire) != 0);
                 continue;
             }
@@ -712,7 +325,7 @@ impl Session {
             st.caller_asleep = Some(bident_backend::current_cpu().unwrap_or(usize::MAX));
             // checked under the lock a worker takes to end its queue: no wake-up is lost
             let mut timed_out = false;
-            while flight.left.load(Ordering::Acquire) != 0 && !may_poll(&flight) && !timed_out {
+            while flight.left.load(Ordering::Acquire) != 0 && !may_poll(flight) && !timed_out {
                 let (g, w) = flight.cv.wait_timeout(st, self.timeout).unwrap_or_else(|e| e.into_inner());
                 st = g;
                 timed_out = w.timed_out();
@@ -733,6 +346,13 @@ impl Session {
             drop(st);
             return Err(self.hang(&hung));
         }
+        Ok(())
+    }
+
+    /// The inference once every queue answered (`mine`: the calling thread's): its outputs and
+    /// timeline, or the first failure.
+    fn land(&self, flight: &Flight, mine: Option<Result<Vec<Span>, Failure>>) -> Result<Inference, RuntimeError> {
+        let p = &self.program;
         let mut spans = vec![];
         let mut failure = None;
         let mut st = lock(&flight.slots);
@@ -758,7 +378,7 @@ impl Session {
                 }
             });
         }
-        let total_us = t0.elapsed().as_secs_f64() * 1e6;
+        let total_us = flight.t0.elapsed().as_secs_f64() * 1e6;
         spans.sort_by_key(|s| s.task);
         let outputs = p
             .streams
@@ -801,6 +421,66 @@ impl Session {
     }
 }
 
+/// Every task compiled on its PU's worker, all workers at once, each worker its own tasks in
+/// queue order; the first task that does not compile is an error naming it and its PU.
+fn compile_tasks(
+    workers: &[Option<Worker>],
+    (program, bytes): (&Program, Vec<Vec<u8>>),
+    soc: &SocSpec,
+    backend: &Arc<dyn Backend>,
+    timeout: Duration,
+) -> Result<(), RuntimeError> {
+    let (tx, rx) = mpsc::channel();
+    let mut bytes: Vec<Option<Vec<u8>>> = bytes.into_iter().map(Some).collect();
+    for (pu, q) in program.queues.iter().enumerate() {
+        let Some(w) = &workers[pu] else { continue };
+        // (task, ONNX bytes, its input names, its output names)
+        let jobs: Vec<(usize, Vec<u8>, [Vec<String>; 2])> = q
+            .iter()
+            .map(|&t| {
+                let task = &program.tasks[t];
+                (t, bytes[t].take().unwrap_or_default(), [task.input_names.clone(), task.output_names.clone()])
+            })
+            .collect();
+        // a task that runs beside others gets the PU's quiet configuration (no pool spinning
+        // on after its run while the next task runs); a program of one task, as configured
+        let spec = if program.tasks.len() > 1 { backend.quiet(&soc.pus[pu]) } else { soc.pus[pu].clone() };
+        let (be, tx) = (backend.clone(), tx.clone());
+        w.post(Box::new(move |exes| {
+            for (t, onnx, [ins, outs]) in jobs {
+                let r = be.compile(&onnx, &spec).and_then(|exe| {
+                    let feed = ports(exe.inputs().iter().map(|p| p.name.as_str()), &ins, &spec.name, "input")?;
+                    let take = ports(outs.iter().map(String::as_str), &exe_names(exe.outputs()), &spec.name, "output")?;
+                    exes.insert(t, Compiled { exe, feed, take });
+                    Ok(())
+                });
+                let failed = r.is_err();
+                let _ = tx.send((t, r));
+                if failed {
+                    return;
+                }
+            }
+        }))?;
+    }
+    drop(tx);
+    let mut left: usize = program.tasks.len();
+    while left > 0 {
+        let (t, r) = rx.recv_timeout(timeout).map_err(|_| RuntimeError::Worker {
+            pu: "?".into(),
+            why: format!("compiling took over {} s", timeout.as_secs()),
+        })?;
+        let task = &program.tasks[t];
+        r.map_err(|e| RuntimeError::Op {
+            what: task.label(),
+            name: task.name.clone(),
+            pu: soc.pus[task.pu].name.clone(),
+            source: Box::new(e),
+        })?;
+        left -= 1;
+    }
+    Ok(())
+}
+
 /// The PU whose queue the calling thread runs ([`Inline`]): a program's only PU, where that PU
 /// is not pinned. Running the first queue of any program whose PUs are pinned apart on the
 /// caller, moved onto that PU's core, halved the single-tensor hand-off between engines (6 to
@@ -814,100 +494,6 @@ fn inline_pu(program: &Program, soc: &SocSpec) -> Option<usize> {
         (Some(pu), None) if soc.pus[pu].cores.is_empty() => Some(pu),
         _ => None,
     }
-}
-
-/// Runs on PU `pu`'s worker, or on the caller: its queue in order, each task once its inputs are
-/// there and the PU's hardware is free.
-fn run_queue(
-    exes: &mut HashMap<usize, Compiled>,
-    p: &Program,
-    pu: usize,
-    flight: &Flight,
-    hw: &Hardware,
-    spin: Duration,
-) -> Result<Vec<Span>, Failure> {
-    let mut spans = Vec::with_capacity(p.queues[pu].len());
-    let us = |t: Instant| t.duration_since(flight.t0).as_secs_f64() * 1e6;
-    for &t in &p.queues[pu] {
-        let task = &p.tasks[t];
-        let spin_until = Instant::now() + spin;
-        let (inputs, ready) = {
-            let mut st = lock(&flight.slots);
-            loop {
-                if st.stop {
-                    return Err(Failure::Stopped);
-                }
-                let got: Option<Vec<_>> = task.inputs.iter().map(|&i| st.values[i].clone()).collect();
-                if let Some(got) = got {
-                    st.running[pu] = Some(t);
-                    let ready = got.iter().map(|v| v.1).max().unwrap_or(flight.t0);
-                    break (got.into_iter().map(|v| v.0).collect::<Vec<_>>(), ready);
-                }
-                if Instant::now() < spin_until && polling_allowed() {
-                    // spin until another task is published, then look again
-                    let seen = flight.progress.load(Ordering::Acquire);
-                    drop(st);
-                    let waiting =
-                        || flight.progress.load(Ordering::Acquire) == seen && !flight.stopping.load(Ordering::Acquire);
-                    while waiting() && Instant::now() < spin_until && polling_allowed() {
-                        pause(waiting);
-                    }
-                    st = lock(&flight.slots);
-                } else {
-                    st.sleepers += 1;
-                    st = flight.cv.wait(st).unwrap_or_else(|e| e.into_inner());
-                    st.sleepers -= 1;
-                }
-            }
-        };
-        let c = exes.get_mut(&t).ok_or(Failure::Output(t, "not compiled".into()))?;
-        let refs: Vec<&HostTensor> = c.feed.iter().map(|&i| inputs[i].as_ref()).collect();
-        let held = hw.take(pu);
-        let start = Instant::now();
-        let result = c.exe.run(&refs);
-        let finish = Instant::now();
-        drop(held);
-        let fail = |f: Failure| {
-            let mut st = lock(&flight.slots);
-            st.stop = true;
-            flight.stopping.store(true, Ordering::Release);
-            st.running[pu] = None;
-            flight.cv.notify_all();
-            Err(f)
-        };
-        let mut produced: Vec<Option<HostTensor>> = match result {
-            Ok(o) => o.into_iter().map(Some).collect(),
-            Err(e) => return fail(Failure::Task(t, e)),
-        };
-        let mut outs = Vec::with_capacity(task.outputs.len());
-        for (j, &k) in c.take.iter().enumerate() {
-            let Some(o) = produced.get_mut(k).and_then(Option::take) else {
-                return fail(Failure::Output(t, format!("the backend gave {} outputs", produced.len())));
-            };
-            let (dtype, shape) = &task.output_types[j];
-            if o.dtype != *dtype || o.shape != *shape {
-                let why =
-                    format!("`{}` is {}{:?}, bident inferred {dtype}{shape:?}", task.output_names[j], o.dtype, o.shape);
-                return fail(Failure::Output(t, why));
-            }
-            outs.push(Arc::new(o));
-        }
-        let sleepers = {
-            let mut st = lock(&flight.slots);
-            for (&slot, o) in task.outputs.iter().zip(outs) {
-                st.values[slot] = Some((o, finish));
-            }
-            st.done += 1;
-            st.running[pu] = None;
-            flight.progress.fetch_add(1, Ordering::Release);
-            st.sleepers
-        };
-        if sleepers > 0 {
-            flight.cv.notify_all();
-        }
-        spans.push(Span { task: t, ready_us: us(ready), start_us: us(start), finish_us: us(finish) });
-    }
-    Ok(spans)
 }
 
 fn exe_names(ports: &[bident_backend::PortInfo]) -> Vec<String> {

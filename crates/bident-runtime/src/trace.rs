@@ -93,115 +93,155 @@ fn tick_step(max: f64, n: f64) -> f64 {
 
 /// An SVG Gantt chart: per PU, the predicted timeline and the measured one on one time axis.
 pub fn gantt_svg(r: &RunReport) -> String {
-    let end = r
-        .ops
-        .iter()
-        .flat_map(|o| [o.predicted_finish_us, o.measured_finish_us])
-        .chain([r.predicted_us, r.measured_us])
-        // a non-finite time (a corrupt report) must not stretch the axis or its tick loop
-        .filter(|t| t.is_finite())
-        .fold(1.0, f64::max);
-    // about 6.5 px per character at font size 11
-    let widest = (0..r.pus.len()).map(|i| r.pu_label(i).chars().count()).max().unwrap_or(0);
-    let left = LEFT.max(20.0 + 6.5 * widest as f64);
-    let plot = WIDTH - left - 20.0;
-    let x = |us: f64| left + us / end * plot;
-    let panels = [("predicted", 0), ("measured (median run)", 1)];
-    let panel_h = ROW * r.pus.len() as f64 + 30.0;
-    let top = 58.0;
-    let height = top + panel_h * 2.0 + 50.0;
+    let chart = Gantt::of(r);
     let mut s = String::new();
-    let _ = write!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" font-family="sans-serif" font-size="11">"#
-    );
-    let _ = write!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let title = format!(
-        "{} on {} ({} schedule): predicted {:.1} µs, measured {:.1} µs (p10 {:.1}, p90 {:.1})",
-        r.models.join(" + "),
-        r.soc,
-        r.schedule,
-        r.predicted_us,
-        r.measured_us,
-        r.measured_p10_us,
-        r.measured_p90_us
-    );
-    let _ = write!(s, r#"<text x="10" y="18" font-size="13" font-weight="bold">{}</text>"#, esc(&title));
-    let sub = format!("measured on {}, {}; {} runs after {} warm-up", r.measured_on, r.backend, r.runs, r.warmup);
-    let _ = write!(s, r##"<text x="10" y="36" fill="#555">{}</text>"##, esc(&sub));
-    for (k, (label, which)) in panels.iter().enumerate() {
-        let y0 = top + panel_h * k as f64;
+    chart.header(&mut s, r);
+    for (k, label) in ["predicted", "measured (median run)"].iter().enumerate() {
+        chart.panel(&mut s, r, k, label);
+    }
+    chart.axis(&mut s);
+    s.push_str("</svg>\n");
+    s
+}
+
+/// Where a Gantt chart's parts sit: the plot's left edge and width (px), the time its axis ends
+/// at (µs), and where the panels start and how tall each is (px).
+struct Gantt {
+    left: f64,
+    plot: f64,
+    end: f64,
+    top: f64,
+    panel_h: f64,
+}
+
+impl Gantt {
+    fn of(r: &RunReport) -> Self {
+        let end = r
+            .ops
+            .iter()
+            .flat_map(|o| [o.predicted_finish_us, o.measured_finish_us])
+            .chain([r.predicted_us, r.measured_us])
+            // a non-finite time (a corrupt report) must not stretch the axis or its tick loop
+            .filter(|t| t.is_finite())
+            .fold(1.0, f64::max);
+        // about 6.5 px per character at font size 11
+        let widest = (0..r.pus.len()).map(|i| r.pu_label(i).chars().count()).max().unwrap_or(0);
+        let left = LEFT.max(20.0 + 6.5 * widest as f64);
+        let plot = WIDTH - left - 20.0;
+        Self { left, plot, end, top: 58.0, panel_h: ROW * r.pus.len() as f64 + 30.0 }
+    }
+
+    /// Where time `us` sits on the plot.
+    fn x(&self, us: f64) -> f64 {
+        self.left + us / self.end * self.plot
+    }
+
+    /// The SVG's opening, its background, and the title and subtitle.
+    fn header(&self, s: &mut String, r: &RunReport) {
+        let height = self.top + self.panel_h * 2.0 + 50.0;
+        let _ = write!(
+            s,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" font-family="sans-serif" font-size="11">"#
+        );
+        let _ = write!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
+        let title = format!(
+            "{} on {} ({} schedule): predicted {:.1} µs, measured {:.1} µs (p10 {:.1}, p90 {:.1})",
+            r.models.join(" + "),
+            r.soc,
+            r.schedule,
+            r.predicted_us,
+            r.measured_us,
+            r.measured_p10_us,
+            r.measured_p90_us
+        );
+        let _ = write!(s, r#"<text x="10" y="18" font-size="13" font-weight="bold">{}</text>"#, esc(&title));
+        let sub = format!("measured on {}, {}; {} runs after {} warm-up", r.measured_on, r.backend, r.runs, r.warmup);
+        let _ = write!(s, r##"<text x="10" y="36" fill="#555">{}</text>"##, esc(&sub));
+    }
+
+    /// Panel `k`: the prediction (0) or the measurement (1), one row per PU.
+    fn panel(&self, s: &mut String, r: &RunReport, k: usize, label: &str) {
+        let y0 = self.top + self.panel_h * k as f64;
         let _ = write!(s, r#"<text x="10" y="{}" font-weight="bold">{label}</text>"#, y0 + 12.0);
-        for (row, pu) in r.pus.iter().enumerate() {
-            let y = y0 + 20.0 + ROW * row as f64;
+        for row in 0..r.pus.len() {
+            self.row(s, r, row, y0 + 20.0 + ROW * row as f64, k == 1);
+        }
+    }
+
+    /// PU `row`'s row at height `y`: its label and a bar per task on it, predicted or
+    /// `measured`.
+    fn row(&self, s: &mut String, r: &RunReport, row: usize, y: f64, measured: bool) {
+        let (left, plot) = (self.left, self.plot);
+        let _ = write!(
+            s,
+            r##"<rect x="{left}" y="{y}" width="{plot}" height="{}" fill="#f4f4f4"/><text x="10" y="{}">{}</text>"##,
+            ROW - 4.0,
+            y + ROW / 2.0 + 2.0,
+            esc(&r.pu_label(row))
+        );
+        for (k, o) in r.ops.iter().enumerate().filter(|(_, o)| o.pu == r.pus[row]) {
+            let (a, b) = if measured {
+                (o.measured_start_us, o.measured_finish_us)
+            } else {
+                (o.predicted_start_us, o.predicted_finish_us)
+            };
+            let w = (self.x(b) - self.x(a)).max(0.5);
+            let colour = COLOURS[(o.model as usize).min(1)][k % 2];
+            let tip = format!(
+                "{} {} `{}` on {}: {:.1}..{:.1} µs (predicted {:.1} µs, measured median {:.1} µs)",
+                r.models.get(o.model as usize).map_or("?", String::as_str),
+                ops_label(&o.ops),
+                o.name,
+                r.pu_label(row),
+                a,
+                b,
+                o.predicted_us(),
+                o.measured_us
+            );
             let _ = write!(
                 s,
-                r##"<rect x="{left}" y="{y}" width="{plot}" height="{}" fill="#f4f4f4"/><text x="10" y="{}">{}</text>"##,
+                r##"<rect x="{:.2}" y="{y}" width="{w:.2}" height="{}" fill="{colour}" stroke="#333" stroke-width="0.3"><title>{}</title></rect>"##,
+                self.x(a),
                 ROW - 4.0,
-                y + ROW / 2.0 + 2.0,
-                esc(&r.pu_label(row))
+                esc(&tip)
             );
-            for (k, o) in r.ops.iter().enumerate().filter(|(_, o)| &o.pu == pu) {
-                let (a, b) = if *which == 0 {
-                    (o.predicted_start_us, o.predicted_finish_us)
-                } else {
-                    (o.measured_start_us, o.measured_finish_us)
-                };
-                let w = (x(b) - x(a)).max(0.5);
-                let colour = COLOURS[(o.model as usize).min(1)][k % 2];
-                let tip = format!(
-                    "{} {} `{}` on {}: {:.1}..{:.1} µs (predicted {:.1} µs, measured median {:.1} µs)",
-                    r.models.get(o.model as usize).map_or("?", String::as_str),
-                    ops_label(&o.ops),
-                    o.name,
-                    r.pu_label(row),
-                    a,
-                    b,
-                    o.predicted_us(),
-                    o.measured_us
-                );
+            if w > 18.0 {
                 let _ = write!(
                     s,
-                    r##"<rect x="{:.2}" y="{y}" width="{w:.2}" height="{}" fill="{colour}" stroke="#333" stroke-width="0.3"><title>{}</title></rect>"##,
-                    x(a),
-                    ROW - 4.0,
-                    esc(&tip)
+                    r#"<text x="{:.2}" y="{}" font-size="9" text-anchor="middle" pointer-events="none">{}</text>"#,
+                    self.x(a) + w / 2.0,
+                    y + ROW / 2.0 + 1.0,
+                    short_label(&o.ops)
                 );
-                if w > 18.0 {
-                    let _ = write!(
-                        s,
-                        r#"<text x="{:.2}" y="{}" font-size="9" text-anchor="middle" pointer-events="none">{}</text>"#,
-                        x(a) + w / 2.0,
-                        y + ROW / 2.0 + 1.0,
-                        short_label(&o.ops)
-                    );
-                }
             }
         }
     }
-    let axis_y = top + panel_h * 2.0 + 4.0;
-    let _ = write!(s, r##"<line x1="{left}" y1="{axis_y}" x2="{}" y2="{axis_y}" stroke="#333"/>"##, left + plot);
-    let step = tick_step(end, 8.0);
-    // tick_step gives at most ~10 ticks; the bound keeps any float surprise from looping on
-    for k in 0..=((end / step + 1e-9).floor() as usize).min(100) {
-        let t = k as f64 * step;
+
+    /// The time axis under the panels, its ticks and its caption.
+    fn axis(&self, s: &mut String) {
+        let (left, plot, end) = (self.left, self.plot, self.end);
+        let axis_y = self.top + self.panel_h * 2.0 + 4.0;
+        let _ = write!(s, r##"<line x1="{left}" y1="{axis_y}" x2="{}" y2="{axis_y}" stroke="#333"/>"##, left + plot);
+        let step = tick_step(end, 8.0);
+        // tick_step gives at most ~10 ticks; the bound keeps any float surprise from looping on
+        for k in 0..=((end / step + 1e-9).floor() as usize).min(100) {
+            let t = k as f64 * step;
+            let _ = write!(
+                s,
+                r##"<line x1="{0:.2}" y1="{axis_y}" x2="{0:.2}" y2="{1}" stroke="#333"/><text x="{0:.2}" y="{2}" text-anchor="middle">{3}</text>"##,
+                self.x(t),
+                axis_y + 4.0,
+                axis_y + 16.0,
+                t
+            );
+        }
         let _ = write!(
             s,
-            r##"<line x1="{0:.2}" y1="{axis_y}" x2="{0:.2}" y2="{1}" stroke="#333"/><text x="{0:.2}" y="{2}" text-anchor="middle">{3}</text>"##,
-            x(t),
-            axis_y + 4.0,
-            axis_y + 16.0,
-            t
+            r#"<text x="{}" y="{}" text-anchor="middle">µs from the start of the inference</text>"#,
+            left + plot / 2.0,
+            axis_y + 32.0
         );
     }
-    let _ = write!(
-        s,
-        r#"<text x="{}" y="{}" text-anchor="middle">µs from the start of the inference</text>"#,
-        left + plot / 2.0,
-        axis_y + 32.0
-    );
-    s.push_str("</svg>\n");
-    s
 }
 
 #[cfg(test)]
