@@ -127,3 +127,100 @@ impl<'g> Extractor<'g> {
         Ok(sub.encode_to_vec())
     }
 }
+
+/// What a sub-model's time depends on, as bytes to hash: the model with its tensor names
+/// replaced by their order of appearance, node and graph names and doc strings cleared, and the
+/// data of every initializer over [`IDENTITY_KEEPS`] elements blanked (a Conv's time does not
+/// depend on its weights' values; shape tensors, trip counts and other small constants stay).
+/// Two fused ops of one model, or of two models, with the same kinds, attributes, shapes and
+/// small constants get the same bytes: the profile times one of them. A model with control-flow
+/// subgraphs (which read outer names) keeps its bytes as they are.
+pub fn timing_identity(model: &[u8]) -> Result<Vec<u8>, IrError> {
+    let mut m = ModelProto::decode(model).map_err(|e| IrError::StoredModel(e.to_string()))?;
+    let Some(g) = m.graph.as_mut() else { return Ok(model.to_vec()) };
+    if g.node.iter().any(|n| n.attribute.iter().any(|a| a.g.is_some() || !a.graphs.is_empty())) {
+        return Ok(model.to_vec());
+    }
+    let mut names: HashMap<String, String> = HashMap::new();
+    let mut rename = |name: &mut String| {
+        if !name.is_empty() {
+            let k = names.len();
+            *name = names.entry(std::mem::take(name)).or_insert_with(|| format!("t{k}")).clone();
+        }
+    };
+    for v in &mut g.input {
+        v.name.as_mut().map(&mut rename);
+    }
+    for t in &mut g.initializer {
+        t.name.as_mut().map(&mut rename);
+        let elements = t.dims.iter().try_fold(1i64, |n, &d| n.checked_mul(d.max(0)));
+        if elements.is_none_or(|n| n > IDENTITY_KEEPS) {
+            *t = TensorProto {
+                dims: std::mem::take(&mut t.dims),
+                data_type: t.data_type,
+                name: t.name.take(),
+                ..Default::default()
+            };
+        }
+    }
+    for n in &mut g.node {
+        n.input.iter_mut().chain(&mut n.output).for_each(&mut rename);
+        n.name = None;
+        n.doc_string = None;
+    }
+    for v in g.output.iter_mut().chain(&mut g.value_info) {
+        v.name.as_mut().map(&mut rename);
+    }
+    g.name = None;
+    g.doc_string = None;
+    m.doc_string = None;
+    m.metadata_props.clear();
+    Ok(m.encode_to_vec())
+}
+
+/// Initializers of at most this many elements keep their data in [`timing_identity`].
+pub const IDENTITY_KEEPS: i64 = 64;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(weight: f32, name: &str, dims: &[i64]) -> Vec<u8> {
+        let extractor_free = crate::proto::ModelProto {
+            graph: Some(GraphProto {
+                name: Some(format!("op `{name}`")),
+                node: vec![crate::proto::NodeProto {
+                    name: Some(name.into()),
+                    op_type: Some("MatMul".into()),
+                    input: vec![format!("{name}.x"), format!("{name}.w")],
+                    output: vec![format!("{name}.y")],
+                    ..Default::default()
+                }],
+                initializer: vec![TensorProto {
+                    name: Some(format!("{name}.w")),
+                    dims: dims.to_vec(),
+                    data_type: Some(1),
+                    float_data: vec![weight; dims.iter().product::<i64>() as usize],
+                    ..Default::default()
+                }],
+                input: vec![value_info(&format!("{name}.x"), crate::DType::F32, &[1, dims[0] as u64])],
+                output: vec![value_info(&format!("{name}.y"), crate::DType::F32, &[1, dims[1] as u64])],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        extractor_free.encode_to_vec()
+    }
+
+    #[test]
+    fn same_ops_and_shapes_are_one_identity() {
+        let id = |w, name, dims: &[i64]| timing_identity(&model(w, name, dims)).expect("identity");
+        // other names and other weights: one identity
+        assert_eq!(id(0.5, "a", &[16, 16]), id(-2.0, "b", &[16, 16]));
+        // other shapes: another
+        assert_ne!(id(0.5, "a", &[16, 16]), id(0.5, "a", &[16, 8]));
+        // a small constant keeps its values: another
+        assert_ne!(id(0.5, "a", &[4, 4]), id(1.0, "a", &[4, 4]));
+        assert!(timing_identity(b"\xff\xff not onnx").is_err());
+    }
+}

@@ -49,7 +49,7 @@ pub use annotate::{Annotated, FUSED_OP, NO_FUSED_OP, annotate};
 pub use bident_tensor::DType;
 pub use error::IrError;
 #[cfg(feature = "onnx")]
-pub use extract::Extractor;
+pub use extract::{Extractor, IDENTITY_KEEPS, timing_identity};
 #[cfg(feature = "onnx")]
 pub use fusion::check_against_record;
 pub use fusion::{BackendFusion, BackendLayer, Fusion, FusionInfo, RecordCheck};

@@ -1,8 +1,8 @@
 //! The incremental profile cache: one entry per (sub-model, PU), so re-profiling after a small
 //! model change only measures the ops that changed.
 //!
-//! An entry's key hashes everything its figures depend on: the extracted op's ONNX bytes
-//! (weights included) and input types, the PU's configuration (kind, device, properties, cores;
+//! An entry's key hashes everything its figures depend on: the extracted op's timing identity
+//! (its ONNX without names and weight values, `bident_ir::timing_identity`) and input types, the PU's configuration (kind, device, properties, cores;
 //! not its name), the backend and its version, the machine, and the measuring protocol. Entries
 //! are artifacts (`<key>.bin` + YAML twin) in one folder; an unreadable or corrupt entry is a
 //! miss and is measured again. Each entry records when and under what load it was measured.
@@ -79,7 +79,9 @@ impl CostCache {
         Self { dir: dir.into() }
     }
 
-    /// The key of one (op, PU) measurement: the canonical bytes of the sub-model, its input
+    /// The key of one (op, PU) measurement: the sub-model's timing identity
+    /// ([`bident_ir::timing_identity`]: its ops, attributes and shapes, not its names or
+    /// weights, so identical ops of two models share an entry), its input
     /// types, the PU's configuration (not its name), its backend and version, the machine and
     /// the protocol (`plain-timed`: entries timed with per-layer profiling on are stale;
     /// `fast-state`: entries timed in any state of the machine are, [`crate::speed`];
@@ -88,7 +90,7 @@ impl CostCache {
     /// timing thread's core was fast are, [`crate::speed::await_fast_on`]). None where it
     /// cannot be encoded: that entry is not cached.
     pub fn key(
-        model: &[u8],
+        identity: ContentHash,
         inputs: &[HostTensor],
         pu: &PuSpec,
         backend: &str,
@@ -107,7 +109,7 @@ impl CostCache {
             cfg.min_runs,
             cfg.rel_ci,
         );
-        let key = (ContentHash::of(model), types, config, backend, machine, protocol);
+        let key = (identity, types, config, backend, machine, protocol);
         if pu.cores.len() == 1 {
             ContentHash::of_value(&key).ok()
         } else {

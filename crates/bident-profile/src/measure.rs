@@ -70,9 +70,11 @@ pub fn profile(
     let ex = Extractor::new(g)?;
     let mut units: Vec<Unit> = Vec::with_capacity(g.ops.len() + cfg.segments.len());
     for (i, op) in g.ops.iter().enumerate() {
+        let model = ex.extract(i as OpId)?;
         units.push(Unit {
             what: format!("op {i} `{}` ({})", op.name, op.kind),
-            model: ex.extract(i as OpId)?,
+            identity: ContentHash::of(&bident_ir::timing_identity(&model)?),
+            model,
             inputs: seeded_inputs(g, &op.inputs, cfg.seed, i),
             whole: g.ops.len() == 1,
         });
@@ -151,6 +153,9 @@ struct Unit {
     /// What the unit is, for messages: ``op 3 `conv` (Conv)``, `the whole model`, ``4 ops from op 2 `mul` ``.
     what: String,
     model: Vec<u8>,
+    /// What its time depends on ([`bident_ir::timing_identity`]): units with one identity and
+    /// one input signature are timed once, and share a cache entry across models.
+    identity: ContentHash,
     inputs: Vec<HostTensor>,
     /// Every op of the graph: timed on its PU as configured, as a session of the whole model
     /// alone runs it; any other unit on the PU made [`Backend::quiet`], as a multi-task
@@ -167,7 +172,9 @@ impl Unit {
             _ if ops.len() == g.ops.len() => "the whole model".into(),
             _ => format!("{} ops from op {} `{}`", ops.len(), ops[0], g.ops[ops[0] as usize].name),
         };
-        Ok(Unit { what, model, inputs: seeded_inputs(g, &ins, seed, g.ops.len() + k), whole: ops.len() == g.ops.len() })
+        let identity = ContentHash::of(&bident_ir::timing_identity(&model)?);
+        let inputs = seeded_inputs(g, &ins, seed, g.ops.len() + k);
+        Ok(Unit { what, identity, model, inputs, whole: ops.len() == g.ops.len() })
     }
 }
 
@@ -212,7 +219,7 @@ impl<'a> PuKey<'a> {
     /// Unit `i`'s cache key on the PU, None where it has none.
     fn of(&self, units: &[Unit], i: usize, cfg: &ProfileConfig) -> Option<ContentHash> {
         let spec = unit_spec(units, i, self.pu, &self.quiet);
-        cache::CostCache::key(&units[i].model, &units[i].inputs, spec, &self.backend, self.machine, cfg)
+        cache::CostCache::key(units[i].identity, &units[i].inputs, spec, &self.backend, self.machine, cfg)
     }
 }
 
@@ -232,9 +239,10 @@ fn time_units(
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Vec<(usize, Entry, bool)>, ProfileError> {
     let quiet = backend.quiet(pu);
-    let (whole, rest): (Vec<usize>, Vec<usize>) = todo.iter().copied().partition(|&i| units[i].whole && quiet != *pu);
+    let (reps, copies) = same_as(units, todo);
+    let (whole, rest): (Vec<usize>, Vec<usize>) = reps.iter().copied().partition(|&i| units[i].whole && quiet != *pu);
     let mut out = Vec::with_capacity(todo.len());
-    let mut clock = Clock::new(todo.len());
+    let mut clock = Clock::new(reps.len());
     for group in [rest, whole].iter().filter(|g| !g.is_empty()) {
         let spec = unit_spec(units, group[0], pu, &quiet);
         let mut batches = group.chunks(BATCH);
@@ -254,7 +262,37 @@ fn time_units(
         }
     }
     clock.say_slow(&pu.name, progress);
+    if !copies.is_empty() {
+        let note = format!(
+            "{} of {} units have the ops, attributes and shapes of another: timed once",
+            copies.len(),
+            todo.len()
+        );
+        progress(Progress { pu: &pu.name, phase: "same", done: copies.len(), total: todo.len(), note: Some(note) });
+    }
+    for (copy, of) in copies {
+        let measured = out.iter().find(|(i, ..)| *i == of).map(|(_, r, slow)| (r.clone(), *slow));
+        out.extend(measured.map(|(r, slow)| (copy, r, slow)));
+    }
     Ok(out)
+}
+
+/// `todo` split into the units to time and the copies of one of them (copy, the unit timed):
+/// units with one timing identity and input signature ([`Unit::identity`]) cost the same.
+fn same_as(units: &[Unit], todo: &[usize]) -> (Vec<usize>, Vec<(usize, usize)>) {
+    let mut first: std::collections::HashMap<_, usize> = std::collections::HashMap::new();
+    let (mut reps, mut copies) = (vec![], vec![]);
+    for &i in todo {
+        let inputs: Vec<_> = units[i].inputs.iter().map(|t| (t.dtype, t.shape.as_slice())).collect();
+        match first.entry((units[i].identity, inputs, units[i].whole)) {
+            std::collections::hash_map::Entry::Occupied(e) => copies.push((i, *e.get())),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(i);
+                reps.push(i);
+            }
+        }
+    }
+    (reps, copies)
 }
 
 /// What measuring units on every PU of a SoC shares: the units, the protocol and the cache.
