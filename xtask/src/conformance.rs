@@ -270,35 +270,7 @@ pub fn conformance(a: ConformanceArgs) -> Result<()> {
         Some(d) => d,
         None => generated_dir()?,
     };
-    let subset: Option<Vec<String>> = match &a.subset {
-        Some(p) => Some(
-            std::fs::read_to_string(p)
-                .with_context(|| p.display().to_string())?
-                .lines()
-                .map(|l| l.split('#').next().unwrap_or("").trim().to_string())
-                .filter(|l| !l.is_empty())
-                .collect(),
-        ),
-        None => None,
-    };
-    let mut tests: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .with_context(|| dir.display().to_string())?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.join("model.onnx").is_file())
-        .filter(|p| {
-            let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            a.filter.as_ref().is_none_or(|f| name.contains(f.as_str()))
-                && subset.as_ref().is_none_or(|s| s.contains(&name))
-        })
-        .collect();
-    tests.sort();
-    if let Some(s) = &subset {
-        let missing: Vec<&String> = s
-            .iter()
-            .filter(|t| !tests.iter().any(|p| p.file_name().is_some_and(|n| n.to_string_lossy() == t.as_str())))
-            .collect();
-        anyhow::ensure!(missing.is_empty(), "subset names tests that do not exist: {missing:?}");
-    }
+    let tests = select_tests(&dir, a.filter.as_deref(), a.subset.as_deref())?;
     let be = crate::pipeline::backend_named(&a.backend)?;
     let soc = SocSpec::preset("local", be.as_ref())?;
     let pu = soc.pus.iter().find(|p| p.device == "CPU").context("no CPU device")?.clone();
@@ -351,13 +323,7 @@ pub fn conformance(a: ConformanceArgs) -> Result<()> {
     let total = tests.len();
     let parity = if whole_pass == 0 { 1.0 } else { both as f64 / whole_pass as f64 };
     println!();
-    println!("reasons, grouped (count, path, reason, examples):");
-    let mut rows: Vec<_> = groups.into_iter().collect();
-    rows.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
-    for ((path_name, key), names) in rows.iter().take(40) {
-        let ex: Vec<&str> = names.iter().take(3).map(String::as_str).collect();
-        println!("{:>5}  {path_name:<6} {key}  [{}]", names.len(), ex.join(", "));
-    }
+    print_groups(groups);
     println!();
     println!(
         "conformance: {total} tests in {:.0} s on {name} {version} (PU `{}`, {precision}); whole: {whole_pass} pass; through bident: {bident_pass} pass; parity {:.4} ({both}/{whole_pass})",
@@ -382,4 +348,49 @@ pub fn conformance(a: ConformanceArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The test folders of `dir` (those with a `model.onnx`) whose name holds `filter` and, with a
+/// `subset` file, that it lists; every test it lists must exist.
+fn select_tests(dir: &Path, filter: Option<&str>, subset: Option<&Path>) -> Result<Vec<PathBuf>> {
+    let subset: Option<Vec<String>> = match subset {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .with_context(|| p.display().to_string())?
+                .lines()
+                .map(|l| l.split('#').next().unwrap_or("").trim().to_string())
+                .filter(|l| !l.is_empty())
+                .collect(),
+        ),
+        None => None,
+    };
+    let mut tests: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| dir.display().to_string())?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("model.onnx").is_file())
+        .filter(|p| {
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            filter.is_none_or(|f| name.contains(f)) && subset.as_ref().is_none_or(|s| s.contains(&name))
+        })
+        .collect();
+    tests.sort();
+    if let Some(s) = &subset {
+        let missing: Vec<&String> = s
+            .iter()
+            .filter(|t| !tests.iter().any(|p| p.file_name().is_some_and(|n| n.to_string_lossy() == t.as_str())))
+            .collect();
+        anyhow::ensure!(missing.is_empty(), "subset names tests that do not exist: {missing:?}");
+    }
+    Ok(tests)
+}
+
+/// The reasons tests failed, grouped by path and reason, most frequent first.
+fn print_groups(groups: BTreeMap<(String, String), Vec<String>>) {
+    println!("reasons, grouped (count, path, reason, examples):");
+    let mut rows: Vec<_> = groups.into_iter().collect();
+    rows.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
+    for ((path_name, key), names) in rows.iter().take(40) {
+        let ex: Vec<&str> = names.iter().take(3).map(String::as_str).collect();
+        println!("{:>5}  {path_name:<6} {key}  [{}]", names.len(), ex.join(", "));
+    }
 }

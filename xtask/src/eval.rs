@@ -435,8 +435,18 @@ fn report(a: &EvalArgs, rows: &[Row], all_pairs: &Pairs, sweep: &Sweep, label: &
         a.size,
         if label == "SIMULATED" { " (an analytic cost model; nothing ran)" } else { " on this machine" }
     );
-    let _ = writeln!(s, "## Table 2: sequential plans against the best single PU [{label}]\n");
     let measured = rows.iter().any(|r| r.measured.is_some());
+    sequential_table(&mut s, rows, label, measured);
+    parallel_table(&mut s, rows, label, measured);
+    pairs_section(&mut s, rows, all_pairs, label);
+    let _ = writeln!(s, "## Figure 7: energy of the latency- and energy-optimal plans [{label}]\n\n`energy.svg`.\n");
+    matmul_table(&mut s, rows, sweep, label);
+    s
+}
+
+/// Table 2: each config's latency- and energy-optimal sequential plans against its best single PU.
+fn sequential_table(s: &mut String, rows: &[Row], label: &str, measured: bool) {
+    let _ = writeln!(s, "## Table 2: sequential plans against the best single PU [{label}]\n");
     let _ = write!(
         s,
         "| config | fused ops | best single PU | latency plan | speedup | its energy | energy plan: energy | its speedup |"
@@ -470,7 +480,6 @@ fn report(a: &EvalArgs, rows: &[Row], all_pairs: &Pairs, sweep: &Sweep, label: &
     let seq: Vec<f64> = rows.iter().map(|r| r.best_us / r.lat.predicted_us).collect();
     let e_opt: Vec<f64> = rows.iter().map(|r| r.energy.predicted_energy_uj / r.best_uj - 1.0).collect();
     let e_lat: Vec<f64> = rows.iter().map(|r| r.lat.predicted_energy_uj / r.best_uj - 1.0).collect();
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
     let _ = writeln!(
         s,
         "\nSequential speedup: geomean {:.2}x, max {:.2}x (paper: 1.09x, up to 1.58x). Energy-optimal plans: {:+.1}% \
@@ -484,6 +493,10 @@ fn report(a: &EvalArgs, rows: &[Row], all_pairs: &Pairs, sweep: &Sweep, label: &
         e_lat.iter().filter(|&&e| e > 1e-9).count(),
         rows.len()
     );
+}
+
+/// Table 3: each config's parallel plan; with measurements, the regret and prediction error summary.
+fn parallel_table(s: &mut String, rows: &[Row], label: &str, measured: bool) {
     let _ = writeln!(s, "## Table 3: parallel plans [{label}]\n");
     let _ = writeln!(
         s,
@@ -515,8 +528,12 @@ fn report(a: &EvalArgs, rows: &[Row], all_pairs: &Pairs, sweep: &Sweep, label: &
         par.iter().copied().fold(0.0, f64::max)
     );
     if measured {
-        regret_summary(&mut s, rows);
+        regret_summary(s, rows);
     }
+}
+
+/// Figure 9: every pair of configs planned to run at once, and the pairs left out.
+fn pairs_section(s: &mut String, rows: &[Row], all_pairs: &Pairs, label: &str) {
     let _ = writeln!(s, "## Figure 9: pairs running at once [{label}]\n");
     let pairs = &all_pairs.planned;
     let speedups: Vec<f64> = pairs.iter().map(|p| p.2).collect();
@@ -549,7 +566,10 @@ fn report(a: &EvalArgs, rows: &[Row], all_pairs: &Pairs, sweep: &Sweep, label: &
         }
         let _ = writeln!(s);
     }
-    let _ = writeln!(s, "## Figure 7: energy of the latency- and energy-optimal plans [{label}]\n\n`energy.svg`.\n");
+}
+
+/// Figure 3: the MatMul sweep, dispatch + execution per PU, and the fastest.
+fn matmul_table(s: &mut String, rows: &[Row], sweep: &Sweep, label: &str) {
     let _ = writeln!(s, "## Figure 3: MatMul [1,N,N] x [N,N] per PU, dispatch + execution µs [{label}]\n");
     let pus: Vec<String> =
         rows.first().map(|r| r.costs.soc.pus.iter().map(|p| p.name.clone()).collect()).unwrap_or_default();
@@ -566,7 +586,10 @@ fn report(a: &EvalArgs, rows: &[Row], all_pairs: &Pairs, sweep: &Sweep, label: &
         let _ = writeln!(s, "| {dtype} | {n} | {} | {fastest} |", cells.join(" | "));
     }
     let _ = writeln!(s, "\n`matmul.svg`.");
-    s
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len().max(1) as f64
 }
 
 /// Over every measured plan: regret (measured / the fastest alternative measured beside it -

@@ -215,17 +215,7 @@ fn replay(a: &FuzzArgs) -> Result<()> {
     let root = crate::root();
     let corpus = root.join("target/fuzz/corpus/import");
     let seeds = seed(&corpus)?;
-    let mut entries = vec![];
-    for dir in [corpus.clone(), root.join("tests/data/fuzz-regressions")] {
-        for e in std::fs::read_dir(&dir).with_context(|| dir.display().to_string())? {
-            let path = e?.path();
-            // `.ir` regressions belong to the `ovir` target
-            if path.is_file() && path.extension().is_none_or(|x| x != "ir") {
-                entries.push(path);
-            }
-        }
-    }
-    entries.sort();
+    let entries = replay_entries(&[corpus.clone(), root.join("tests/data/fuzz-regressions")])?;
     let backend = a.backend.as_deref().map(crate::pipeline::backend_named).transpose()?;
     let pu = match &backend {
         Some(be) => {
@@ -248,87 +238,127 @@ fn replay(a: &FuzzArgs) -> Result<()> {
         }
     );
     let t0 = std::time::Instant::now();
-    let mut c = Counts::default();
-    let mut reasons: std::collections::BTreeMap<String, Vec<String>> = Default::default();
-    let mut failures = vec![];
-    for (k, path) in entries.iter().enumerate() {
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let bytes = std::fs::read(path).with_context(|| path.display().to_string())?;
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            replay_one(&bytes, target, &mut c, &mut |why| {
-                reasons.entry(crate::conformance::group_key(&why)).or_default().push(name.clone())
-            })
-        }));
-        match outcome {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => failures.push(format!("{name}: {e}")),
-            Err(p) => failures.push(format!(
-                "{name}: panicked: {}",
-                p.downcast_ref::<String>().map(String::as_str).or(p.downcast_ref::<&str>().copied()).unwrap_or("?")
-            )),
-        }
-        if !a.json && (k + 1) % 200 == 0 {
-            eprintln!("fuzz: {}/{} entries", k + 1, entries.len());
-        }
-    }
-    c.entries = entries.len();
-    if target.is_some() {
-        println!("backend refusals, grouped (count, reason, examples):");
-        let mut rows: Vec<_> = reasons.into_iter().collect();
-        rows.sort_by(|x, y| y.1.len().cmp(&x.1.len()).then(x.0.cmp(&y.0)));
-        for (key, names) in rows.iter().take(30) {
-            let ex: Vec<&str> = names.iter().take(3).map(String::as_str).collect();
-            println!("{:>5}  {key}  [{}]", names.len(), ex.join(", "));
-        }
-    }
-    for f in &failures {
-        println!("FAIL {f}");
-    }
-    println!(
-        "fuzz replay: {} entries in {:.0} s; import: {} imported, {} refused{}; {} failures",
-        c.entries,
-        t0.elapsed().as_secs_f64(),
-        c.imported,
-        c.import_refused,
-        match target {
-            Some((be, _)) => format!(
-                "; {} whole: {} compile, {} refused; {} fused ops: {} compile, {} refused",
-                be.name(),
-                c.whole_compiled,
-                c.whole_refused,
-                c.ops,
-                c.ops_compiled,
-                c.ops_refused
-            ),
-            None => String::new(),
-        },
-        failures.len()
-    );
-    if a.json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "entries": c.entries,
-                "imported": c.imported,
-                "import_refused": c.import_refused,
-                "backend": target.map(|(be, _)| be.name().to_string()),
-                "backend_version": target.map(|(be, _)| be.version()),
-                "whole_compiled": c.whole_compiled,
-                "whole_refused": c.whole_refused,
-                "ops": c.ops,
-                "ops_compiled": c.ops_compiled,
-                "ops_refused": c.ops_refused,
-                "failures": failures.len(),
-            })
-        );
-    }
+    let r = Replayed::each(&entries, target, a.json)?;
+    r.print(target, t0.elapsed().as_secs_f64(), a.json);
     anyhow::ensure!(
-        failures.is_empty(),
+        r.failures.is_empty(),
         "{} of {} entries failed the replay (FAIL lines above)",
-        failures.len(),
-        c.entries
+        r.failures.len(),
+        r.c.entries
     );
     Ok(())
+}
+
+/// The files of `dirs`, sorted: the corpus and the kept regressions.
+fn replay_entries(dirs: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBuf>> {
+    let mut entries = vec![];
+    for dir in dirs {
+        for e in std::fs::read_dir(dir).with_context(|| dir.display().to_string())? {
+            let path = e?.path();
+            // `.ir` regressions belong to the `ovir` target
+            if path.is_file() && path.extension().is_none_or(|x| x != "ir") {
+                entries.push(path);
+            }
+        }
+    }
+    entries.sort();
+    Ok(entries)
+}
+
+/// The backend and PU a replay compiles on, if any.
+type Target<'a> = Option<(&'a dyn bident_backend::Backend, &'a bident_backend::PuSpec)>;
+
+/// What a replay found: the counts, the backend's refusals by reason, the failures.
+struct Replayed {
+    c: Counts,
+    reasons: std::collections::BTreeMap<String, Vec<String>>,
+    failures: Vec<String>,
+}
+
+impl Replayed {
+    /// Replay every entry, a panic caught and counted as its entry's failure.
+    fn each(entries: &[std::path::PathBuf], target: Target, json: bool) -> Result<Self> {
+        let mut c = Counts::default();
+        let mut reasons: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        let mut failures = vec![];
+        for (k, path) in entries.iter().enumerate() {
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let bytes = std::fs::read(path).with_context(|| path.display().to_string())?;
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                replay_one(&bytes, target, &mut c, &mut |why| {
+                    reasons.entry(crate::conformance::group_key(&why)).or_default().push(name.clone())
+                })
+            }));
+            match outcome {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => failures.push(format!("{name}: {e}")),
+                Err(p) => failures.push(format!(
+                    "{name}: panicked: {}",
+                    p.downcast_ref::<String>().map(String::as_str).or(p.downcast_ref::<&str>().copied()).unwrap_or("?")
+                )),
+            }
+            if !json && (k + 1) % 200 == 0 {
+                eprintln!("fuzz: {}/{} entries", k + 1, entries.len());
+            }
+        }
+        c.entries = entries.len();
+        Ok(Self { c, reasons, failures })
+    }
+
+    /// The refusals grouped, the failures, the summary line and, with `json`, one JSON line.
+    fn print(&self, target: Target, seconds: f64, json: bool) {
+        let (c, failures) = (&self.c, &self.failures);
+        if target.is_some() {
+            println!("backend refusals, grouped (count, reason, examples):");
+            let mut rows: Vec<_> = self.reasons.iter().collect();
+            rows.sort_by(|x, y| y.1.len().cmp(&x.1.len()).then(x.0.cmp(y.0)));
+            for (key, names) in rows.iter().take(30) {
+                let ex: Vec<&str> = names.iter().take(3).map(String::as_str).collect();
+                println!("{:>5}  {key}  [{}]", names.len(), ex.join(", "));
+            }
+        }
+        for f in failures {
+            println!("FAIL {f}");
+        }
+        println!(
+            "fuzz replay: {} entries in {:.0} s; import: {} imported, {} refused{}; {} failures",
+            c.entries,
+            seconds,
+            c.imported,
+            c.import_refused,
+            match target {
+                Some((be, _)) => format!(
+                    "; {} whole: {} compile, {} refused; {} fused ops: {} compile, {} refused",
+                    be.name(),
+                    c.whole_compiled,
+                    c.whole_refused,
+                    c.ops,
+                    c.ops_compiled,
+                    c.ops_refused
+                ),
+                None => String::new(),
+            },
+            failures.len()
+        );
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "entries": c.entries,
+                    "imported": c.imported,
+                    "import_refused": c.import_refused,
+                    "backend": target.map(|(be, _)| be.name().to_string()),
+                    "backend_version": target.map(|(be, _)| be.version()),
+                    "whole_compiled": c.whole_compiled,
+                    "whole_refused": c.whole_refused,
+                    "ops": c.ops,
+                    "ops_compiled": c.ops_compiled,
+                    "ops_refused": c.ops_refused,
+                    "failures": failures.len(),
+                })
+            );
+        }
+    }
 }
 
 /// One entry: what the fuzz target asserts (an imported graph verifies and every op extracts) and,

@@ -10,6 +10,8 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use bident_backend::SocSpec;
+use bident_ir::FusedGraph;
+use bident_tensor::HostTensor;
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -54,36 +56,11 @@ pub fn ovir(only: &[String], json: bool) -> Result<()> {
             anyhow::anyhow!("{name}: {e}: {}", std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default())
         })?;
         // the IR's inputs by name (ovc keeps the ONNX input names)
-        let fed = from_ir
-            .inputs
-            .iter()
-            .map(|&t| {
-                let n = &from_ir.tensor(t).name;
-                from_onnx
-                    .inputs
-                    .iter()
-                    .position(|&u| from_onnx.tensor(u).name == *n)
-                    .map(|k| inputs[k].clone())
-                    .with_context(|| format!("{name}: the IR has an input `{n}` the ONNX model lacks"))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let fed = ir_inputs(&name, &from_onnx, &from_ir, &inputs)?;
         let got = bident_runtime::run_op_by_op(&from_ir, be.as_ref(), &pu, fed).map_err(|e| {
             anyhow::anyhow!("{name}: {e}: {}", std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default())
         })?;
-        if got.len() != want.len() {
-            bail!("{name}: the IR gives {} outputs, the ONNX model {}", got.len(), want.len());
-        }
-        // outputs by name (ovc may reorder them)
-        let mut err = 0.0f64;
-        for (k, &t) in from_onnx.outputs.iter().enumerate() {
-            let n = &from_onnx.tensor(t).name;
-            let j = from_ir
-                .outputs
-                .iter()
-                .position(|&u| from_ir.tensor(u).name == *n)
-                .with_context(|| format!("{name}: the IR has no output `{n}`"))?;
-            err = err.max(got[j].max_abs_diff(&want[k]).with_context(|| format!("{name}: output `{n}`"))?);
-        }
+        let err = max_output_err(&name, &from_onnx, &from_ir, &want, &got)?;
         // grouped as OpenVINO fuses them, the two sources should come close
         let backend_ops = |p: &Path| -> Result<usize> {
             let mut o = opts.clone();
@@ -110,11 +87,67 @@ pub fn ovir(only: &[String], json: bool) -> Result<()> {
             "tolerance": c.tolerance.unwrap_or(1e-4),
         }));
     }
+    print_table(&rows);
+    if json {
+        println!("{}", serde_json::Value::Array(rows));
+    }
+    Ok(())
+}
+
+/// The ONNX model's `inputs` in the IR's input order, by name (ovc keeps the ONNX input names).
+fn ir_inputs(
+    name: &str,
+    from_onnx: &FusedGraph,
+    from_ir: &FusedGraph,
+    inputs: &[HostTensor],
+) -> Result<Vec<HostTensor>> {
+    from_ir
+        .inputs
+        .iter()
+        .map(|&t| {
+            let n = &from_ir.tensor(t).name;
+            from_onnx
+                .inputs
+                .iter()
+                .position(|&u| from_onnx.tensor(u).name == *n)
+                .map(|k| inputs[k].clone())
+                .with_context(|| format!("{name}: the IR has an input `{n}` the ONNX model lacks"))
+        })
+        .collect()
+}
+
+/// The largest difference between the IR's outputs `got` and the ONNX model's `want`, matched by
+/// name (ovc may reorder them).
+fn max_output_err(
+    name: &str,
+    from_onnx: &FusedGraph,
+    from_ir: &FusedGraph,
+    want: &[HostTensor],
+    got: &[HostTensor],
+) -> Result<f64> {
+    if got.len() != want.len() {
+        bail!("{name}: the IR gives {} outputs, the ONNX model {}", got.len(), want.len());
+    }
+    let mut err = 0.0f64;
+    for (k, &t) in from_onnx.outputs.iter().enumerate() {
+        let n = &from_onnx.tensor(t).name;
+        let j = from_ir
+            .outputs
+            .iter()
+            .position(|&u| from_ir.tensor(u).name == *n)
+            .with_context(|| format!("{name}: the IR has no output `{n}`"))?;
+        err = err.max(got[j].max_abs_diff(&want[k]).with_context(|| format!("{name}: output `{n}`"))?);
+    }
+    Ok(err)
+}
+
+/// The cases as a markdown table.
+fn print_table(rows: &[serde_json::Value]) {
     println!(
         "| case | ONNX: nodes -> fused ops (rules / backend) | IR: nodes -> fused ops (rules / backend) | max abs err |"
     );
     println!("|---|---|---|---|");
-    for r in &rows {
+    for r in rows {
         println!(
             "| {} | {} -> {} / {} | {} -> {} / {} | {:.2e} |",
             r["case"].as_str().unwrap_or(""),
@@ -127,10 +160,6 @@ pub fn ovir(only: &[String], json: bool) -> Result<()> {
             r["max_abs_err"].as_f64().unwrap_or(f64::NAN)
         );
     }
-    if json {
-        println!("{}", serde_json::Value::Array(rows));
-    }
-    Ok(())
 }
 
 /// The ONNX file of a case's `model`.

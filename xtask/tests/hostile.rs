@@ -10,18 +10,7 @@ use bident_search::Plan;
 
 mod common;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
-}
-
-fn xtask(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(args)
-        .current_dir(root())
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("xtask runs")
-}
+use common::{root, xtask};
 
 /// The command failed with exactly one non-empty stderr line, which contains `want`.
 #[track_caller]

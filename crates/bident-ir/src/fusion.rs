@@ -192,10 +192,19 @@ pub(crate) struct Derived {
 pub(crate) fn derive(nodes: &[NodeView], order: &[usize], layers: &[BackendLayer]) -> Derived {
     let pos: HashMap<usize, usize> = order.iter().enumerate().map(|(k, &i)| (i, k)).collect();
     let compute: Vec<usize> = order.iter().copied().filter(|&i| nodes[i].compute).collect();
+    let (group, unresolved) = claim(nodes, &compute, layers);
+    let (producers, consumers) = dataflow(nodes, &compute);
+    let mut g = Grouping { nodes, pos, compute, producers, consumers, group, next_group: layers.len() };
+    g.adopt_renamed_anchors(layers);
+    g.absorb_unnamed();
+    g.order(unresolved)
+}
+
+/// Steps 1-2: each compute node to the layer that names it, layers that claim the same node
+/// merged (union-find over layers); and the layers that resolved to no node.
+fn claim(nodes: &[NodeView], compute: &[usize], layers: &[BackendLayer]) -> (HashMap<usize, usize>, Vec<String>) {
     let names = NameIndex::new(compute.iter().map(|&i| (i, nodes[i].name, nodes[i].outputs)));
     let resolve = |name: &str| names.resolve(name);
-
-    // 1-2: names -> layers, merging layers that claim the same node (union-find over layers)
     let mut parent: Vec<usize> = (0..layers.len()).collect();
     fn root(parent: &mut [usize], mut x: usize) -> usize {
         while parent[x] != x {
@@ -225,171 +234,207 @@ pub(crate) fn derive(nodes: &[NodeView], order: &[usize], layers: &[BackendLayer
             unresolved.push(format!("{} ({})", layer.name, layer.layer_type));
         }
     }
-    let mut group: HashMap<usize, usize> = layer_of.iter().map(|(&i, &l)| (i, root(&mut parent, l))).collect();
+    let group = layer_of.iter().map(|(&i, &l)| (i, root(&mut parent, l))).collect();
+    (group, unresolved)
+}
 
+/// Each compute node's producers and consumers among the compute nodes.
+type Edges = HashMap<usize, Vec<usize>>;
+
+fn dataflow(nodes: &[NodeView], compute: &[usize]) -> (Edges, Edges) {
     let mut producer: HashMap<&str, usize> = HashMap::new();
-    for &i in &compute {
+    for &i in compute {
         for o in nodes[i].outputs.iter().filter(|o| !o.is_empty()) {
             producer.insert(o, i);
         }
     }
-    let producers: HashMap<usize, Vec<usize>> = compute
+    let producers: Edges = compute
         .iter()
         .map(|&i| (i, nodes[i].uses.iter().filter_map(|t| producer.get(t.as_str()).copied()).collect()))
         .collect();
-    let mut consumers: HashMap<usize, Vec<usize>> = HashMap::new();
+    let mut consumers: Edges = HashMap::new();
     for (&c, ps) in &producers {
         for &p in ps {
             consumers.entry(p).or_default().push(c);
         }
     }
+    (producers, consumers)
+}
 
-    // 3: renamed anchors
-    let mut members: HashMap<usize, Vec<usize>> = HashMap::new();
-    for &i in &compute {
-        if let Some(&g) = group.get(&i) {
-            members.entry(g).or_default().push(i);
-        }
-    }
-    let mut roots: Vec<usize> = members.keys().copied().collect();
-    roots.sort_unstable();
-    for g in roots {
-        if !ANCHOR_LAYER_TYPES.contains(&layers[g].layer_type.as_str()) || members[&g].iter().any(|&i| nodes[i].anchor)
-        {
-            continue;
-        }
-        // breadth-first upstream through unnamed nodes (`via`: the nodes seen). Of the
-        // nearest unnamed anchors, the one executed last is the backend's usual choice (a
-        // residual Add fuses into the conv that finishes last); a candidate that would make the
-        // group non-convex is passed over.
-        let mut via: HashMap<usize, usize> = HashMap::new();
-        let mut depth: HashMap<usize, usize> = HashMap::new();
-        let mut queue: VecDeque<usize> = members[&g].iter().copied().collect();
-        let mut candidates = vec![];
-        while let Some(n) = queue.pop_front() {
-            for &p in &producers[&n] {
-                if group.contains_key(&p) || via.contains_key(&p) {
-                    continue;
-                }
-                via.insert(p, n);
-                let d = depth.get(&n).map_or(1, |d| d + 1);
-                depth.insert(p, d);
-                if nodes[p].anchor {
-                    candidates.push((d, Reverse(pos[&p]), p));
-                } else {
-                    queue.push_back(p);
-                }
+/// The derivation's state from step 3 on: the data flow and each compute node's group so far.
+struct Grouping<'n, 'a> {
+    nodes: &'n [NodeView<'a>],
+    pos: HashMap<usize, usize>,
+    compute: Vec<usize>,
+    producers: Edges,
+    consumers: Edges,
+    group: HashMap<usize, usize>,
+    /// The last id handed to a group no layer made.
+    next_group: usize,
+}
+
+impl Grouping<'_, '_> {
+    /// Step 3: a layer renamed by the backend takes the nearest unnamed anchor upstream; an
+    /// anchor still unnamed starts a group of its own.
+    fn adopt_renamed_anchors(&mut self, layers: &[BackendLayer]) {
+        let Self { nodes, pos, compute, producers, consumers, group, next_group } = self;
+        let mut members: HashMap<usize, Vec<usize>> = HashMap::new();
+        for &i in compute.iter() {
+            if let Some(&g) = group.get(&i) {
+                members.entry(g).or_default().push(i);
             }
         }
-        candidates.sort_unstable();
-        for (_, _, anchor) in candidates {
-            // every unnamed node on some path from the anchor to the layer's nodes
-            let mut path = vec![anchor];
-            let mut k = 0;
-            while k < path.len() {
-                for &c in consumers.get(&path[k]).map_or(&[][..], Vec::as_slice) {
-                    if via.contains_key(&c) && !group.contains_key(&c) && !path.contains(&c) {
-                        path.push(c);
+        let mut roots: Vec<usize> = members.keys().copied().collect();
+        roots.sort_unstable();
+        for g in roots {
+            if !ANCHOR_LAYER_TYPES.contains(&layers[g].layer_type.as_str())
+                || members[&g].iter().any(|&i| nodes[i].anchor)
+            {
+                continue;
+            }
+            // breadth-first upstream through unnamed nodes (`via`: the nodes seen). Of the
+            // nearest unnamed anchors, the one executed last is the backend's usual choice (a
+            // residual Add fuses into the conv that finishes last); a candidate that would make the
+            // group non-convex is passed over.
+            let mut via: HashMap<usize, usize> = HashMap::new();
+            let mut depth: HashMap<usize, usize> = HashMap::new();
+            let mut queue: VecDeque<usize> = members[&g].iter().copied().collect();
+            let mut candidates = vec![];
+            while let Some(n) = queue.pop_front() {
+                for &p in &producers[&n] {
+                    if group.contains_key(&p) || via.contains_key(&p) {
+                        continue;
+                    }
+                    via.insert(p, n);
+                    let d = depth.get(&n).map_or(1, |d| d + 1);
+                    depth.insert(p, d);
+                    if nodes[p].anchor {
+                        candidates.push((d, Reverse(pos[&p]), p));
+                    } else {
+                        queue.push_back(p);
                     }
                 }
-                k += 1;
             }
-            for &i in &path {
-                group.insert(i, g);
+            candidates.sort_unstable();
+            for (_, _, anchor) in candidates {
+                // every unnamed node on some path from the anchor to the layer's nodes
+                let mut path = vec![anchor];
+                let mut k = 0;
+                while k < path.len() {
+                    for &c in consumers.get(&path[k]).map_or(&[][..], Vec::as_slice) {
+                        if via.contains_key(&c) && !group.contains_key(&c) && !path.contains(&c) {
+                            path.push(c);
+                        }
+                    }
+                    k += 1;
+                }
+                for &i in &path {
+                    group.insert(i, g);
+                }
+                let all: Vec<usize> = members[&g].iter().chain(&path).copied().collect();
+                if convex(&all, group, consumers, pos) {
+                    break;
+                }
+                for i in path {
+                    group.remove(&i);
+                }
             }
-            let all: Vec<usize> = members[&g].iter().chain(&path).copied().collect();
-            if convex(&all, &group, &consumers, &pos) {
+        }
+        for &i in compute.iter() {
+            if nodes[i].anchor && !group.contains_key(&i) {
+                *next_group += 1;
+                group.insert(i, *next_group);
+            }
+        }
+    }
+
+    /// Step 4: nodes no layer names join a neighbouring group along the data path; what is left
+    /// stands alone.
+    fn absorb_unnamed(&mut self) {
+        let Self { nodes, compute, producers, consumers, group, next_group, .. } = self;
+        let same = |group: &HashMap<usize, usize>, of: &[usize]| -> Option<usize> {
+            let gs: HashSet<Option<usize>> = of.iter().map(|n| group.get(n).copied()).collect();
+            match gs.into_iter().collect::<Vec<_>>()[..] {
+                [Some(g)] => Some(g),
+                _ => None,
+            }
+        };
+        loop {
+            let mut changed = false;
+            let downstream = |i: usize| consumers.get(&i).map_or(&[][..], Vec::as_slice);
+            // layout ops first go with their consumers (the backend folds them into the kernel
+            // that reads them), everything else first with its producers (post-ops)
+            for &i in compute.iter().rev() {
+                if nodes[i].layout
+                    && !group.contains_key(&i)
+                    && let Some(g) = same(group, downstream(i))
+                {
+                    group.insert(i, g);
+                    changed = true;
+                }
+            }
+            for &i in compute.iter() {
+                if !group.contains_key(&i)
+                    && let Some(g) = same(group, &producers[&i])
+                {
+                    group.insert(i, g);
+                    changed = true;
+                }
+            }
+            for &i in compute.iter().rev() {
+                if !group.contains_key(&i)
+                    && let Some(g) = same(group, downstream(i))
+                {
+                    group.insert(i, g);
+                    changed = true;
+                }
+            }
+            if !changed {
                 break;
             }
-            for i in path {
-                group.remove(&i);
-            }
         }
-    }
-    let mut next_group = layers.len();
-    for &i in &compute {
-        if nodes[i].anchor && !group.contains_key(&i) {
-            next_group += 1;
-            group.insert(i, next_group);
+        for &i in compute.iter() {
+            group.entry(i).or_insert_with(|| {
+                *next_group += 1;
+                *next_group
+            });
         }
     }
 
-    // 4: nodes no layer names join a neighbouring group along the data path
-    let same = |group: &HashMap<usize, usize>, of: &[usize]| -> Option<usize> {
-        let gs: HashSet<Option<usize>> = of.iter().map(|n| group.get(n).copied()).collect();
-        match gs.into_iter().collect::<Vec<_>>()[..] {
-            [Some(g)] => Some(g),
-            _ => None,
-        }
-    };
-    loop {
-        let mut changed = false;
-        let downstream = |i: usize| consumers.get(&i).map_or(&[][..], Vec::as_slice);
-        // layout ops first go with their consumers (the backend folds them into the kernel
-        // that reads them), everything else first with its producers (post-ops)
-        for &i in compute.iter().rev() {
-            if nodes[i].layout
-                && !group.contains_key(&i)
-                && let Some(g) = same(&group, downstream(i))
-            {
-                group.insert(i, g);
-                changed = true;
+    /// Step 5: order the groups; split those on a cycle of the quotient graph and try again.
+    fn order(mut self, unresolved: Vec<String>) -> Derived {
+        let mut split = 0;
+        loop {
+            match order_groups(&self.compute, &self.group, &self.producers, &self.pos) {
+                Ok(groups) => return Derived { groups, unresolved, split },
+                Err(cyclic) => split += self.split_cycle(cyclic),
             }
         }
-        for &i in &compute {
-            if !group.contains_key(&i)
-                && let Some(g) = same(&group, &producers[&i])
-            {
-                group.insert(i, g);
-                changed = true;
-            }
-        }
-        for &i in compute.iter().rev() {
-            if !group.contains_key(&i)
-                && let Some(g) = same(&group, downstream(i))
-            {
-                group.insert(i, g);
-                changed = true;
-            }
-        }
-        if !changed {
-            break;
-        }
-    }
-    for &i in &compute {
-        group.entry(i).or_insert_with(|| {
-            next_group += 1;
-            next_group
-        });
     }
 
-    // 5: order the groups; split those on a cycle of the quotient graph and try again
-    let mut split = 0;
-    loop {
-        match order_groups(&compute, &group, &producers, &pos) {
-            Ok(groups) => return Derived { groups, unresolved, split },
-            Err(cyclic) => {
-                // split the groups a path leaves and re-enters; if none (convex groups can still
-                // form a cycle between them), every group of several nodes on the cycle
-                let mut by_group: HashMap<usize, Vec<usize>> = HashMap::new();
-                for &i in &compute {
-                    by_group.entry(group[&i]).or_default().push(i);
-                }
-                let on_cycle: Vec<usize> = cyclic.into_iter().filter(|g| by_group[g].len() > 1).collect();
-                let mut bad: Vec<usize> =
-                    on_cycle.iter().copied().filter(|g| !convex(&by_group[g], &group, &consumers, &pos)).collect();
-                if bad.is_empty() {
-                    bad = on_cycle;
-                }
-                for g in &bad {
-                    for &i in &by_group[g] {
-                        next_group += 1;
-                        group.insert(i, next_group);
-                    }
-                }
-                split += bad.len() as u32;
+    /// Split the groups a path leaves and re-enters; if none (convex groups can still form a
+    /// cycle between them), every group of several nodes on the cycle. Returns how many.
+    fn split_cycle(&mut self, cyclic: BTreeSet<usize>) -> u32 {
+        let mut by_group: HashMap<usize, Vec<usize>> = HashMap::new();
+        for &i in &self.compute {
+            by_group.entry(self.group[&i]).or_default().push(i);
+        }
+        let on_cycle: Vec<usize> = cyclic.into_iter().filter(|g| by_group[g].len() > 1).collect();
+        let mut bad: Vec<usize> = on_cycle
+            .iter()
+            .copied()
+            .filter(|g| !convex(&by_group[g], &self.group, &self.consumers, &self.pos))
+            .collect();
+        if bad.is_empty() {
+            bad = on_cycle;
+        }
+        for g in &bad {
+            for &i in &by_group[g] {
+                self.next_group += 1;
+                self.group.insert(i, self.next_group);
             }
         }
+        bad.len() as u32
     }
 }
 

@@ -1,9 +1,31 @@
 //! What the command-line test files share.
 
+// each test file uses some of these, none all of them
+#![allow(dead_code)]
+
 use std::ffi::OsStr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// `xtask args` run from the workspace root.
+pub fn xtask(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(args)
+        .current_dir(root())
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("xtask runs")
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
 
 /// `xtask args` run from `cwd` with no input, killed if it runs past `secs`: a hang is a
 /// failure, not a stuck suite.
@@ -26,4 +48,19 @@ pub fn xtask_within(cwd: &Path, args: &[impl AsRef<OsStr> + std::fmt::Debug], se
         std::thread::sleep(Duration::from_millis(20));
     }
     child.wait_with_output().expect("output")
+}
+
+/// The example imported and partitioned into a temporary folder, priced by the cost table
+/// recorded on two single-core PUs (`tests/data/serve`), so what a test decides from
+/// measurements at run time is not also decided by a profile taken on a loaded machine.
+pub fn recorded_example(tmp: &Path) -> String {
+    let dir = tmp.display().to_string();
+    let table = root().join("tests/data/serve/example-two-cores.json").display().to_string();
+    for args in
+        [&["import", "zoo:example", "--out", &dir][..], &["partition", &dir], &["costs", "import", &dir, &table]]
+    {
+        let o = xtask(args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    }
+    dir
 }

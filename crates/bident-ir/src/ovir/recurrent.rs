@@ -2,6 +2,7 @@
 
 use bident_tensor::DType;
 
+use super::xml::Layer;
 use super::{A, Args, Converter, Registry};
 
 pub(super) fn register(r: &mut Registry) {
@@ -28,27 +29,91 @@ fn rnn_sequence(c: &mut Converter, a: &Args) -> Result<(), String> {
     let (Some(x), Some(lens), Some(w), Some(r), Some(b)) = (x, lens, w, r, b) else {
         return Err(format!("needs {} inputs", 5 + states));
     };
-    let hidden = l.ints("hidden_size")?.first().copied().ok_or("no hidden_size")?;
-    // a size from the file: multiplied below, so bounded here
-    if !(1..=1 << 20).contains(&hidden) {
-        return Err(format!("hidden_size {hidden} is not a size (1 to 2^20)"));
+    let cell = Cell::of(l, op, gates, default_acts)?;
+    let (wt, ws, wd) = cell.weight(c, w, "W", cell.gates)?;
+    let (rt, rs, rd) = cell.weight(c, r, "R", cell.gates)?;
+    let (bt, bs, bd) = cell.onnx_bias(cell.weight(c, b, "B", cell.gates + u64::from(cell.before_reset))?)?;
+    let w = c.constant(&format!("{name}/W"), wt, ws, wd.into());
+    let r = c.constant(&format!("{name}/R"), rt, rs, rd.into());
+    let b = c.constant(&format!("{name}/B"), bt, bs, bd.into());
+    let lens = c.op("Cast", name, &[lens], vec![("to", A::I(DType::I32.onnx_code() as i64))]);
+    // ONNX's default layout is sequence first (X [T,B,I], states [D,B,H], Y [T,D,B,H]);
+    // OpenVINO's CPU plugin mis-reads `layout = 1`, so transpose around the op instead
+    let swap01 = || vec![("perm", A::Is(vec![1, 0, 2]))];
+    let x = c.op("Transpose", name, &[x], swap01());
+    let init: Vec<String> = (0..states).map(|k| c.op("Transpose", name, &[i[1 + k]], swap01())).collect();
+    let outs = c.name_outputs(id);
+    let y = c.fresh(name);
+    let finals: Vec<String> = (0..states).map(|_| c.fresh(name)).collect();
+    let mut attrs = vec![
+        ("hidden_size", A::I(cell.hidden)),
+        (
+            "direction",
+            A::S(match l.attr("direction").unwrap_or("forward") {
+                "reverse" => "reverse",
+                "bidirectional" => "bidirectional",
+                _ => "forward",
+            }),
+        ),
+    ];
+    if cell.before_reset {
+        attrs.push(("linear_before_reset", A::I(1)));
     }
-    let acts: Vec<String> =
-        l.attr("activations").unwrap_or(default_acts).split(',').map(|s| s.trim().to_string()).collect();
-    if acts.join(", ") != default_acts {
-        return Err(format!("activations {acts:?} are not supported"));
+    let mut inputs: Vec<&str> = vec![&x, &w, &r, &b, &lens];
+    inputs.extend(init.iter().map(String::as_str));
+    let mut outputs: Vec<&str> = vec![&y];
+    outputs.extend(finals.iter().map(String::as_str));
+    c.node(cell.op, name, &inputs, &outputs, attrs);
+    // Y [T,D,B,H] -> [B,D,T,H]; states [D,B,H] -> [B,D,H]
+    c.node("Transpose", name, &[&y], &[&outs[0]], vec![("perm", A::Is(vec![2, 1, 0, 3]))]);
+    for (k, f) in finals.iter().enumerate() {
+        c.node("Transpose", name, &[f], &[&outs[1 + k]], swap01());
     }
-    if l.float("clip").unwrap_or(0.0) != 0.0 {
-        return Err("clip is not supported".into());
+    Ok(())
+}
+
+/// A constant's element type, shape and bytes.
+type Constant = (DType, Vec<u64>, Vec<u8>);
+
+/// The recurrent cell a sequence layer runs, as ONNX names it.
+struct Cell {
+    op: &'static str,
+    gates: u64,
+    hidden: i64,
+    /// A GRU with `linear_before_reset`.
+    before_reset: bool,
+}
+
+impl Cell {
+    /// The layer's cell `op` of `gates` gates, or why ONNX cannot compute it (activations other
+    /// than `default_acts`, a clip).
+    fn of(l: &Layer, op: &'static str, gates: u64, default_acts: &str) -> Result<Self, String> {
+        let hidden = l.ints("hidden_size")?.first().copied().ok_or("no hidden_size")?;
+        // a size from the file: multiplied below, so bounded here
+        if !(1..=1 << 20).contains(&hidden) {
+            return Err(format!("hidden_size {hidden} is not a size (1 to 2^20)"));
+        }
+        let acts: Vec<String> =
+            l.attr("activations").unwrap_or(default_acts).split(',').map(|s| s.trim().to_string()).collect();
+        if acts.join(", ") != default_acts {
+            return Err(format!("activations {acts:?} are not supported"));
+        }
+        if l.float("clip").unwrap_or(0.0) != 0.0 {
+            return Err("clip is not supported".into());
+        }
+        let before_reset = op == "GRU" && l.flag("linear_before_reset");
+        Ok(Self { op, gates, hidden, before_reset })
     }
-    let before_reset = op == "GRU" && l.flag("linear_before_reset");
-    let weight = |c: &Converter, t: &str, what: &str, blocks: u64| -> Result<(DType, Vec<u64>, Vec<u8>), String> {
+
+    /// The constant `t` (input `what`) of `blocks` gate blocks along axis 1, in ONNX's gate order.
+    fn weight(&self, c: &Converter, t: &str, what: &str, blocks: u64) -> Result<Constant, String> {
+        let hidden = self.hidden;
         let (dtype, shape, data) = c.consts.get(t).cloned().ok_or_else(|| format!("{what} must be a constant"))?;
         if shape.len() < 2 || shape[0] == 0 || shape[1] != blocks * hidden as u64 {
             return Err(format!("{what} has shape {shape:?}, not [directions, {blocks} x {hidden}, ..]"));
         }
         // LSTM: blocks along axis 1 from f,i,c,o to i,o,f,c
-        let order: &[usize] = if op == "LSTM" && blocks == 4 { &[1, 3, 0, 2] } else { &[] };
+        let order: &[usize] = if self.op == "LSTM" && blocks == 4 { &[1, 3, 0, 2] } else { &[] };
         if order.is_empty() {
             return Ok((dtype, shape, data.to_vec()));
         }
@@ -63,63 +128,27 @@ fn rnn_sequence(c: &mut Converter, a: &Args) -> Result<(), String> {
             }
         }
         Ok((dtype, shape, out))
-    };
-    let (wt, ws, wd) = weight(c, w, "W", gates)?;
-    let (rt, rs, rd) = weight(c, r, "R", gates)?;
-    let (bt, bs, bd) = weight(c, b, "B", gates + u64::from(before_reset))?;
-    let w = c.constant(&format!("{name}/W"), wt, ws, wd.into());
-    let r = c.constant(&format!("{name}/R"), rt, rs, rd.into());
-    // ONNX bias per direction: Wb (G*H) then Rb (G*H)
-    let (d, size) = (bs[0] as usize, bt.size());
-    let (gh, per) = (gates as usize * hidden as usize * size, bd.len().checked_div(d).unwrap_or(0));
-    if per < gh || per * d != bd.len() {
-        return Err(format!("B holds {} bytes, not {d} directions of at least {gh}", bd.len()));
     }
-    let mut b2 = Vec::with_capacity(2 * gh * d);
-    for k in 0..d {
-        let dir = &bd[k * per..(k + 1) * per];
-        b2.extend_from_slice(&dir[..gh]);
-        b2.extend(std::iter::repeat_n(0u8, gh));
-        if before_reset {
-            // the hidden gate's Rb is the fourth block; it goes last in Rb
-            let rb_h = &dir[gh..];
-            let at = b2.len() - rb_h.len();
-            b2[at..].copy_from_slice(rb_h);
+
+    /// OpenVINO's bias B as ONNX's, per direction Wb (G*H) then Rb (G*H).
+    fn onnx_bias(&self, (bt, bs, bd): Constant) -> Result<Constant, String> {
+        let (d, size) = (bs[0] as usize, bt.size());
+        let (gh, per) = (self.gates as usize * self.hidden as usize * size, bd.len().checked_div(d).unwrap_or(0));
+        if per < gh || per * d != bd.len() {
+            return Err(format!("B holds {} bytes, not {d} directions of at least {gh}", bd.len()));
         }
+        let mut b2 = Vec::with_capacity(2 * gh * d);
+        for k in 0..d {
+            let dir = &bd[k * per..(k + 1) * per];
+            b2.extend_from_slice(&dir[..gh]);
+            b2.extend(std::iter::repeat_n(0u8, gh));
+            if self.before_reset {
+                // the hidden gate's Rb is the fourth block; it goes last in Rb
+                let rb_h = &dir[gh..];
+                let at = b2.len() - rb_h.len();
+                b2[at..].copy_from_slice(rb_h);
+            }
+        }
+        Ok((bt, vec![bs[0], 2 * self.gates * self.hidden as u64], b2))
     }
-    let b = c.constant(&format!("{name}/B"), bt, vec![bs[0], 2 * gates * hidden as u64], b2.into());
-    let lens = c.op("Cast", name, &[lens], vec![("to", A::I(DType::I32.onnx_code() as i64))]);
-    // ONNX's default layout is sequence first (X [T,B,I], states [D,B,H], Y [T,D,B,H]);
-    // OpenVINO's CPU plugin mis-reads `layout = 1`, so transpose around the op instead
-    let swap01 = || vec![("perm", A::Is(vec![1, 0, 2]))];
-    let x = c.op("Transpose", name, &[x], swap01());
-    let init: Vec<String> = (0..states).map(|k| c.op("Transpose", name, &[i[1 + k]], swap01())).collect();
-    let outs = c.name_outputs(id);
-    let y = c.fresh(name);
-    let finals: Vec<String> = (0..states).map(|_| c.fresh(name)).collect();
-    let mut attrs = vec![
-        ("hidden_size", A::I(hidden)),
-        (
-            "direction",
-            A::S(match l.attr("direction").unwrap_or("forward") {
-                "reverse" => "reverse",
-                "bidirectional" => "bidirectional",
-                _ => "forward",
-            }),
-        ),
-    ];
-    if before_reset {
-        attrs.push(("linear_before_reset", A::I(1)));
-    }
-    let mut inputs: Vec<&str> = vec![&x, &w, &r, &b, &lens];
-    inputs.extend(init.iter().map(String::as_str));
-    let mut outputs: Vec<&str> = vec![&y];
-    outputs.extend(finals.iter().map(String::as_str));
-    c.node(op, name, &inputs, &outputs, attrs);
-    // Y [T,D,B,H] -> [B,D,T,H]; states [D,B,H] -> [B,D,H]
-    c.node("Transpose", name, &[&y], &[&outs[0]], vec![("perm", A::Is(vec![2, 1, 0, 3]))]);
-    for (k, f) in finals.iter().enumerate() {
-        c.node("Transpose", name, &[f], &[&outs[1 + k]], swap01());
-    }
-    Ok(())
 }
