@@ -391,6 +391,12 @@ pub fn plan_json(g: &FusedGraph, plan: &Plan, r: Option<&RunReport>) -> serde_js
         "lower_bound_us": plan.lower_bound_us,
         "latency_weight": plan.blend,
         "gap": plan.gap,
+        // per op, where it went (`explain DIR --json` adds the times and the reasons)
+        "placement": plan
+            .steps
+            .iter()
+            .map(|s| serde_json::json!({"op": s.op, "name": s.name, "kind": s.kind, "pu": s.pu}))
+            .collect::<Vec<_>>(),
     });
     // a virtual SoC's plan has no measured fields at all
     if let (Some(r), Some(o)) = (r, j.as_object_mut()) {

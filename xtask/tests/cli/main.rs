@@ -269,6 +269,11 @@ fn virtual_soc_plans_and_says_it_is_simulated() {
     assert_eq!(j["simulated"].as_bool(), Some(true), "{stdout}");
     assert_eq!(j["pus"].as_sequence().map(Vec::len), Some(3), "{stdout}");
     assert!(j["predicted_energy_mj"].as_f64().is_some_and(|e| e > 0.0), "{stdout}");
+    // every fused op once, on one of the SoC's PUs
+    let placement = j["placement"].as_sequence().expect("placement");
+    assert_eq!(placement.len() as u64, j["fused_ops"].as_u64().expect("fused_ops"), "{stdout}");
+    let pus: Vec<&str> = j["pus"].as_sequence().expect("pus").iter().filter_map(|p| p.as_str()).collect();
+    assert!(placement.iter().all(|p| p["pu"].as_str().is_some_and(|pu| pus.contains(&pu))), "{stdout}");
     for key in ["measured_us", "measured_speedup", "max_abs_err", "measured_on"] {
         assert!(j.get(key).is_none(), "a virtual SoC reported `{key}`: {stdout}");
     }
