@@ -143,6 +143,8 @@ impl Problem {
     /// What the ops outside phase `pi` exchanging data with `branch` contribute (their
     /// transfers change with its PUs); None if one sits in another phase of several branches
     /// (then the branch is left alone: its price is not local).
+    // in the climb's loop over candidates: kept inlined there, as when it was written inline
+    #[inline(always)]
     fn wide_outside(&self, assign: &[usize], pi: usize, branch: &[usize], obj: Objective) -> Option<f64> {
         let mut total = 0.0;
         for &c in branch {
@@ -309,13 +311,15 @@ impl<'a> WideClimb<'a> {
 
     /// Count into `uses_new` how many of branch `bi`'s ops sit on each PU under `pus`; whether
     /// that changes another branch's view of who shares a PU (then every factor changes).
+    // (in the loop over candidates, as `wide_outside`)
+    #[inline(always)]
     fn recount_flips(&mut self, bi: usize, pus: &[usize]) -> bool {
         self.uses_new.iter_mut().for_each(|u| *u = 0);
         pus.iter().for_each(|&j| self.uses_new[j] += 1);
         let st = &self.st;
-        (0..self.uses_new.len()).any(|o| {
-            let (was, is) = (st.uses[bi][o] > 0, self.uses_new[o] > 0);
-            was != is && st.users[o] - was as usize <= 1
+        st.uses[bi].iter().zip(&self.uses_new).zip(&st.users).any(|((&was, &is), &users)| {
+            let (was, is) = (was > 0, is > 0);
+            was != is && users - was as usize <= 1
         })
     }
 
