@@ -51,10 +51,10 @@ impl Driver<'_> {
     /// `GIVE_WAY_TIMES` times at most, and then the default's once more, as the last run
     /// (`behind_default`); the plan before is kept, itself,
     /// where it measured better by both time and speedup over the best default and did not run
-    /// beside the new plan (`ran_beside`; [`Driver::keep`]); a plan whose outputs were off is
+    /// beside the new plan (`ran_beside`; `keep`); a plan whose outputs were off is
     /// planned again closer to the reference, and with `fallback`, a PU that fails is excluded
     /// and the plan searched again (`replan`) until a plan runs or no PU is left to drop
-    /// ([`Driver::after_failure`]).
+    /// (`after_failure`).
     pub fn run(
         &self,
         cx: &RunContext<'_>,
