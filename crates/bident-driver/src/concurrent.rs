@@ -4,8 +4,10 @@
 use std::time::Instant;
 
 use bident_artifact::ContentHash;
+use bident_backend::{Backend, SocSpec};
 use bident_ir::FusedGraph;
 use bident_partition::PhasedGraph;
+use bident_profile::coexec::CoExecTable;
 use bident_profile::{CostTable, ProfileConfig};
 use bident_runtime::RunReport;
 use bident_search::concurrent::{self, ConcurrentMode, ConcurrentPlan, Measured, TimeSlicing};
@@ -56,53 +58,11 @@ impl Driver<'_> {
     /// (default `<target>/bident/pairs/<A>+<B>/`).
     pub fn concurrent(&self, o: &Options, second: &SecondModel) -> Result<ConcurrentOutcome> {
         let cfg = o.plan.search_config();
-        if cfg.mode != Mode::Sequential || !cfg.constraints.is_empty() {
-            return Err(DriverError::Invalid(
-                "--with plans each model's ops one at a time, without constraints: drop --mode parallel, --pin, \
-                 --forbid and --exclude-pu"
-                    .into(),
-            ));
-        }
-        if o.run.fallback {
-            return Err(DriverError::Invalid(
-                "--fallback is not available with --with: a concurrent plan cannot exclude a PU yet".into(),
-            ));
-        }
-        // every option of both models is checked before either folder is touched
-        for import in [&o.import, &second.import] {
-            self.model_path(&import.model)?;
-            self.import_options(import)?;
-        }
+        self.check_pair(o, second)?;
         let mut stages: Vec<(FusedGraph, PhasedGraph, CostTable)> = vec![];
         let mut soc = None;
         for import in [&o.import, &second.import] {
-            let (_, name) = self.model_path(&import.model)?;
-            let out = match &o.out {
-                Some(out) => out.join(&name),
-                None => self.default_out(&name),
-            };
-            let one = Options { import: import.clone(), out: Some(out), ..o.clone() };
-            let mut p = self.prepare(&one, None)?;
-            if let Soc::Measured(spec, be) = &p.soc {
-                // each model whole on each PU: what running it on a PU of its own costs
-                let wanted = whole_model_runs(&p.costs, &p.phased);
-                let pcfg =
-                    ProfileConfig { runs: o.measuring.runs, adaptive: o.measuring.adaptive, ..Default::default() };
-                let cache = self.cache(o.measuring);
-                let found = bident_profile::measure_segments(
-                    &p.graph,
-                    spec,
-                    be.as_ref(),
-                    &pcfg,
-                    cache.as_ref(),
-                    &wanted,
-                    &mut |_| {},
-                )?;
-                p.costs.segments.extend(found);
-                let inputs = p.folder.read_raw::<CostTable>(COSTS)?.header.input_hash;
-                p.folder.write(COSTS, &p.costs, inputs)?;
-            }
-            let crate::Prepared { graph, phased, costs, soc: s, .. } = p;
+            let crate::Prepared { graph, phased, costs, soc: s, .. } = self.prepare_one(o, import)?;
             stages.push((graph, phased, costs));
             soc = Some(s);
         }
@@ -124,16 +84,8 @@ impl Driver<'_> {
                 (Box::new(TimeSlicing), format!("simulated: time slicing on virtual SoC {}", v.spec.name))
             }
             Soc::Measured(spec, be) => {
-                let cfg = bident_profile::coexec::CoExecConfig::default();
-                coexec = bident_profile::coexec::measure(be.as_ref(), spec, (&ga, &gb), cfg, &mut |_| {})?;
-                let inputs = ContentHash::of_value(&(ga.content_hash()?, gb.content_hash()?, spec, cfg))?;
-                folder.write("coexec-table.bin", &coexec, inputs)?;
-                let label = format!(
-                    "measured on {}: {} pairs per PU ({}), fitted model for the rest",
-                    coexec.measured_on,
-                    coexec.pairs.first().map_or(0, Vec::len),
-                    if coexec.complete.iter().all(|&c| c) { "all of them" } else { "a sample" }
-                );
+                let (table, label) = self.measure_coexec(spec, be.as_ref(), &folder, (&ga, &gb))?;
+                coexec = table;
                 (Box::new(Measured::new(&coexec, order(&pa), order(&pb))), label)
             }
         };
@@ -158,5 +110,80 @@ impl Driver<'_> {
             }
         };
         Ok(ConcurrentOutcome { folder, graphs: [ga, gb], plan, mode, search_ms, report })
+    }
+
+    /// What [`Driver::concurrent`] checks before either model's folder is touched: the plan
+    /// options it can honour, and both models' options.
+    fn check_pair(&self, o: &Options, second: &SecondModel) -> Result<()> {
+        let cfg = o.plan.search_config();
+        if cfg.mode != Mode::Sequential || !cfg.constraints.is_empty() {
+            return Err(DriverError::Invalid(
+                "--with plans each model's ops one at a time, without constraints: drop --mode parallel, --pin, \
+                 --forbid and --exclude-pu"
+                    .into(),
+            ));
+        }
+        if o.run.fallback {
+            return Err(DriverError::Invalid(
+                "--fallback is not available with --with: a concurrent plan cannot exclude a PU yet".into(),
+            ));
+        }
+        for import in [&o.import, &second.import] {
+            self.model_path(&import.model)?;
+            self.import_options(import)?;
+        }
+        Ok(())
+    }
+
+    /// One model of a pair prepared in its own folder (`<out>/<model>/`), and on real PUs
+    /// measured whole on each PU (what running it on a PU of its own costs) into its table.
+    fn prepare_one(&self, o: &Options, import: &ImportSpec) -> Result<crate::Prepared> {
+        let (_, name) = self.model_path(&import.model)?;
+        let out = match &o.out {
+            Some(out) => out.join(&name),
+            None => self.default_out(&name),
+        };
+        let one = Options { import: import.clone(), out: Some(out), ..o.clone() };
+        let mut p = self.prepare(&one, None)?;
+        if let Soc::Measured(spec, be) = &p.soc {
+            let wanted = whole_model_runs(&p.costs, &p.phased);
+            let pcfg = ProfileConfig { runs: o.measuring.runs, adaptive: o.measuring.adaptive, ..Default::default() };
+            let cache = self.cache(o.measuring);
+            let found = bident_profile::measure_segments(
+                &p.graph,
+                spec,
+                be.as_ref(),
+                &pcfg,
+                cache.as_ref(),
+                &wanted,
+                &mut |_| {},
+            )?;
+            p.costs.segments.extend(found);
+            let inputs = p.folder.read_raw::<CostTable>(COSTS)?.header.input_hash;
+            p.folder.write(COSTS, &p.costs, inputs)?;
+        }
+        Ok(p)
+    }
+
+    /// The two models' same-PU co-execution costs measured on `spec` and written to `folder`,
+    /// with what the plan says of them.
+    fn measure_coexec(
+        &self,
+        spec: &SocSpec,
+        be: &dyn Backend,
+        folder: &Folder,
+        (ga, gb): (&FusedGraph, &FusedGraph),
+    ) -> Result<(CoExecTable, String)> {
+        let cfg = bident_profile::coexec::CoExecConfig::default();
+        let coexec = bident_profile::coexec::measure(be, spec, (ga, gb), cfg, &mut |_| {})?;
+        let inputs = ContentHash::of_value(&(ga.content_hash()?, gb.content_hash()?, spec, cfg))?;
+        folder.write("coexec-table.bin", &coexec, inputs)?;
+        let label = format!(
+            "measured on {}: {} pairs per PU ({}), fitted model for the rest",
+            coexec.measured_on,
+            coexec.pairs.first().map_or(0, Vec::len),
+            if coexec.complete.iter().all(|&c| c) { "all of them" } else { "a sample" }
+        );
+        Ok((coexec, label))
     }
 }

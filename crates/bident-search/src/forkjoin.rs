@@ -69,6 +69,42 @@ struct Lane {
     case: usize,
 }
 
+/// The DP's forward pass over the order ([`Dp::solve`]): the columns, the pointers back, and
+/// the blocks' steps and scratch.
+struct Pass {
+    /// Per op and PU: the PU of the op before it in the order (of the fork for a join).
+    back: Vec<u32>,
+    /// Per block, per (fork PU, join PU): the case taken.
+    cases: Vec<u8>,
+    /// The column of the last op so far, and the next one's.
+    col: Vec<f64>,
+    next: Vec<f64>,
+    t: Table,
+    /// The blocks' steps, one run each, from where `starts` says.
+    arena: Vec<f64>,
+    starts: Vec<usize>,
+    steps: Vec<f64>,
+    /// Per (fork PU, join PU): a block's cost with heads and ends anywhere.
+    free: Vec<f64>,
+}
+
+impl Pass {
+    fn new(dp: &Dp) -> Self {
+        let (n, k) = (dp.p.ops(), dp.k);
+        Pass {
+            back: vec![0u32; n * k],
+            cases: vec![0u8; dp.blocks.len() * k * k],
+            col: vec![f64::INFINITY; k],
+            next: vec![f64::INFINITY; k],
+            t: Table::default(),
+            arena: vec![],
+            starts: vec![0; dp.blocks.len()],
+            steps: vec![0.0; k * k],
+            free: vec![],
+        }
+    }
+}
+
 /// What the DP found.
 pub(crate) struct SequentialDp {
     pub(crate) assign: Vec<usize>,
@@ -432,112 +468,113 @@ impl<'a> Dp<'a> {
     }
 
     fn solve(&self) -> Option<SequentialDp> {
-        let (p, k) = (self.p, self.k);
-        let n = p.ops();
-        // per op and PU: the PU of the op before it in the order (of the fork for a join)
-        let mut back = vec![0u32; n * k];
-        // per block, per (fork PU, join PU): the case taken
-        let mut cases = vec![0u8; self.blocks.len() * k * k];
-        let mut col = vec![f64::INFINITY; k];
-        let mut next = vec![f64::INFINITY; k];
-        let mut t = Table::default();
-        // the blocks' steps, one run each, from where `starts` says
-        let (mut arena, mut starts) = (vec![], vec![0; self.blocks.len()]);
-        let mut steps = vec![0.0; k * k];
-        // per (fork PU, join PU): a block's cost with heads and ends anywhere
-        let mut free = vec![];
+        let p = self.p;
+        let mut s = Pass::new(self);
         let mut last: Option<usize> = None;
         let mut pi = 0;
         while pi < p.phases.len() {
             if let Some(bi) = self.block_of[pi] {
-                let join = self.blocks[bi].join;
-                let fork = self.blocks[bi].fork;
-                starts[bi] = arena.len();
-                self.table(bi, &mut t, Some(&mut arena));
-                let step = &arena[starts[bi]..];
-                // the join's column from the fork's, through the block: first where the heads
-                // and ends go anywhere (every fork and join pay their transfers), per join PU
-                t.lanes.clear();
-                for g in 0..k {
-                    t.lanes.extend((0..k).filter(|&f| col[f] < f64::INFINITY).map(|f| Lane { f, g, case: 0 }));
-                }
-                self.block_lanes(bi, &mut t, step);
-                next.fill(f64::INFINITY);
-                free.clear();
-                free.resize(k * k, f64::INFINITY);
-                for (lane, &cost) in t.lanes.iter().zip(&t.costs) {
-                    free[lane.f * k + lane.g] = cost;
-                    let v = col[lane.f] + cost;
-                    if v < next[lane.g] {
-                        next[lane.g] = v;
-                        back[join * k + lane.g] = lane.f as u32;
-                        cases[(bi * k + lane.f) * k + lane.g] = 0;
-                    }
-                }
-                // then the cases that keep the heads on the fork's PU or the ends on the join's,
-                // where what they save (the fork's D2H, the join's H2D) might beat the best
-                t.lanes.clear();
-                for g in 0..k {
-                    for f in (0..k).filter(|&f| free[f * k + g] < f64::INFINITY) {
-                        for (ci, &(heads_home, ends_home)) in CASES.iter().enumerate().skip(1) {
-                            // a case on a host PU pays what the free case pays
-                            if (heads_home && !p.accelerator[f]) || (ends_home && !p.accelerator[g]) {
-                                continue;
-                            }
-                            let mut saved = 0.0;
-                            if heads_home {
-                                saved += self.d2h(fork, f, true) - self.d2h(fork, f, false);
-                            }
-                            if ends_home {
-                                saved += self.h2d(join, g, true) - self.h2d(join, g, false);
-                            }
-                            if col[f] + free[f * k + g] - saved < next[g] {
-                                t.lanes.push(Lane { f, g, case: ci });
-                            }
-                        }
-                    }
-                }
-                self.block_lanes(bi, &mut t, step);
-                for (lane, &cost) in t.lanes.iter().zip(&t.costs) {
-                    let v = col[lane.f] + cost;
-                    if v < next[lane.g] {
-                        next[lane.g] = v;
-                        back[join * k + lane.g] = lane.f as u32;
-                        cases[(bi * k + lane.f) * k + lane.g] = lane.case as u8;
-                    }
-                }
-                for (g, v) in next.iter_mut().enumerate() {
-                    *v += self.own(join, g);
-                }
-                std::mem::swap(&mut col, &mut next);
-                last = Some(join);
+                self.through_block(bi, &mut s);
+                last = Some(self.blocks[bi].join);
                 // the join's phase goes on after its first op
                 for &c in &p.phases[pi + 1][0][1..] {
-                    self.advance(last, c, &col, &mut next, &mut back, &mut steps);
-                    std::mem::swap(&mut col, &mut next);
+                    self.advance(last, c, &s.col, &mut s.next, &mut s.back, &mut s.steps);
+                    std::mem::swap(&mut s.col, &mut s.next);
                     last = Some(c);
                 }
                 pi += 2;
                 continue;
             }
             for &c in p.phases[pi].iter().flatten() {
-                self.advance(last, c, &col, &mut next, &mut back, &mut steps);
-                std::mem::swap(&mut col, &mut next);
+                self.advance(last, c, &s.col, &mut s.next, &mut s.back, &mut s.steps);
+                std::mem::swap(&mut s.col, &mut s.next);
                 last = Some(c);
             }
             pi += 1;
         }
         let last = last?;
-        let (mut j, value) = col.iter().copied().enumerate().min_by(|a, b| a.1.total_cmp(&b.1))?;
+        let (j, value) = s.col.iter().copied().enumerate().min_by(|a, b| a.1.total_cmp(&b.1))?;
         if value == f64::INFINITY {
             return None;
         }
-        // the walk back
-        let mut assign = vec![0; n];
+        let assign = self.walk_back(&mut s, last, j)?;
+        let inexact = (0..p.ops()).map(|c| self.into[c] == Link::Approx || self.out[c] == Link::Approx).collect();
+        Some(SequentialDp { assign, value, inexact })
+    }
+
+    /// The join's column from the fork's through block `bi` (into `s.col`): first where the
+    /// heads and ends go anywhere (every fork and join pay their transfers), per join PU; then
+    /// the cases that keep the heads on the fork's PU or the ends on the join's, where what they
+    /// save (the fork's D2H, the join's H2D) might beat the best.
+    fn through_block(&self, bi: usize, s: &mut Pass) {
+        let (p, k) = (self.p, self.k);
+        let Block { fork, join, .. } = self.blocks[bi];
+        s.starts[bi] = s.arena.len();
+        self.table(bi, &mut s.t, Some(&mut s.arena));
+        let step = &s.arena[s.starts[bi]..];
+        let t = &mut s.t;
+        t.lanes.clear();
+        for g in 0..k {
+            t.lanes.extend((0..k).filter(|&f| s.col[f] < f64::INFINITY).map(|f| Lane { f, g, case: 0 }));
+        }
+        self.block_lanes(bi, t, step);
+        s.next.fill(f64::INFINITY);
+        s.free.clear();
+        s.free.resize(k * k, f64::INFINITY);
+        for (lane, &cost) in t.lanes.iter().zip(&t.costs) {
+            s.free[lane.f * k + lane.g] = cost;
+            let v = s.col[lane.f] + cost;
+            if v < s.next[lane.g] {
+                s.next[lane.g] = v;
+                s.back[join * k + lane.g] = lane.f as u32;
+                s.cases[(bi * k + lane.f) * k + lane.g] = 0;
+            }
+        }
+        t.lanes.clear();
+        for g in 0..k {
+            for f in (0..k).filter(|&f| s.free[f * k + g] < f64::INFINITY) {
+                for (ci, &(heads_home, ends_home)) in CASES.iter().enumerate().skip(1) {
+                    // a case on a host PU pays what the free case pays
+                    if (heads_home && !p.accelerator[f]) || (ends_home && !p.accelerator[g]) {
+                        continue;
+                    }
+                    let mut saved = 0.0;
+                    if heads_home {
+                        saved += self.d2h(fork, f, true) - self.d2h(fork, f, false);
+                    }
+                    if ends_home {
+                        saved += self.h2d(join, g, true) - self.h2d(join, g, false);
+                    }
+                    if s.col[f] + s.free[f * k + g] - saved < s.next[g] {
+                        t.lanes.push(Lane { f, g, case: ci });
+                    }
+                }
+            }
+        }
+        self.block_lanes(bi, t, step);
+        for (lane, &cost) in t.lanes.iter().zip(&t.costs) {
+            let v = s.col[lane.f] + cost;
+            if v < s.next[lane.g] {
+                s.next[lane.g] = v;
+                s.back[join * k + lane.g] = lane.f as u32;
+                s.cases[(bi * k + lane.f) * k + lane.g] = lane.case as u8;
+            }
+        }
+        for (g, v) in s.next.iter_mut().enumerate() {
+            *v += self.own(join, g);
+        }
+        std::mem::swap(&mut s.col, &mut s.next);
+    }
+
+    /// The assignment from the forward pass `s`, walking back from op `last` on PU `j`: through
+    /// a block, its ops solved again in the case taken for its fork's and join's PUs.
+    fn walk_back(&self, s: &mut Pass, last: usize, mut j: usize) -> Option<Vec<usize>> {
+        let (p, k) = (self.p, self.k);
+        let mut assign = vec![0; p.ops()];
         let mut c = Some(last);
         while let Some(op) = c {
             assign[op] = j;
-            let from = back[op * k + j] as usize;
+            let from = s.back[op * k + j] as usize;
             let block = self.into[op] == Link::Fan;
             if !block {
                 j = from;
@@ -547,19 +584,18 @@ impl<'a> Dp<'a> {
             // the join's phase follows its block's
             let bi = self.block_of[p.place[op].0 - 1]?;
             let (f, g) = (from, j);
-            let case = CASES[cases[(bi * k + f) * k + g] as usize];
-            self.table(bi, &mut t, None);
-            let mut inner = vec![0u32; t.ops.len() * k];
-            let (_, mut q) = self.block_cost(bi, (&mut t, &arena[starts[bi]..]), (f, g), case, &mut inner);
-            for (at, &x) in t.ops.iter().enumerate().rev() {
+            let case = CASES[s.cases[(bi * k + f) * k + g] as usize];
+            self.table(bi, &mut s.t, None);
+            let mut inner = vec![0u32; s.t.ops.len() * k];
+            let (_, mut q) = self.block_cost(bi, (&mut s.t, &s.arena[s.starts[bi]..]), (f, g), case, &mut inner);
+            for (at, &x) in s.t.ops.iter().enumerate().rev() {
                 assign[x] = q;
                 q = inner[at * k + q] as usize;
             }
             j = f;
             c = Some(self.blocks[bi].fork);
         }
-        let inexact = (0..n).map(|c| self.into[c] == Link::Approx || self.out[c] == Link::Approx).collect();
-        Some(SequentialDp { assign, value, inexact })
+        Some(assign)
     }
 
     /// Op `c`'s column after op `last`'s (none: `c` is the first op).

@@ -43,6 +43,13 @@ struct Priced {
     lens: BTreeMap<u64, usize>,
 }
 
+impl Priced {
+    /// The longest branch.
+    fn longest(&self) -> f64 {
+        self.lens.keys().next_back().map_or(0.0, |&b| f64::from_bits(b))
+    }
+}
+
 /// Branches per PU after one branch's ops per PU went from `was` to `is`.
 fn recount(users: &mut [usize], was: &[u32], is: &[u32]) {
     for ((n, &a), &b) in users.iter_mut().zip(was).zip(is) {
@@ -136,6 +143,8 @@ impl Problem {
     /// What the ops outside phase `pi` exchanging data with `branch` contribute (their
     /// transfers change with its PUs); None if one sits in another phase of several branches
     /// (then the branch is left alone: its price is not local).
+    // in the climb's loop over candidates: kept inlined there, as when it was written inline
+    #[inline(always)]
     fn wide_outside(&self, assign: &[usize], pi: usize, branch: &[usize], obj: Objective) -> Option<f64> {
         let mut total = 0.0;
         for &c in branch {
@@ -159,120 +168,18 @@ impl Problem {
     /// the moves kept.
     pub(crate) fn climb_wide(&self, assign: &mut [usize], pi: usize, obj: Objective) -> usize {
         const MAX_PASSES: usize = 50;
-        let (k, phase) = (self.pus(), &self.phases[pi]);
+        let phase = &self.phases[pi];
         let full = |a: &[usize]| self.evaluate(a, Schedule::Parallel).map_or(f64::INFINITY, |t| t.objective(obj));
         let before_all = full(assign);
         let start: Vec<usize> = phase.iter().flatten().map(|&c| assign[c]).collect();
-        let offsets: Vec<usize> = phase
-            .iter()
-            .scan(0, |at, b| {
-                let o = *at;
-                *at += b.len();
-                Some(o)
-            })
-            .collect();
-        let mut st = self.wide_price(assign, pi);
-        let longest = |lens: &BTreeMap<u64, usize>| lens.keys().next_back().map_or(0.0, |&b| f64::from_bits(b));
-        let mut value = self.wide_value(&st.load, &st.energy, longest(&st.lens), obj);
+        let mut climb = WideClimb::new(self, assign, pi, obj);
         let mut moves = 0;
-        let mut dur = vec![];
-        let mut uses_new = vec![0u32; k];
         for _ in 0..MAX_PASSES {
             let mut moved = 0;
-            for (bi, b) in phase.iter().enumerate() {
-                let Some(outside_before) = self.wide_outside(assign, pi, b, obj) else { continue };
-                let current: Vec<usize> = b.iter().map(|&c| assign[c]).collect();
-                let old_dur = &st.dur[offsets[bi]..offsets[bi] + b.len()];
-                // the phase without branch b
-                let mut load = st.load.clone();
-                let mut energy = st.energy.clone();
-                for ((&c, &d), &j) in b.iter().zip(old_dur).zip(&current) {
-                    load[j] -= d;
-                    energy[j] -= d * self.power[c][j];
+            for bi in 0..phase.len() {
+                if climb.branch_move(assign, bi) {
+                    moved += 1;
                 }
-                let key = st.len[bi].to_bits();
-                let others_longest = match st.lens.iter().next_back() {
-                    Some((&top, &n)) if top != key || n > 1 => f64::from_bits(top),
-                    _ => st.lens.range(..key).next_back().map_or(0.0, |(&b, _)| f64::from_bits(b)),
-                };
-                // candidates: the branch whole on each PU, and each op alone on each other PU
-                let mut candidates: Vec<Vec<usize>> = (0..k).map(|j| vec![j; b.len()]).collect();
-                for i in 0..b.len() {
-                    for j in (0..k).filter(|&j| j != current[i]) {
-                        let mut c = current.clone();
-                        c[i] = j;
-                        candidates.push(c);
-                    }
-                }
-                let tolerance = 1e-9 * value.abs().max(1.0);
-                let mut best: Option<(f64, Vec<usize>)> = None;
-                for cand in candidates {
-                    if cand == current || b.iter().zip(&cand).any(|(&c, &j)| self.w[c][j].is_none()) {
-                        continue;
-                    }
-                    b.iter().zip(&cand).for_each(|(&c, &j)| assign[c] = j);
-                    uses_new.iter_mut().for_each(|u| *u = 0);
-                    cand.iter().for_each(|&j| uses_new[j] += 1);
-                    // whether another branch's view of who shares a PU changes: then every factor
-                    let flips = (0..k).any(|o| {
-                        let (was, is) = (st.uses[bi][o] > 0, uses_new[o] > 0);
-                        was != is && st.users[o] - was as usize <= 1
-                    });
-                    let v = if flips {
-                        let p = self.wide_price(assign, pi);
-                        self.wide_value(&p.load, &p.energy, longest(&p.lens), obj)
-                    } else {
-                        let mut users = st.users.clone();
-                        recount(&mut users, &st.uses[bi], &uses_new);
-                        dur.resize(b.len(), 0.0);
-                        self.wide_branch(assign, b, &users, &uses_new, &mut dur);
-                        let (mut l, mut e) = (load.clone(), energy.clone());
-                        for ((&c, &d), &j) in b.iter().zip(&dur).zip(&cand) {
-                            l[j] += d;
-                            e[j] += d * self.power[c][j];
-                        }
-                        self.wide_value(&l, &e, others_longest.max(dur.iter().sum()), obj)
-                    };
-                    let outside = self.wide_outside(assign, pi, b, obj).unwrap_or(f64::INFINITY);
-                    let delta = (v - value) + (outside - outside_before);
-                    if delta < best.as_ref().map_or(0.0, |x| x.0) - tolerance {
-                        best = Some((delta, cand));
-                    }
-                }
-                let chosen = best.as_ref().map_or(&current, |x| &x.1);
-                b.iter().zip(chosen).for_each(|(&c, &j)| assign[c] = j);
-                let Some((_, chosen)) = best else { continue };
-                moved += 1;
-                uses_new.iter_mut().for_each(|u| *u = 0);
-                chosen.iter().for_each(|&j| uses_new[j] += 1);
-                let flips = (0..k).any(|o| {
-                    let (was, is) = (st.uses[bi][o] > 0, uses_new[o] > 0);
-                    was != is && st.users[o] - was as usize <= 1
-                });
-                if flips {
-                    st = self.wide_price(assign, pi);
-                } else {
-                    // only branch b changed: its durations, its length, its PUs' loads
-                    recount(&mut st.users, &st.uses[bi], &uses_new);
-                    st.uses[bi].copy_from_slice(&uses_new);
-                    let slot = &mut st.dur[offsets[bi]..offsets[bi] + b.len()];
-                    self.wide_branch(assign, b, &st.users, &st.uses[bi], slot);
-                    for ((&c, &d), &j) in b.iter().zip(slot.iter()).zip(&chosen) {
-                        load[j] += d;
-                        energy[j] += d * self.power[c][j];
-                    }
-                    (st.load, st.energy) = (load, energy);
-                    let key = st.len[bi].to_bits();
-                    match st.lens.get_mut(&key) {
-                        Some(n) if *n > 1 => *n -= 1,
-                        _ => {
-                            st.lens.remove(&key);
-                        }
-                    }
-                    st.len[bi] = slot.iter().sum();
-                    *st.lens.entry(st.len[bi].to_bits()).or_insert(0) += 1;
-                }
-                value = self.wide_value(&st.load, &st.energy, longest(&st.lens), obj);
             }
             moves += moved;
             if moved == 0 {
@@ -285,5 +192,186 @@ impl Problem {
             return 0;
         }
         moves
+    }
+}
+
+/// One climb of a wide phase ([`Problem::climb_wide`]): the phase's priced state and its price,
+/// and the scratch of the moves it prices.
+struct WideClimb<'a> {
+    p: &'a Problem,
+    pi: usize,
+    obj: Objective,
+    /// Per branch, where its ops' durations start in `st.dur`.
+    offsets: Vec<usize>,
+    st: Priced,
+    value: f64,
+    dur: Vec<f64>,
+    uses_new: Vec<u32>,
+}
+
+/// The phase without one branch (the one a move would move): the PUs' loads and energies, the
+/// longest other branch, and what the ops outside the phase exchanging data with the branch
+/// contribute now ([`Problem::wide_outside`]).
+struct Without {
+    load: Vec<f64>,
+    energy: Vec<f64>,
+    longest: f64,
+    outside: f64,
+}
+
+impl<'a> WideClimb<'a> {
+    fn new(p: &'a Problem, assign: &[usize], pi: usize, obj: Objective) -> Self {
+        let offsets: Vec<usize> = p.phases[pi]
+            .iter()
+            .scan(0, |at, b| {
+                let o = *at;
+                *at += b.len();
+                Some(o)
+            })
+            .collect();
+        let st = p.wide_price(assign, pi);
+        let value = p.wide_value(&st.load, &st.energy, st.longest(), obj);
+        WideClimb { p, pi, obj, offsets, st, value, dur: vec![], uses_new: vec![0; p.pus()] }
+    }
+
+    /// Move branch `bi` whole to one PU, or one of its ops to another PU, where that most lowers
+    /// the phase's price; true if it moved. A branch some of whose outside neighbours sit in
+    /// another phase of several branches stays.
+    fn branch_move(&mut self, assign: &mut [usize], bi: usize) -> bool {
+        let p = self.p;
+        let b = &p.phases[self.pi][bi];
+        let Some(outside) = p.wide_outside(assign, self.pi, b, self.obj) else { return false };
+        let current: Vec<usize> = b.iter().map(|&c| assign[c]).collect();
+        let without = self.without(bi, &current, outside);
+        let best = self.best_candidate(assign, bi, &current, &without);
+        let chosen = best.as_ref().unwrap_or(&current);
+        b.iter().zip(chosen).for_each(|(&c, &j)| assign[c] = j);
+        let Some(chosen) = best else { return false };
+        self.moved(assign, bi, &chosen, without);
+        self.value = p.wide_value(&self.st.load, &self.st.energy, self.st.longest(), self.obj);
+        true
+    }
+
+    /// The phase without branch `bi` (now on `current`), whose outside neighbours contribute
+    /// `outside`.
+    fn without(&self, bi: usize, current: &[usize], outside: f64) -> Without {
+        let (p, st) = (self.p, &self.st);
+        let b = &p.phases[self.pi][bi];
+        let old_dur = &st.dur[self.offsets[bi]..self.offsets[bi] + b.len()];
+        let mut load = st.load.clone();
+        let mut energy = st.energy.clone();
+        for ((&c, &d), &j) in b.iter().zip(old_dur).zip(current) {
+            load[j] -= d;
+            energy[j] -= d * p.power[c][j];
+        }
+        let key = st.len[bi].to_bits();
+        let longest = match st.lens.iter().next_back() {
+            Some((&top, &n)) if top != key || n > 1 => f64::from_bits(top),
+            _ => st.lens.range(..key).next_back().map_or(0.0, |(&b, _)| f64::from_bits(b)),
+        };
+        Without { load, energy, longest, outside }
+    }
+
+    /// Of branch `bi` whole on each PU and each of its ops alone on each other PU, the one that
+    /// most lowers the phase's price with its outside neighbours'; None where none does.
+    /// Leaves `assign` at the last one tried.
+    fn best_candidate(
+        &mut self,
+        assign: &mut [usize],
+        bi: usize,
+        current: &[usize],
+        without: &Without,
+    ) -> Option<Vec<usize>> {
+        let (p, k) = (self.p, self.p.pus());
+        let b = &p.phases[self.pi][bi];
+        let mut candidates: Vec<Vec<usize>> = (0..k).map(|j| vec![j; b.len()]).collect();
+        for i in 0..b.len() {
+            for j in (0..k).filter(|&j| j != current[i]) {
+                let mut c = current.to_vec();
+                c[i] = j;
+                candidates.push(c);
+            }
+        }
+        let tolerance = 1e-9 * self.value.abs().max(1.0);
+        let mut best: Option<(f64, Vec<usize>)> = None;
+        for cand in candidates {
+            if cand == current || b.iter().zip(&cand).any(|(&c, &j)| p.w[c][j].is_none()) {
+                continue;
+            }
+            b.iter().zip(&cand).for_each(|(&c, &j)| assign[c] = j);
+            let v = self.price(assign, bi, &cand, without);
+            let outside = p.wide_outside(assign, self.pi, b, self.obj).unwrap_or(f64::INFINITY);
+            let delta = (v - self.value) + (outside - without.outside);
+            if delta < best.as_ref().map_or(0.0, |x| x.0) - tolerance {
+                best = Some((delta, cand));
+            }
+        }
+        best.map(|(_, cand)| cand)
+    }
+
+    /// Count into `uses_new` how many of branch `bi`'s ops sit on each PU under `pus`; whether
+    /// that changes another branch's view of who shares a PU (then every factor changes).
+    // (in the loop over candidates, as `wide_outside`)
+    #[inline(always)]
+    fn recount_flips(&mut self, bi: usize, pus: &[usize]) -> bool {
+        self.uses_new.iter_mut().for_each(|u| *u = 0);
+        pus.iter().for_each(|&j| self.uses_new[j] += 1);
+        let st = &self.st;
+        st.uses[bi].iter().zip(&self.uses_new).zip(&st.users).any(|((&was, &is), &users)| {
+            let (was, is) = (was > 0, is > 0);
+            was != is && users - was as usize <= 1
+        })
+    }
+
+    /// The phase's price with branch `bi` on `cand` (as `assign` has it).
+    fn price(&mut self, assign: &[usize], bi: usize, cand: &[usize], without: &Without) -> f64 {
+        let p = self.p;
+        let b = &p.phases[self.pi][bi];
+        if self.recount_flips(bi, cand) {
+            let q = p.wide_price(assign, self.pi);
+            return p.wide_value(&q.load, &q.energy, q.longest(), self.obj);
+        }
+        let mut users = self.st.users.clone();
+        recount(&mut users, &self.st.uses[bi], &self.uses_new);
+        self.dur.resize(b.len(), 0.0);
+        p.wide_branch(assign, b, &users, &self.uses_new, &mut self.dur);
+        let (mut l, mut e) = (without.load.clone(), without.energy.clone());
+        for ((&c, &d), &j) in b.iter().zip(&self.dur).zip(cand) {
+            l[j] += d;
+            e[j] += d * p.power[c][j];
+        }
+        p.wide_value(&l, &e, without.longest.max(self.dur.iter().sum()), self.obj)
+    }
+
+    /// The priced state after branch `bi` moved to `chosen` (as `assign` has it), from the
+    /// phase `without` it.
+    fn moved(&mut self, assign: &[usize], bi: usize, chosen: &[usize], without: Without) {
+        let p = self.p;
+        let b = &p.phases[self.pi][bi];
+        if self.recount_flips(bi, chosen) {
+            self.st = p.wide_price(assign, self.pi);
+            return;
+        }
+        // only branch b changed: its durations, its length, its PUs' loads
+        let Without { mut load, mut energy, .. } = without;
+        let st = &mut self.st;
+        recount(&mut st.users, &st.uses[bi], &self.uses_new);
+        st.uses[bi].copy_from_slice(&self.uses_new);
+        let slot = &mut st.dur[self.offsets[bi]..self.offsets[bi] + b.len()];
+        p.wide_branch(assign, b, &st.users, &st.uses[bi], slot);
+        for ((&c, &d), &j) in b.iter().zip(slot.iter()).zip(chosen) {
+            load[j] += d;
+            energy[j] += d * p.power[c][j];
+        }
+        (st.load, st.energy) = (load, energy);
+        let key = st.len[bi].to_bits();
+        match st.lens.get_mut(&key) {
+            Some(n) if *n > 1 => *n -= 1,
+            _ => {
+                st.lens.remove(&key);
+            }
+        }
+        st.len[bi] = slot.iter().sum();
+        *st.lens.entry(st.len[bi].to_bits()).or_insert(0) += 1;
     }
 }

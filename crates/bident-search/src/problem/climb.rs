@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 
 use super::memo::PhaseMemo;
+use super::moves::BlockPass;
 use super::slack::Slack;
 use super::{Problem, Schedule};
 use crate::Objective;
@@ -77,17 +78,11 @@ impl Problem {
                     }
                 }
                 if work.queue.is_empty() {
-                    let blocks = self.block_moves(
-                        assign,
-                        &order,
-                        None,
-                        &mut |_, _| true,
-                        Schedule::Sequential,
-                        obj,
-                        None,
-                        None,
-                        &mut |run| run.iter().for_each(|&c| work.around(self, c)),
-                    );
+                    let pass =
+                        BlockPass { order: &order, starts: None, schedule: Schedule::Sequential, obj, cache: None };
+                    let blocks = self.block_moves(assign, &pass, None, &mut |_, _| true, &mut |run| {
+                        run.iter().for_each(|&c| work.around(self, c))
+                    });
                     moves += blocks;
                     if blocks == 0 || moves > cap {
                         return moves;
@@ -116,17 +111,10 @@ impl Problem {
             near_hot[at.saturating_sub(Self::MAX_BLOCK - 1)..=at].fill(true);
         }
         let starts: Vec<usize> = (0..n).filter(|&at| near_hot[at]).collect();
-        self.block_moves(
-            assign,
-            order,
-            Some(&starts),
-            &mut |_, run| run.iter().any(|&c| was_hot[c]),
-            Schedule::Sequential,
-            obj,
-            slack,
-            None,
-            &mut |run| run.iter().for_each(|&c| work.around(self, c)),
-        )
+        let pass = BlockPass { order, starts: Some(&starts), schedule: Schedule::Sequential, obj, cache: None };
+        self.block_moves(assign, &pass, slack, &mut |_, run| run.iter().any(|&c| was_hot[c]), &mut |run| {
+            run.iter().for_each(|&c| work.around(self, c))
+        })
     }
 
     /// Hill climbing under the evaluator: each op in turn goes to the PU that most lowers the

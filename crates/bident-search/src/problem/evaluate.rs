@@ -7,6 +7,15 @@ use std::collections::BinaryHeap;
 
 use super::{Problem, Schedule, Timeline};
 
+/// A phase being timed ([`Problem::schedule_phase`]): which, from when, and whether its
+/// branches are list-scheduled (under a parallel schedule, where it has several).
+#[derive(Clone, Copy)]
+struct PhaseAt {
+    pi: usize,
+    at: f64,
+    parallel: bool,
+}
+
 impl Problem {
     /// Contention factors of a phase's ops under a parallel schedule, into `out` (by position in
     /// the phase, branch after branch): the largest SF of the op's PU against the PUs of the
@@ -95,25 +104,22 @@ impl Problem {
             energy += dur * self.power[c][j];
             duration.push(dur);
         }
-        let result = self.schedule_phase(assign, pi, at, parallel, energy, &mut guard, tl);
+        let end = self.schedule_phase(assign, &PhaseAt { pi, at, parallel }, &mut guard, tl);
         SCRATCH.with(|s| s.replace(guard));
-        Some(result)
+        Some((end, energy))
     }
 
     /// The timing half of [`Problem::run_phase`]: the phase's ops, whose durations are in
     /// `scratch.duration` (branch after branch), one after another or list-scheduled; returns the
-    /// phase's end and `energy`.
-    #[allow(clippy::too_many_arguments)]
+    /// phase's end.
     fn schedule_phase(
         &self,
         assign: &[usize],
-        pi: usize,
-        at: f64,
-        parallel: bool,
-        energy: f64,
+        run: &PhaseAt,
         scratch: &mut PhaseScratch,
         mut tl: Option<&mut Timeline>,
-    ) -> (f64, f64) {
+    ) -> f64 {
+        let PhaseAt { pi, at, parallel } = *run;
         let phase = &self.phases[pi];
         if !parallel {
             let mut now = at;
@@ -124,7 +130,7 @@ impl Problem {
                 }
                 now += dur;
             }
-            return (now, energy);
+            return now;
         }
         // list scheduling from the barrier: the branch head that can start first goes first
         // (the lowest branch among equals), once its PU and every PU sharing its hardware are
@@ -135,12 +141,11 @@ impl Problem {
             *acc += ops.len();
             Some(at)
         }));
-        let end = if phase.len() <= Self::SCAN_BRANCHES {
+        if phase.len() <= Self::SCAN_BRANCHES {
             self.scan_schedule(assign, phase, at, scratch, tl)
         } else {
             self.heap_schedule(assign, phase, at, scratch, tl)
-        };
-        (end, energy)
+        }
     }
 
     /// [`Problem::schedule_phase`]'s list scheduling for a phase of many branches: per PU the

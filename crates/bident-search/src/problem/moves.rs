@@ -6,6 +6,21 @@ use super::slack::Slack;
 use super::{Problem, Schedule};
 use crate::Objective;
 
+/// A pass of block moves ([`Problem::block_moves`]): where its runs start and how their moves
+/// are priced.
+#[derive(Clone, Copy)]
+pub(super) struct BlockPass<'a> {
+    /// The execution order.
+    pub(super) order: &'a [usize],
+    /// The positions in `order` runs start at (ascending); every position where None.
+    pub(super) starts: Option<&'a [usize]>,
+    pub(super) schedule: Schedule,
+    pub(super) obj: Objective,
+    /// A parallel climb's kept spans, which price a move only where its bound says it might win
+    /// ([`Spans::price`]).
+    pub(super) cache: Option<&'a Spans<'a>>,
+}
+
 impl Problem {
     /// Move op `c` to the PU that most lowers the objective; true if it moved. Where `cache` is
     /// given (a parallel climb's), the price before comes from its kept spans and a move is
@@ -106,25 +121,21 @@ impl Problem {
     pub const MAX_BLOCK: usize = 4;
 
     /// One pass of block moves: every run of 2..=[`Problem::MAX_BLOCK`] neighbours in the
-    /// execution order, starting at a position of `starts` (ascending; every position where
-    /// None), that `wanted` (given its position in the order) asks for goes, as a
-    /// whole, to the PU that most lowers the objective. A single move cannot leave a run
-    /// compiled together, or a group that shares its transfers, without losing the saving on
-    /// both sides first; the run together can. Calls `moved` with every run that moved (which
-    /// may make more ops hot); returns how many did.
-    #[allow(clippy::too_many_arguments)]
+    /// execution order, starting at a position of `pass.starts`, that `wanted` (given its
+    /// position in the order) asks for goes, as a whole, to the PU that most lowers the
+    /// objective. A single move cannot leave a run compiled together, or a group that shares
+    /// its transfers, without losing the saving on both sides first; the run together can.
+    /// Calls `moved` with every run that moved (which may make more ops hot); returns how many
+    /// did.
     pub(super) fn block_moves(
         &self,
         assign: &mut [usize],
-        order: &[usize],
-        starts: Option<&[usize]>,
-        wanted: &mut dyn FnMut(usize, &[usize]) -> bool,
-        schedule: Schedule,
-        obj: Objective,
+        pass: &BlockPass<'_>,
         mut slack: Option<&mut Slack>,
-        cache: Option<&Spans>,
+        wanted: &mut dyn FnMut(usize, &[usize]) -> bool,
         moved: &mut dyn FnMut(&[usize]),
     ) -> usize {
+        let BlockPass { order, starts, schedule, obj, cache } = *pass;
         let choices: Vec<Vec<Vec<usize>>> =
             (0..=Self::MAX_BLOCK).map(|len| (0..self.pus()).map(|j| vec![j; len]).collect()).collect();
         let mut count = 0;

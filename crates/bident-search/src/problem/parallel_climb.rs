@@ -4,6 +4,7 @@
 use std::cell::Cell;
 
 use super::memo::{PhaseMemo, Spans};
+use super::moves::BlockPass;
 use super::{Problem, Schedule};
 use crate::Objective;
 
@@ -379,8 +380,9 @@ impl<'a> ParallelClimb<'a> {
             }
             go
         };
-        let (schedule, obj, cache) = (self.schedule, self.obj, self.cache());
-        self.p.block_moves(assign, &self.order, None, &mut wanted, schedule, obj, None, cache, &mut |run| {
+        let blocks =
+            BlockPass { order: &self.order, starts: None, schedule: self.schedule, obj: self.obj, cache: self.cache() };
+        self.p.block_moves(assign, &blocks, None, &mut wanted, &mut |run| {
             run.iter().for_each(|&c| {
                 self.mark(c, m);
                 self.widen(pass, c);
