@@ -28,6 +28,8 @@ pub enum Reason {
     JoinsPrevious,
     /// The user pinned it there.
     Pinned,
+    /// The run gave way to the whole model on this PU: it measured faster than the plan.
+    WholeModel,
 }
 
 impl Reason {
@@ -40,6 +42,7 @@ impl Reason {
             Reason::Overlaps => "overlaps",
             Reason::JoinsPrevious => "joins-previous",
             Reason::Pinned => "pinned",
+            Reason::WholeModel => "whole-model",
         }
     }
 
@@ -56,17 +59,19 @@ impl Reason {
                 "another PU is better for the op alone; here it compiles together with the op before it, which saves more"
             }
             Reason::Pinned => "a --pin put it there",
+            Reason::WholeModel => "the run gave way to the whole model on this PU, measured faster than the plan",
         }
     }
 
     /// Every reason, in the order the docs list them.
-    pub const ALL: [Reason; 6] = [
+    pub const ALL: [Reason; 7] = [
         Reason::BestAlone,
         Reason::JoinsPrevious,
         Reason::AvoidsTransfer,
         Reason::Overlaps,
         Reason::OnlySupported,
         Reason::Pinned,
+        Reason::WholeModel,
     ];
 }
 
@@ -229,7 +234,9 @@ pub(crate) fn build_plan(
         let j = assign[c];
         let supported = (0..p.pus()).filter(|&k| p.w[c][k].is_some()).count();
         let best_alone = (0..p.pus()).filter_map(|k| alone(c, k)).fold(f64::INFINITY, f64::min);
-        let reason = if pinned[c] {
+        let reason = if pinned[c] && cfg.constraints.whole.is_some() {
+            Reason::WholeModel
+        } else if pinned[c] {
             Reason::Pinned
         } else if supported == 1 {
             Reason::OnlySupported

@@ -101,6 +101,8 @@ fn a_plan_slower_than_a_whole_model_run_gives_way() {
     let c = &plan["payload"]["constraints"];
     assert!(c["pin"].as_sequence().is_some_and(|p| p.is_empty()), "{c:?}");
     assert_eq!(c["whole"].as_str(), Some("core1"), "{c:?}\n{err}");
+    let steps = plan["payload"]["steps"].as_sequence().expect("steps");
+    assert!(steps.iter().all(|s| s["reason"].as_str() == Some("whole-model")), "{steps:?}");
     let o = xtask(&["serve", &dir, "--inferences", "120", "--inject-fault", "core1:slow=20@30"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
