@@ -284,11 +284,12 @@ pub struct ProfileConfig {
     /// together on every PU, as the runtime runs them when a plan puts them on one PU
     /// (`CostTable::segments`).
     pub segments: Vec<Vec<OpId>>,
-    /// With a cache: per PU, this many of the entries taken from it are timed again first
-    /// (the costliest); 0 trusts the cache.
+    /// With a cache: per PU, this many of the entries taken from it are timed again first, the
+    /// spot check's first sample ([`cache::spot_order`]); 0 trusts the cache.
     pub recheck: usize,
-    /// If the re-timed entries moved by more than this (median relative change), the PU's
-    /// cached entries are stale: every one of them is measured again, the re-timed ones too.
+    /// While a spot-check sample got faster by more than this (median relative change), the
+    /// cache was measured in a slower state than the machine's now and the sample grows
+    /// ([`cache::spot_more`]), up to every entry of the PU.
     pub drift: f64,
     /// Start measured rounds in the PU's cores' fast state ([`speed`]), waiting for it within a
     /// budget. Off, rounds run in whatever state the cores are in: a server measuring beside

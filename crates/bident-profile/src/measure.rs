@@ -37,10 +37,11 @@ pub fn backend_layers(backend: &dyn Backend, g: &FusedGraph, pu: &PuSpec) -> Res
 pub struct Progress<'a> {
     pub pu: &'a str,
     /// What is happening: `measuring` (`done` of `total` units compiled and timed), `cached`
-    /// (`done` of `total` entries from the
-    /// cache), `stale` (`note` says why the PU's cached entries are measured again), `slow`
-    /// (`done` of `total` rounds measured in a slow state) or `again` (entries measured in a slow
-    /// state measured once more, `done` of `total` faster; [`measure_segments`] only).
+    /// (`done` of `total` entries from the cache), `spot` or `stale` (`note` says what the spot
+    /// check of the PU's cached entries found; `stale` when its sample grew), `same` (`done` of
+    /// `total` units copied from a unit with the same timing identity), `slow` (`done` of
+    /// `total` rounds measured in a slow state) or `again` (entries measured in a slow state
+    /// measured once more, `done` of `total` faster; [`measure_segments`] only).
     pub phase: &'static str,
     pub done: usize,
     pub total: usize,
@@ -228,8 +229,8 @@ impl<'a> PuKey<'a> {
 /// PU's cores (the wait for their fast state ran out).
 ///
 /// A group is compiled, timed and dropped in batches of [`BATCH`] units in the graph's order:
-/// memory grows with the largest batch, not with the model's op count (on a 659-op CRNN, every
-/// unit compiled at once held 5.5 GB).
+/// memory grows with the largest batch, not with the model's op count (every unit of a 659-op
+/// CRNN compiled at once held 5.5 GB).
 fn time_units(
     backend: &dyn Backend,
     pu: &PuSpec,

@@ -116,11 +116,15 @@ impl Driver<'_> {
         };
         let cache = self.cache(m);
         let others = bident_backend::others_cpu_seconds();
+        let mut bar = WholeBar { pus: soc.pus.len(), ..Default::default() };
         let mut table = bident_profile::profile(g, soc, be.as_ref(), &cfg, cache.as_ref(), &mut |p| {
             if p.phase == "cached" {
-                self.note(Stage::Profile, format!("{}: {} of {} ops from the profile cache", p.pu, p.done, p.total));
+                self.note(Stage::Profile, format!("{}: {} of {} units from the profile cache", p.pu, p.done, p.total));
             } else if let Some(why) = &p.note {
                 self.note(Stage::Profile, format!("{}: {why}", p.pu));
+            } else if p.phase == "measuring" {
+                let (done, total) = bar.at(p.pu, p.done, p.total);
+                self.emit(Event::Progress { stage: Stage::Profile, what: "measuring".into(), done, total });
             } else {
                 self.emit(Event::Progress {
                     stage: Stage::Profile,
@@ -250,6 +254,32 @@ impl Driver<'_> {
     }
 }
 
+/// One progress bar for the whole profile: PU by PU, each PU's units to measure, the PUs not yet
+/// begun estimated at the current PU's count.
+#[derive(Default)]
+struct WholeBar {
+    pus: usize,
+    /// The PU being measured and the units of the PUs finished before it.
+    current: Option<String>,
+    begun: usize,
+    finished: usize,
+    last_total: usize,
+}
+
+impl WholeBar {
+    /// The whole profile's (done, total) when `pu` has measured `done` of its `total` units.
+    fn at(&mut self, pu: &str, done: usize, total: usize) -> (usize, usize) {
+        if self.current.as_deref() != Some(pu) {
+            self.finished += self.last_total;
+            self.begun += 1;
+            self.current = Some(pu.to_string());
+        }
+        self.last_total = total;
+        let left = self.pus.saturating_sub(self.begun);
+        (self.finished + done, self.finished + total * (1 + left))
+    }
+}
+
 /// Whether some two PUs of `soc` may run at once (so their contention is worth measuring).
 pub fn independent_pus(soc: &SocSpec) -> bool {
     let x = soc.exclusive();
@@ -258,7 +288,17 @@ pub fn independent_pus(soc: &SocSpec) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{LAUNCH_AGAIN, LAUNCH_SUSPECT_US, settle_launch};
+    use super::{LAUNCH_AGAIN, LAUNCH_SUSPECT_US, WholeBar, settle_launch};
+
+    /// One bar over every PU: the PUs not yet begun counted at the current PU's units.
+    #[test]
+    fn one_bar_for_the_whole_profile() {
+        let mut bar = WholeBar { pus: 3, ..Default::default() };
+        assert_eq!(bar.at("a", 0, 10), (0, 30));
+        assert_eq!(bar.at("a", 10, 10), (10, 30));
+        assert_eq!(bar.at("b", 4, 8), (14, 26));
+        assert_eq!(bar.at("c", 8, 8), (26, 26));
+    }
 
     /// A launch cost above the suspect line is measured again, the lowest kept, and one that
     /// stays above it is said; a plausible first one is measured once.
