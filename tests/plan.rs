@@ -486,21 +486,12 @@ fn profile_cache_measures_only_what_changed() {
 /// neither the catch nor the check that the table was measured again depends on the machine's state.
 #[test]
 fn a_stale_profile_cache_is_caught_and_measured_again() {
-    let be = backend();
-    let soc = SocSpec::preset_with("local", be.as_ref(), bident_backend::soc::Precisions::Exact).expect("local");
-    let cfg = bident_profile::ProfileConfig { warmup: 2, runs: 10, adaptive: false, ..Default::default() };
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let cache = bident_profile::cache::CostCache::new(tmp.path());
-    let case = ModelCase { model: "zoo:example".into(), input_shape: Default::default(), fusion: None };
-    let g = import(&case, &root().join("tests/data/import/example.yaml"));
-    let profile = |notes: &mut Vec<String>| {
-        bident_profile::profile(&g, &soc, be.as_ref(), &cfg, Some(&cache), &mut |p| notes.extend(p.note.clone()))
-            .expect("profile")
-    };
+    let example = CachedExample::new();
+    let (soc, profile) = (&example.soc, |notes: &mut Vec<String>| example.profile(notes));
     const STALE: f64 = 50.0;
     let fresh = profile(&mut vec![]);
     // every entry now claims the PU is 50x slower than it is
-    rescale_cache(tmp.path(), STALE);
+    example.rescale(STALE);
     let mut notes = vec![];
     let again = profile(&mut notes);
     // one stale note per PU (a slow state of the machine adds notes of its own)
@@ -523,21 +514,50 @@ fn a_stale_profile_cache_is_caught_and_measured_again() {
     assert!(median < STALE / 5.0, "median ratio to the fresh table {median}");
 }
 
-/// Every cached entry's dispatch and execution times multiplied by `factor`.
-fn rescale_cache(dir: &std::path::Path, factor: f64) {
-    use bident_profile::cache::CachedCost;
-    for e in std::fs::read_dir(dir).expect("cache folder") {
-        let path = e.expect("entry").path();
-        if path.extension().is_none_or(|x| x != "bin") {
-            continue;
+/// The example profiled on `local` through a cache of its own (tests of the spot check).
+struct CachedExample {
+    g: bident_ir::FusedGraph,
+    soc: SocSpec,
+    cfg: bident_profile::ProfileConfig,
+    dir: tempfile::TempDir,
+}
+
+impl CachedExample {
+    fn new() -> Self {
+        let soc = SocSpec::preset_with("local", backend().as_ref(), bident_backend::soc::Precisions::Exact);
+        let case = ModelCase { model: "zoo:example".into(), input_shape: Default::default(), fusion: None };
+        Self {
+            g: import(&case, &root().join("tests/data/import/example.yaml")),
+            soc: soc.expect("local"),
+            cfg: bident_profile::ProfileConfig { warmup: 2, runs: 10, adaptive: false, ..Default::default() },
+            dir: tempfile::tempdir().expect("tempdir"),
         }
-        let stamped = bident_artifact::read::<CachedCost>(&path).expect("an entry");
-        let mut entry = stamped.value;
-        if let Ok(c) = &mut entry.result {
-            c.exec_us *= factor;
-            c.dispatch_us *= factor;
+    }
+
+    /// Profile through the cache, the notes said into `notes`.
+    fn profile(&self, notes: &mut Vec<String>) -> bident_profile::CostTable {
+        let cache = bident_profile::cache::CostCache::new(self.dir.path());
+        let mut say = |p: bident_profile::Progress| notes.extend(p.note.clone());
+        bident_profile::profile(&self.g, &self.soc, backend().as_ref(), &self.cfg, Some(&cache), &mut say)
+            .expect("profile")
+    }
+
+    /// Every cached entry's dispatch and execution times multiplied by `factor`.
+    fn rescale(&self, factor: f64) {
+        use bident_profile::cache::CachedCost;
+        for e in std::fs::read_dir(self.dir.path()).expect("cache folder") {
+            let path = e.expect("entry").path();
+            if path.extension().is_none_or(|x| x != "bin") {
+                continue;
+            }
+            let stamped = bident_artifact::read::<CachedCost>(&path).expect("an entry");
+            let mut entry = stamped.value;
+            if let Ok(c) = &mut entry.result {
+                c.exec_us *= factor;
+                c.dispatch_us *= factor;
+            }
+            bident_artifact::write(&path, &entry, stamped.header.input_hash).expect("rewritten");
         }
-        bident_artifact::write(&path, &entry, stamped.header.input_hash).expect("rewritten");
     }
 }
 
@@ -546,20 +566,11 @@ fn rescale_cache(dir: &std::path::Path, factor: f64) {
 /// it slower, and the table is the cache's figures, not a re-measurement on a busy machine.
 #[test]
 fn a_profile_cache_holds_on_a_machine_slower_than_it_was() {
-    let be = backend();
-    let soc = SocSpec::preset_with("local", be.as_ref(), bident_backend::soc::Precisions::Exact).expect("local");
-    let cfg = bident_profile::ProfileConfig { warmup: 2, runs: 10, adaptive: false, ..Default::default() };
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let cache = bident_profile::cache::CostCache::new(tmp.path());
-    let case = ModelCase { model: "zoo:example".into(), input_shape: Default::default(), fusion: None };
-    let g = import(&case, &root().join("tests/data/import/example.yaml"));
-    let profile = |notes: &mut Vec<String>| {
-        bident_profile::profile(&g, &soc, be.as_ref(), &cfg, Some(&cache), &mut |p| notes.extend(p.note.clone()))
-            .expect("profile")
-    };
+    let example = CachedExample::new();
+    let (soc, profile) = (&example.soc, |notes: &mut Vec<String>| example.profile(notes));
     const FAST: f64 = 0.2;
     let fresh = profile(&mut vec![]);
-    rescale_cache(tmp.path(), FAST);
+    example.rescale(FAST);
     let mut notes = vec![];
     let again = profile(&mut notes);
     let held: Vec<&String> = notes.iter().filter(|n| n.contains("the machine is slower now")).collect();
