@@ -408,7 +408,7 @@ impl PuRun<'_, '_> {
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Vec<(f64, f64)>, ProfileError> {
         let (m, pu) = (self.m, self.key.pu);
-        let mut pairs = vec![];
+        let (mut pairs, mut stored) = (vec![], std::collections::HashSet::new());
         for (i, r, slow) in time_units(m.backend, pu, m.units, &todo, m.cfg, progress)? {
             match &r {
                 Ok(c) => tracing::debug!(
@@ -436,9 +436,12 @@ impl PuRun<'_, '_> {
                     continue;
                 }
             }
-            // running out of time says how long the limit was, not what the op costs
+            // running out of time says how long the limit was, not what the op costs; a copy of
+            // a unit timed once ([`same_as`]) has that unit's key, stored once
             let timed_out = r.as_ref().is_err_and(|e| deadline::is_timed_out(e));
-            if let (Some(c), Some(k), false) = (m.cache, self.key.of(m.units, i, m.cfg), timed_out) {
+            if let (Some(c), Some(k), false) = (m.cache, self.key.of(m.units, i, m.cfg), timed_out)
+                && stored.insert(k)
+            {
                 c.put(k, &r);
             }
             self.column[i] = Some(r);
