@@ -30,11 +30,19 @@ pub fn backend() -> Arc<OpenVino> {
     .clone()
 }
 
-/// The `cores` SoC's pinned single-core PUs under `be`, without `local`'s whole-CPU PUs: two
-/// alike PUs, for tests of what the search and the runtime make of several real PUs.
+/// The `cores` SoC's pinned single-core PUs under `be`, without `local`'s whole-CPU PUs and the
+/// whole-model configurations: two alike PUs, for tests of what the search and the runtime make
+/// of several real PUs.
 pub fn pinned_cores(be: &dyn bident_backend::Backend) -> bident_backend::SocSpec {
-    let mut soc = bident_backend::SocSpec::preset("cores", be).expect("cores");
+    let mut soc = op_by_op(bident_backend::SocSpec::preset("cores", be).expect("cores"));
     soc.pus.retain(|p| !p.cores.is_empty());
+    soc
+}
+
+/// `soc` without its whole-model configurations (`PuSpec::whole_only`): the PUs measured and
+/// placed op by op.
+pub fn op_by_op(mut soc: bident_backend::SocSpec) -> bident_backend::SocSpec {
+    soc.pus.retain(|p| !p.whole_only);
     soc
 }
 

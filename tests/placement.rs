@@ -144,3 +144,79 @@ fn placements_where_costs_tie() {
     text.push_str(&three_plans(&phased, &costs));
     insta::assert_snapshot!("placement-ties", text);
 }
+
+/// `costs` with a whole-model configuration beside its PUs: `tuned`, a whole-only copy of the
+/// first PU with no entry of its own for any op, and, where `whole_us` is given, its whole run
+/// along the phased order measured at that.
+fn with_tuned_pu(
+    costs: &bident_profile::CostTable,
+    phased: &bident_partition::PhasedGraph,
+    whole_us: Option<f64>,
+) -> bident_profile::CostTable {
+    let mut t = costs.clone();
+    let mut tuned = t.soc.pus[0].clone();
+    (tuned.name, tuned.whole_only) = ("tuned".into(), true);
+    t.soc.pus.push(tuned);
+    t.ops.iter_mut().for_each(|o| o.per_pu.push(None));
+    t.segments.iter_mut().for_each(|s| s.per_pu.push(None));
+    t.components.push("synthetic".into());
+    t.io_every_call.push(false);
+    if !t.launch_us.is_empty() {
+        t.launch_us.push(0.0);
+    }
+    if let Some(c) = t.contention.as_mut() {
+        c.sf.iter_mut().for_each(|row| row.push(1.0));
+        c.sf.push(vec![1.0; c.sf.len() + 1]);
+    }
+    if let Some(us) = whole_us {
+        let mut per_pu = vec![None; t.soc.pus.len()];
+        per_pu[t.soc.pus.len() - 1] = Some(declared_cost(us, 0.0, 0.0, 10.0));
+        t.segments.push(bident_profile::SegmentCost { ops: phased.order(), per_pu });
+    }
+    t
+}
+
+/// A whole-model configuration (a whole-only PU, `PuSpec::whole_only`: a tuned thread count or
+/// precision) is priced by its whole run alone: unmeasured, no plan uses it; measured slower than
+/// the plan, the plan is unchanged; measured faster, the plan is the whole model there at exactly
+/// the measured figure, every op `whole-model`; and a plan that cuts it fails the plan check.
+#[test]
+fn a_whole_model_configuration_is_priced_by_its_whole_run_alone() {
+    let soc = bident_profile::simulate::VirtualSoc::preset("lunar-lake").expect("lunar-lake");
+    let case_file = root().join("tests/data/placement/models.txt");
+    for name in ["example", "vit-tiny-fp32"] {
+        let case = ModelCase { model: format!("zoo:{name}"), input_shape: Default::default(), fusion: None };
+        let g = import(&case, &case_file);
+        let phased = bident_partition::partition(&g).expect("partition");
+        let costs = bident_profile::simulate::simulate(&g, &soc).expect("simulate");
+        for mode in [Mode::Sequential, Mode::Parallel] {
+            let cfg = SearchConfig { mode, ..Default::default() };
+            let search = |t: &bident_profile::CostTable| bident_search::search(&phased, t, &cfg).expect("search");
+            let free = search(&costs);
+            let unmeasured = search(&with_tuned_pu(&costs, &phased, None));
+            assert_eq!(
+                (&unmeasured.ops_per_pu, unmeasured.predicted_us),
+                (&free.ops_per_pu, free.predicted_us),
+                "{name} {mode:?}: an unmeasured configuration"
+            );
+            assert_eq!(unmeasured.baselines.last().and_then(|b| b.predicted_us), None, "{name}");
+            let slower = search(&with_tuned_pu(&costs, &phased, Some(free.predicted_us * 1.5)));
+            assert_eq!(
+                (&slower.ops_per_pu, slower.predicted_us),
+                (&free.ops_per_pu, free.predicted_us),
+                "{name} {mode:?}: a slower configuration"
+            );
+            let us = free.predicted_us * 0.5;
+            let faster_costs = with_tuned_pu(&costs, &phased, Some(us));
+            let faster = search(&faster_costs);
+            assert_eq!(faster.ops_per_pu.get("tuned").copied(), Some(g.ops.len() as u32), "{name} {mode:?}");
+            assert!((faster.predicted_us - us).abs() < 1e-9 * us, "{name}: {} vs {us}", faster.predicted_us);
+            assert!(faster.steps.iter().all(|s| s.reason == bident_search::Reason::WholeModel), "{name}");
+            let mut cut = faster.clone();
+            cut.steps[0].pu = free.steps[0].pu.clone();
+            cut.ops_per_pu = [("tuned".to_string(), g.ops.len() as u32 - 1), (cut.steps[0].pu.clone(), 1)].into();
+            let err = bident_search::check_plan(&cut, &phased, &faster_costs).expect_err("a cut configuration");
+            assert!(err.to_string().contains("may run only the whole model"), "{err}");
+        }
+    }
+}

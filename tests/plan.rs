@@ -18,6 +18,7 @@ fn synthetic_costs(g: &bident_ir::FusedGraph) -> bident_profile::CostTable {
         properties: Default::default(),
         cores: vec![],
         declared_power_w: power,
+        whole_only: false,
     };
     let soc = SocSpec {
         name: "synthetic".into(),
@@ -450,7 +451,7 @@ fn contention_measured_on_pinned_cores() {
 #[test]
 fn profile_cache_measures_only_what_changed() {
     let be = backend();
-    let soc = SocSpec::preset("local", be.as_ref()).expect("local SoC");
+    let soc = bident_tests::op_by_op(SocSpec::preset("local", be.as_ref()).expect("local SoC"));
     // the cache trusted as it is (no entry re-timed): what a hit gives is the stored figure
     let cfg = bident_profile::ProfileConfig { warmup: 1, runs: 3, adaptive: false, recheck: 0, ..Default::default() };
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -525,6 +526,8 @@ struct CachedExample {
 impl CachedExample {
     fn new() -> Self {
         let soc = SocSpec::preset_with("local", backend().as_ref(), bident_backend::soc::Precisions::Exact);
+        // the PUs measured op by op: a whole-model configuration has no op entries to cache
+        let soc = soc.map(bident_tests::op_by_op);
         let case = ModelCase { model: "zoo:example".into(), input_shape: Default::default(), fusion: None };
         Self {
             g: import(&case, &root().join("tests/data/import/example.yaml")),

@@ -81,7 +81,7 @@ fn ops_alternating_between_backends_on_shared_cores() {
     assert!(phased.phases.iter().any(|p| p.branches.len() > 1), "a model with parallel branches");
     let be = both_backends();
     // exact f32 only: a CPU with bf16 also has `CPU.bf16`, and the outputs are checked to 1e-4
-    let soc = SocSpec::preset_with("local", be.as_ref(), Precisions::Exact).expect("local");
+    let soc = bident_tests::op_by_op(SocSpec::preset_with("local", be.as_ref(), Precisions::Exact).expect("local"));
     let names: Vec<&str> = soc.pus.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(names, ["CPU", "CPU.ort"]);
     assert!(soc.exclusive()[0][1]);

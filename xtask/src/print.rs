@@ -130,7 +130,8 @@ fn print_merged(t: &CostTable) {
     if t.segments.is_empty() {
         return;
     }
-    for (j, pu) in t.soc.pus.iter().map(|p| &p.name).enumerate() {
+    // a whole-only PU has no ops of its own to pair
+    for (j, pu) in t.soc.pus.iter().enumerate().filter(|(_, p)| !p.whole_only).map(|(j, p)| (j, &p.name)) {
         let io = if t.io_every_call.get(j) == Some(&true) { 1.0 } else { 0.0 };
         let mut saved: Vec<f64> = t
             .segments
@@ -220,7 +221,11 @@ fn print_profile_summary(table: &CostTable) {
         let w = best(o);
         eprintln!("  op {:>4} {:<40} {:>9.1} us {:>5.1}%", o.op, truncate(&o.kind, 40), w, 100.0 * w / total);
     }
-    for (j, pu) in table.soc.pus.iter().enumerate() {
+    let whole_only: Vec<&str> = table.soc.pus.iter().filter(|p| p.whole_only).map(|p| p.name.as_str()).collect();
+    if !whole_only.is_empty() {
+        eprintln!("profile: {} run the whole model or nothing: measured whole by refine", whole_only.join(", "));
+    }
+    for (j, pu) in table.soc.pus.iter().enumerate().filter(|(_, p)| !p.whole_only) {
         let missing: Vec<&str> =
             table.ops.iter().filter(|o| o.per_pu.get(j).is_none_or(Option::is_none)).map(|o| o.kind.as_str()).collect();
         if !missing.is_empty() {
@@ -320,7 +325,11 @@ pub fn measured(r: &RunReport) {
             (None, why) => println!("           {}: not measured ({})", d.description, why.as_deref().unwrap_or("?")),
         }
     }
+    if let Some((tuned, us)) = r.tuned() {
+        println!("tuned      {tuned} {us:.1} µs: the fastest whole-model configuration measured beside the plan");
+    }
     println!("speedup    {:.2}x over the best backend default ({})", r.speedup_vs_best_default(), r.backend_default);
+    println!("           {:.2}x over the tuned baseline", r.speedup_vs_tuned());
     let [lo, mid, hi] = r.prediction_error_blocks;
     let beyond = match &r.clearly_faster {
         Some(c) => format!("{:.1}% against {c}", r.regret_beyond_noise * 100.0),
@@ -432,6 +441,9 @@ pub fn measured_json(r: &RunReport) -> serde_json::Map<String, serde_json::Value
             .map(|d| (d.backend.clone(), serde_json::json!(d.precision)))
             .collect::<serde_json::Map<_, _>>(),
         "speedup_vs_best_default": r.speedup_vs_best_default(),
+        "tuned_baseline": r.tuned().map(|(what, _)| what),
+        "measured_tuned_us": r.tuned().map(|(_, us)| us),
+        "speedup_vs_tuned": r.speedup_vs_tuned(),
         "regret": r.regret,
         "fastest_candidate": r.fastest_candidate,
         "regret_beyond_noise": r.regret_beyond_noise,

@@ -39,6 +39,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         properties: props.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         cores: vec![core],
         declared_power_w: 15.0,
+        whole_only: false,
     };
     let input = HostTensor::seeded(DType::F32, vec![1, 4], 1);
     println!("one Add on [1,4], {CALLS} calls after {WARMUP} warm-up, pinned to core {core}; medians in µs");

@@ -232,19 +232,33 @@ declared_power_w = 7.5
             soc.pus.into_iter().map(|p| (p.name, p.backend)).collect()
         };
         let local = [("CPU".to_string(), "openvino".to_string()), ("CPU.ort".into(), "onnxruntime".into())];
-        assert_eq!(names("local"), local);
+        let tag = |b: &str| if b == "openvino" { String::new() } else { ".ort".into() };
+        // the whole-model configurations: 1, 2, 4, ... threads below every core, on the first cores
+        let threads: Vec<usize> =
+            std::iter::successors(Some(1), |t| Some(t * 2)).take_while(|&t| t < cpus.len()).collect();
+        let configurations = |from: usize| -> Vec<(String, String)> {
+            ["openvino", "onnxruntime"]
+                .iter()
+                .flat_map(|b| {
+                    threads.iter().filter(|&&t| t >= from).map(|&t| match t {
+                        1 => (format!("core{}{}", cpus[0], tag(b)), b.to_string()),
+                        t => (format!("cores{}-{}{}", cpus[0], cpus[t - 1], tag(b)), b.to_string()),
+                    })
+                })
+                .collect()
+        };
+        assert_eq!(names("local"), [&local[..], &configurations(1)].concat());
         let cores: Vec<(String, String)> = ["openvino", "onnxruntime"]
             .iter()
-            .flat_map(|b| {
-                let tag = if *b == "openvino" { String::new() } else { ".ort".into() };
-                cpus.iter().map(move |c| (format!("core{c}{tag}"), b.to_string()))
-            })
+            .flat_map(|b| cpus.iter().map(move |c| (format!("core{c}{}", tag(b)), b.to_string())))
             .collect();
-        let local_and_cores: Vec<_> = local.iter().cloned().chain(cores).collect();
+        // a one-thread configuration is the core's own PU there
+        let local_and_cores: Vec<_> = [&local[..], &cores, &configurations(2)].concat();
         assert_eq!(names("cores"), local_and_cores);
         assert_eq!(names("all"), local_and_cores);
         let only_ov = SocSpec::preset("local", &Fake("openvino", "1")).expect("local");
-        assert_eq!(only_ov.pus.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["CPU"]);
+        let whole_only: Vec<bool> = only_ov.pus.iter().map(|p| p.whole_only).collect();
+        assert_eq!((only_ov.pus[0].name.as_str(), &whole_only[1..]), ("CPU", &vec![true; threads.len()][..]));
     }
 
     /// OpenVINO's CPU computing in bf16 by default.
@@ -285,9 +299,26 @@ declared_power_w = 7.5
         let cores: Vec<String> = cpus.iter().map(|c| format!("core{c}")).collect();
         let reduced: Vec<String> = cpus.iter().map(|c| format!("core{c}.bf16")).collect();
         let local = ["CPU".to_string(), "CPU.bf16".into()];
-        assert_eq!(names("all", Precisions::Default), [&local[..], &cores, &reduced].concat());
-        assert_eq!(names("all", Precisions::Exact), [&local[..1], &cores].concat());
-        assert_eq!(names("cores", Precisions::Default), [&local[..], &cores].concat());
+        // the whole-model configurations beyond one thread (one thread is a core's own PU)
+        let more: Vec<usize> =
+            std::iter::successors(Some(2), |t| Some(t * 2)).take_while(|&t| t < cpus.len()).collect();
+        let wider = |bf16: bool| -> Vec<String> {
+            let name = |t: usize| format!("cores{}-{}", cpus[0], cpus[t - 1]);
+            more.iter()
+                .flat_map(|&t| std::iter::once(name(t)).chain(bf16.then(|| format!("{}.bf16", name(t)))))
+                .collect()
+        };
+        assert_eq!(names("all", Precisions::Default), [&local[..], &cores, &reduced, &wider(true)].concat());
+        assert_eq!(names("all", Precisions::Exact), [&local[..1], &cores, &wider(false)].concat());
+        assert_eq!(names("cores", Precisions::Default), [&local[..], &cores, &reduced[..1], &wider(true)].concat());
+        let local_pus = SocSpec::preset_with("local", &Bf16Cpu, Precisions::Default).expect("local");
+        let configured: Vec<(&str, Option<&str>, bool)> =
+            local_pus.pus.iter().skip(2).take(2).map(|p| (p.name.as_str(), p.precision(), p.whole_only)).collect();
+        let first = format!("core{}", cpus[0]);
+        if cpus.len() > 1 {
+            let bf16 = format!("{first}.bf16");
+            assert_eq!(configured, [(first.as_str(), Some("f32"), true), (bf16.as_str(), Some("bf16"), true)]);
+        }
         let soc = SocSpec::preset("all", &Bf16Cpu).expect("all");
         let (f32_pu, bf16_pu) = (soc.pu(&cores[0]).expect("f32"), soc.pu(&reduced[0]).expect("bf16"));
         assert_eq!((f32_pu.precision(), bf16_pu.precision()), (Some("f32"), Some("bf16")));
@@ -304,6 +335,7 @@ declared_power_w = 7.5
             properties: Default::default(),
             cores: vec![],
             declared_power_w: 1.0,
+            whole_only: false,
         }
     }
 }

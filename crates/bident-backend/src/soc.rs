@@ -53,6 +53,10 @@ pub struct PuSpec {
     pub cores: Vec<usize>,
     /// Declared sustained power in watts, used where power is not measured.
     pub declared_power_w: f64,
+    /// A whole-model configuration: the PU runs the whole model or nothing, and is measured
+    /// whole, never op by op (the tuned candidates of a preset, [`whole_model_configurations`]).
+    #[serde(default)]
+    pub whole_only: bool,
 }
 
 impl PuSpec {
@@ -60,6 +64,25 @@ impl PuSpec {
     /// `f32`, `bf16`, `f16`; None leaves it to the device.
     pub fn precision(&self) -> Option<&str> {
         self.properties.get(PRECISION_KEY).map(String::as_str)
+    }
+
+    /// Its configuration in words, for reports: `openvino CPU, 1 thread on core 0, bf16`.
+    pub fn configuration(&self) -> String {
+        let threads = ["INFERENCE_NUM_THREADS", "INTRA_OP_NUM_THREADS"].iter().find_map(|k| self.properties.get(*k));
+        let threads = match threads.map(String::as_str) {
+            Some("1") => "1 thread".to_string(),
+            Some(t) => format!("{t} threads"),
+            None => "its own threads".to_string(),
+        };
+        let cores = match &self.cores[..] {
+            [] => "not pinned".to_string(),
+            [c] => format!("on core {c}"),
+            cs => format!("on cores {}", cs.iter().map(usize::to_string).collect::<Vec<_>>().join(",")),
+        };
+        let precision = self.precision().unwrap_or("default precision");
+        let hint =
+            self.properties.get("PERFORMANCE_HINT").map_or(String::new(), |h| format!(", {} hint", h.to_lowercase()));
+        format!("{} {}, {threads} {cores}, {precision}{hint}", self.backend, self.device)
     }
 
     /// Whether the PU computes f32 models exactly in f32 (it asks for f32).
@@ -117,6 +140,7 @@ impl PuSpec {
             properties: BTreeMap::new(),
             cores: vec![],
             declared_power_w: DECLARED_CPU_POWER_W,
+            whole_only: false,
         }
     }
 }
@@ -217,6 +241,7 @@ fn local_pus(
         properties,
         cores,
         declared_power_w: declared_power(d.kind) * share,
+        whole_only: false,
     };
     let mut out = match (d.kind, hybrid) {
         (PuKind::Cpu, Some((p, e))) if backend == "openvino" => {
@@ -320,16 +345,64 @@ fn core_pu(backend: &str, default: &str, c: usize, n: usize) -> PuSpec {
         properties: properties.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         cores: vec![c],
         declared_power_w: DECLARED_CPU_POWER_W / n as f64,
+        whole_only: false,
     }
 }
 
 /// [`core_pu`] computing in `precision` (a CPU's default, not f32): `core0.bf16`.
 fn reduced_core_pu(backend: &str, default: &str, c: usize, n: usize, precision: &str) -> PuSpec {
-    let p = precision.to_ascii_lowercase();
-    let mut pu = core_pu(backend, default, c, n);
-    pu.name = pu_name(format!("core{c}.{p}"), backend, default);
-    pu.properties.insert(PRECISION_KEY.into(), p);
+    threads_pu(backend, default, &[c], n, Some(precision))
+}
+
+/// [`core_pu`] on `cores.len()` threads with its worker pinned to `cores` (`core0`, `cores0-3`),
+/// computing in `precision` where given (`core0.bf16`), else f32.
+fn threads_pu(backend: &str, default: &str, cores: &[usize], n: usize, precision: Option<&str>) -> PuSpec {
+    let mut pu = core_pu(backend, default, cores[0], n);
+    let t = cores.len();
+    let mut base = if t > 1 { format!("cores{}-{}", cores[0], cores[t - 1]) } else { format!("core{}", cores[0]) };
+    if t > 1 {
+        let key = if backend == "onnxruntime" { "INTRA_OP_NUM_THREADS" } else { "INFERENCE_NUM_THREADS" };
+        pu.properties.insert(key.into(), t.to_string());
+        pu.cores = cores.to_vec();
+        pu.declared_power_w *= t as f64;
+    }
+    if let Some(p) = precision {
+        let p = p.to_ascii_lowercase();
+        base = format!("{base}.{p}");
+        pu.properties.insert(PRECISION_KEY.into(), p);
+    }
+    pu.name = pu_name(base, backend, default);
     pu
+}
+
+/// The whole-model configurations a careful user tries by hand before trusting an engine's
+/// defaults (issue 60), as whole-only PUs: for every backend with a CPU, the model on 1, 2, 4,
+/// ... threads (below every core: the backend's own PU has them all), the worker pinned to the
+/// first cores, in f32 and, unless `precisions` is exact, at the CPU's default precision where
+/// that is not f32. One of the same name as a PU in `existing` (`core0` of `cores`) is that PU.
+fn whole_model_configurations(
+    backends: &[String],
+    default: &str,
+    backend: &dyn Backend,
+    precisions: Precisions,
+    existing: &[PuSpec],
+) -> Result<Vec<PuSpec>, SocError> {
+    let cpus = crate::allowed_cpus();
+    let n = cpus.len();
+    let threads: Vec<usize> = std::iter::successors(Some(1usize), |t| Some(t * 2)).take_while(|&t| t < n).collect();
+    let mut pus = vec![];
+    for b in backends {
+        for d in backend.devices_of(b)?.into_iter().filter(|d| d.kind == PuKind::Cpu) {
+            let reduced = d.precision.filter(|p| precisions == Precisions::Default && !p.eq_ignore_ascii_case("f32"));
+            for &t in &threads {
+                pus.push(threads_pu(b, default, &cpus[..t], n, None));
+                pus.extend(reduced.as_deref().map(|p| threads_pu(b, default, &cpus[..t], n, Some(p))));
+            }
+        }
+    }
+    pus.retain(|p| !existing.iter().any(|q| q.name == p.name));
+    pus.iter_mut().for_each(|p| p.whole_only = true);
+    Ok(pus)
 }
 
 /// The measured presets.
@@ -390,7 +463,7 @@ impl SocSpec {
             }
             Ok(pus)
         };
-        let pus: Vec<PuSpec> = match name {
+        let mut pus: Vec<PuSpec> = match name {
             "local" => local()?,
             "cores" => local()?.into_iter().chain(cores()).collect(),
             "all" => local()?.into_iter().chain(cores()).chain(reduced_cores()?).collect(),
@@ -412,6 +485,7 @@ impl SocSpec {
             }
             other => return Err(SocError::UnknownPreset(other.to_string())),
         };
+        pus.extend(whole_model_configurations(&backends, &default, backend, precisions, &pus)?);
         Self::checked(SocSpec { name: name.into(), backend: default, simulated: false, pus })
     }
 
@@ -571,6 +645,7 @@ impl SocSpec {
                     cores: p.cores.clone(),
                     declared_power_w: p.declared_power_w,
                     properties: p.properties.clone(),
+                    whole_only: p.whole_only,
                 })
                 .collect(),
         };
@@ -623,6 +698,9 @@ pub struct PuFile {
     pub declared_power_w: f64,
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+    /// Run the whole model or nothing: measured whole, never op by op.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub whole_only: bool,
 }
 
 impl PuFile {
@@ -636,6 +714,7 @@ impl PuFile {
             properties: self.properties.clone(),
             cores: self.cores.clone(),
             declared_power_w: self.declared_power_w,
+            whole_only: false,
         }
     }
 }
@@ -763,6 +842,7 @@ mod tests {
             properties: BTreeMap::new(),
             cores,
             declared_power_w: 1.0,
+            whole_only: false,
         };
         let soc = SocSpec {
             name: "t".into(),

@@ -44,6 +44,7 @@ fn cpu(properties: &[(&str, &str)]) -> PuSpec {
         properties: properties.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),
         cores: vec![],
         declared_power_w: 15.0,
+        whole_only: false,
     }
 }
 

@@ -25,6 +25,7 @@ fn a_quiet_pool_stops_when_the_run_returns() {
         properties: [("INTRA_OP_NUM_THREADS".to_string(), "2".to_string())].into(),
         cores: vec![],
         declared_power_w: 15.0,
+        whole_only: false,
     };
     let onnx = bident_zoo::build_bytes("llama-tiny-int8", 0).expect("zoo model");
     // how many of ten blocks of runs left a thread running 5 ms after the block

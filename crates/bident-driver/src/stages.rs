@@ -359,5 +359,6 @@ fn test_pu(name: &str, backend: &str, cores: &[usize]) -> bident_backend::PuSpec
         properties: Default::default(),
         cores: cores.to_vec(),
         declared_power_w: 1.0,
+        whole_only: false,
     }
 }

@@ -81,7 +81,7 @@ pub struct CoExecTable {
 
 impl Artifact for CoExecTable {
     const KIND: &'static str = "coexec-table";
-    const SCHEMA_VERSION: u32 = 2;
+    const SCHEMA_VERSION: u32 = 3;
 }
 
 #[derive(Clone, Copy, Debug, Serialize)]

@@ -84,7 +84,8 @@ pub fn profile(
         units.push(Unit::group(g, &ex, ops, cfg.seed, k)?);
     }
     let m = Measuring { backend, soc, units: &units, cfg, cache, again: false };
-    let mut columns = measure_units(&m, &|_, _| true, progress)?;
+    // a whole-only PU is measured whole (by refine), never op by op
+    let mut columns = measure_units(&m, &|i, j| !soc.pus[j].whole_only || units[i].whole, progress)?;
     let mut take = |i: usize| -> Vec<Result<Cost, String>> {
         columns.iter_mut().map(|col| col[i].take().unwrap_or_else(|| Err("not measured".into()))).collect()
     };

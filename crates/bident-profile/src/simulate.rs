@@ -107,6 +107,7 @@ fn lunar_lake() -> VirtualSoc {
         properties: BTreeMap::new(),
         cores: vec![],
         declared_power_w: power_w,
+        whole_only: false,
     };
     let control_unsupported = |pu: &str| -> BTreeMap<String, String> {
         ["If", "Loop", "Scan"]

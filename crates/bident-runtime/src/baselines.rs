@@ -83,7 +83,14 @@ fn whole_on(
         pu: name.to_string(),
         soc: soc.name.clone(),
     })?;
-    let run = WholeRun { pu: name.to_string(), measured_us: None, refused: None, same_as: None, block_ratios: vec![] };
+    let run = WholeRun {
+        pu: name.to_string(),
+        measured_us: None,
+        refused: None,
+        same_as: None,
+        block_ratios: vec![],
+        configuration: pu.configuration(),
+    };
     // a run measured beside it anyway is not measured twice (two sessions of one
     // configuration differ only by noise)
     let same_as = match plan_whole_on {

@@ -165,6 +165,9 @@ pub struct WholeRun {
     /// (empty where it is the plan, or was not measured).
     #[serde(default)]
     pub block_ratios: Vec<f64>,
+    /// The PU's configuration in words ([`bident_backend::PuSpec::configuration`]).
+    #[serde(default)]
+    pub configuration: String,
 }
 
 /// One backend's whole-model defaults, as a baseline.
@@ -199,7 +202,7 @@ impl BackendDefault {
 
 impl Artifact for RunReport {
     const KIND: &'static str = "run-report";
-    const SCHEMA_VERSION: u32 = 10;
+    const SCHEMA_VERSION: u32 = 11;
 }
 
 impl RunReport {
@@ -223,6 +226,21 @@ impl RunReport {
             ([t], [pu]) => t.pu == *pu && self.models.len() == 1,
             _ => false,
         }
+    }
+    /// The tuned baseline: the fastest whole-model configuration measured in this run (every
+    /// backend's defaults, the models whole on each PU measured beside the plan, the plan itself
+    /// where it is one of them), what a careful user finds by hand: in words, and its median.
+    pub fn tuned(&self) -> Option<(String, f64)> {
+        let defaults = self.backend_defaults.iter().filter_map(|d| Some((d.description.clone(), d.measured_us?)));
+        let wholes = self.measured_whole.iter().filter_map(|w| {
+            let how = if w.configuration.is_empty() { String::new() } else { format!(" ({})", w.configuration) };
+            Some((format!("the whole model on `{}`{how}", w.pu), w.measured_us?))
+        });
+        defaults.chain(wholes).min_by(|a, b| a.1.total_cmp(&b.1))
+    }
+    /// Over the tuned baseline ([`RunReport::tuned`]); 1 where nothing was measured whole.
+    pub fn speedup_vs_tuned(&self) -> f64 {
+        self.tuned().map_or(1.0, |(_, us)| us / self.measured_us)
     }
     /// The fastest of [`RunReport::backend_defaults`] (the one `backend_default` describes).
     pub fn best_default(&self) -> Option<&BackendDefault> {

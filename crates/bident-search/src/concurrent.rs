@@ -403,6 +403,7 @@ mod tests {
             properties: Default::default(),
             cores: vec![],
             declared_power_w: 1.0,
+            whole_only: false,
         };
         let cost = |exec: f64, h2d: f64, d2h: f64, power: f64| Cost {
             h2d_us: h2d,

@@ -51,6 +51,14 @@ impl Constraints {
         Ok(())
     }
 
+    /// The PUs that may run the whole model but no part of it: [`Constraints::whole_only`] and
+    /// the SoC's whole-model configurations (`PuSpec::whole_only`).
+    pub fn whole_only_on<'a>(&'a self, costs: &'a CostTable) -> impl Iterator<Item = &'a String> + 'a {
+        let of_soc =
+            costs.soc.pus.iter().filter(|p| p.whole_only && !self.whole_only.contains(&p.name)).map(|p| &p.name);
+        self.whole_only.iter().chain(of_soc)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.pin.is_empty()
             && self.forbid.is_empty()
@@ -83,7 +91,7 @@ impl Constraints {
             }
         }
         // a whole-only PU stays open where the whole model is placed on it
-        for name in self.whole_only.iter().filter(|&pu| self.whole.as_ref() != Some(pu)) {
+        for name in self.whole_only_on(costs).filter(|&pu| self.whole.as_ref() != Some(pu)) {
             let j = pu(name)?;
             for (c, row) in p.w.iter_mut().enumerate() {
                 if row[j].take().is_some() {

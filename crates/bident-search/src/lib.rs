@@ -227,8 +227,7 @@ fn whole_only(full: &Problem, c: &Constraints, costs: &CostTable) -> Vec<(usize,
     if c.whole.is_some() {
         return vec![];
     }
-    c.whole_only
-        .iter()
+    c.whole_only_on(costs)
         .filter(|&pu| {
             let on_it = Constraints { whole: Some(pu.clone()), ..c.clone() };
             on_it.apply(&mut full.clone(), costs).is_ok()

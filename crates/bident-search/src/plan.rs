@@ -28,7 +28,8 @@ pub enum Reason {
     JoinsPrevious,
     /// The user pinned it there.
     Pinned,
-    /// The run gave way to the whole model on this PU: it measured faster than the plan.
+    /// The whole model on this PU measured faster than the plan: a whole-model configuration
+    /// the search chose, or one the run gave way to.
     WholeModel,
 }
 
@@ -59,7 +60,9 @@ impl Reason {
                 "another PU is better for the op alone; here it compiles together with the op before it, which saves more"
             }
             Reason::Pinned => "a --pin put it there",
-            Reason::WholeModel => "the run gave way to the whole model on this PU, measured faster than the plan",
+            Reason::WholeModel => {
+                "the whole model on this PU measured faster than the plan (whole, by refine, or beside the plan in a run)"
+            }
         }
     }
 
@@ -229,12 +232,16 @@ pub(crate) fn build_plan(
             Objective::Energy => w * p.power[c][j],
         })
     };
+    // a whole-only PU's op weights are shares of its whole run, not the op alone
+    let whole_only: Vec<&String> = cfg.constraints.whole_only_on(costs).collect();
+    let by_op = |k: &usize| !whole_only.contains(&&costs.soc.pus[*k].name);
+    let on_whole_only = assign.first().is_some_and(|&j| !by_op(&j) && assign.iter().all(|&k| k == j));
     let mut steps = Vec::with_capacity(p.ops());
     for c in p.order() {
         let j = assign[c];
-        let supported = (0..p.pus()).filter(|&k| p.w[c][k].is_some()).count();
-        let best_alone = (0..p.pus()).filter_map(|k| alone(c, k)).fold(f64::INFINITY, f64::min);
-        let reason = if pinned[c] && cfg.constraints.whole.is_some() {
+        let supported = (0..p.pus()).filter(by_op).filter(|&k| p.w[c][k].is_some()).count();
+        let best_alone = (0..p.pus()).filter(by_op).filter_map(|k| alone(c, k)).fold(f64::INFINITY, f64::min);
+        let reason = if (pinned[c] && cfg.constraints.whole.is_some()) || on_whole_only {
             Reason::WholeModel
         } else if pinned[c] {
             Reason::Pinned
@@ -272,17 +279,7 @@ pub(crate) fn build_plan(
     for &j in assign {
         *ops_per_pu.entry(pus[j].clone()).or_insert(0) += 1;
     }
-    let baselines: Vec<Baseline> = (0..pus.len())
-        .map(|j| {
-            let single = p.whole_on(j);
-            Baseline {
-                pu: pus[j].clone(),
-                predicted_us: single.as_ref().map(|t| t.latency_us),
-                predicted_energy_uj: single.as_ref().map(|t| t.energy_uj),
-                unsupported_ops: p.w.iter().filter(|r| r[j].is_none()).count() as u32,
-            }
-        })
-        .collect();
+    let baselines = baselines(p, &pus);
     let single_best =
         baselines.iter().filter_map(|b| b.predicted_us.map(|us| (b, us))).min_by(|a, b| a.1.total_cmp(&b.1));
     Ok(Plan {
@@ -310,6 +307,21 @@ pub(crate) fn build_plan(
         best_single_pu_us: single_best.map(|(_, us)| us),
         baselines,
     })
+}
+
+/// The whole model on each of `pus` (every op on one PU), as `p` prices it.
+fn baselines(p: &Problem, pus: &[String]) -> Vec<Baseline> {
+    (0..pus.len())
+        .map(|j| {
+            let single = p.whole_on(j);
+            Baseline {
+                pu: pus[j].clone(),
+                predicted_us: single.as_ref().map(|t| t.latency_us),
+                predicted_energy_uj: single.as_ref().map(|t| t.energy_uj),
+                unsupported_ops: p.w.iter().filter(|r| r[j].is_none()).count() as u32,
+            }
+        })
+        .collect()
 }
 
 /// The precision of each PU of the cost table's SoC, as a plan records it.
@@ -363,21 +375,23 @@ pub fn check_plan(plan: &Plan, phased: &PhasedGraph, costs: &CostTable) -> Resul
     }
     let c = &plan.constraints;
     let whole = plan.steps.windows(2).all(|w| w[0].pu == w[1].pu);
-    if let Some(s) = plan.steps.iter().find(|s| c.exclude.contains(&s.pu) || (!whole && c.whole_only.contains(&s.pu))) {
+    let whole_only: Vec<&String> = c.whole_only_on(costs).collect();
+    if let Some(s) = plan.steps.iter().find(|s| c.exclude.contains(&s.pu) || (!whole && whole_only.contains(&&s.pu))) {
         let why = if c.exclude.contains(&s.pu) { "is excluded" } else { "may run only the whole model" };
         return bad(format!("op {} `{}` is mapped to PU `{}`, which {why}", s.op, s.name, s.pu));
     }
     let mut assign = vec![0; order.len()];
+    let p = Problem::new(phased, costs);
     for s in &plan.steps {
         let Some(j) = costs.soc.pus.iter().position(|p| p.name == s.pu) else {
             return bad(format!("op {} `{}` is mapped to unknown PU `{}`", s.op, s.name, s.pu));
         };
-        if costs.cost(s.op, j).is_none() {
+        // a whole-only PU's ops are priced from its whole run, not from entries of their own
+        if p.w[s.op as usize][j].is_none() {
             return bad(format!("op {} `{}` is mapped to PU `{}`, which has no cost entry for it", s.op, s.name, s.pu));
         }
         assign[s.op as usize] = j;
     }
-    let p = Problem::new(phased, costs);
     let Some(tl) = p.evaluate(&assign, plan.schedule) else {
         return bad("the evaluator cannot run the plan".into());
     };

@@ -148,6 +148,43 @@ impl Timeline {
     }
 }
 
+/// The whole-only PUs of `t`'s SoC (`PuSpec::whole_only`) whose whole run
+/// along `order` was measured: `(PU, that run's cost)`, the latest where it was measured twice.
+fn whole_runs<'a>(t: &'a CostTable, order: &'a [usize]) -> impl Iterator<Item = (usize, &'a bident_profile::Cost)> {
+    let whole = move |ops: &[u32]| ops.len() == order.len() && ops.iter().zip(order).all(|(&a, &b)| a as usize == b);
+    t.soc.pus.iter().enumerate().filter(|(_, pu)| pu.whole_only).filter_map(move |(j, _)| {
+        let run = t.segments.iter().rev().filter(|s| whole(&s.ops)).find_map(|s| s.per_pu.get(j)?.as_ref());
+        run.or_else(|| t.cost(order[0] as u32, j).filter(|_| order.len() == 1)).map(|c| (j, c))
+    })
+}
+
+/// Give whole-only PU `j` its ops' weights and power from its whole run (`cost` µs at `power_w`):
+/// shares of the run by each op's weight on the PUs of its backend that were measured op by op
+/// (on any PU where those have none; even shares where no PU has all), so the whole model there
+/// costs what was measured and no part of it is priced (a whole-only PU runs no part).
+fn spread_whole_run(
+    w: &mut [Vec<Option<f64>>],
+    power: &mut [Vec<f64>],
+    j: usize,
+    cost: f64,
+    power_w: f64,
+    t: &CostTable,
+) {
+    let backend = &t.soc.pus[j].backend;
+    let measured: Vec<usize> = (0..t.soc.pus.len()).filter(|&k| !t.soc.pus[k].whole_only).collect();
+    let same: Vec<usize> = measured.iter().copied().filter(|&k| &t.soc.pus[k].backend == backend).collect();
+    let of = |row: &[Option<f64>], pus: &[usize]| pus.iter().filter_map(|&k| row[k]).reduce(f64::min);
+    let reference: Option<Vec<f64>> =
+        [same, measured].iter().find_map(|pus| w.iter().map(|row| of(row, pus)).collect::<Option<Vec<f64>>>());
+    let reference = reference.unwrap_or_else(|| vec![1.0; w.len()]);
+    let sum: f64 = reference.iter().sum();
+    for (i, row) in w.iter_mut().enumerate() {
+        let share = if sum > 0.0 { reference[i] / sum } else { 1.0 / reference.len() as f64 };
+        row[j] = Some(cost * share);
+        power[i][j] = power_w;
+    }
+}
+
 impl Problem {
     pub fn new(phased: &PhasedGraph, t: &CostTable) -> Self {
         let (n, k) = (phased.op_count as usize, t.soc.pus.len());
@@ -178,8 +215,13 @@ impl Problem {
         // where every call pays its transfers, they are part of the op's own cost
         let weight =
             |c: &bident_profile::Cost, j: usize| c.weight_us() + if every(j) { c.h2d_us + c.d2h_us } else { 0.0 };
-        let w: Vec<Vec<Option<f64>>> =
+        let mut w: Vec<Vec<Option<f64>>> =
             (0..n).map(|i| (0..k).map(|j| t.cost(i as u32, j).map(|c| weight(c, j))).collect()).collect();
+        let mut power = field(|c| c.power_w);
+        let order: Vec<usize> = phases.iter().flatten().flatten().copied().collect();
+        for (j, whole) in whole_runs(t, &order) {
+            spread_whole_run(&mut w, &mut power, j, weight(whole, j), whole.power_w, t);
+        }
         let mut saving = vec![vec![0.0; k]; n];
         let mut segment_cost = std::collections::HashMap::new();
         for seg in &t.segments {
@@ -189,7 +231,8 @@ impl Problem {
                 continue;
             }
             for (j, cost) in seg.per_pu.iter().enumerate().take(k) {
-                let Some(cost) = cost else { continue };
+                // a whole-only PU's whole run is in its weights already ([`spread_whole_run`])
+                let Some(cost) = cost.as_ref().filter(|_| !t.soc.pus[j].whole_only) else { continue };
                 if let [a, b] = ops[..] {
                     if let (Some(wa), Some(wb)) = (w[a][j], w[b][j]) {
                         saving[b][j] = (wa + wb - weight(cost, j)).clamp(0.0, wb);
@@ -199,7 +242,6 @@ impl Problem {
                 }
             }
         }
-        let power = field(|c| c.power_w);
         let segment_cost =
             MeasuredRuns::new(segment_cost, OpCosts { w: &w, saving: &saving, power: &power, next: &next });
         let flag = |ops: &[u32]| {

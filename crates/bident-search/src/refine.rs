@@ -29,11 +29,13 @@ pub fn segments_to_measure(plan: &Plan, costs: &CostTable, phased: &PhasedGraph)
     wanted
 }
 
-/// The whole model as one run on every PU that can run all of its ops: (execution order, PU).
+/// The whole model as one run on every PU that can run all of its ops, and on every
+/// whole-model configuration (`PuSpec::whole_only`: measured whole only):
+/// (execution order, PU).
 pub fn whole_model_runs(costs: &CostTable, phased: &PhasedGraph) -> Vec<(Vec<OpId>, usize)> {
     let order = phased.order();
     (0..costs.soc.pus.len())
-        .filter(|&j| order.iter().all(|&o| costs.cost(o, j).is_some()))
+        .filter(|&j| costs.soc.pus[j].whole_only || order.iter().all(|&o| costs.cost(o, j).is_some()))
         .map(|j| (order.clone(), j))
         .collect()
 }

@@ -724,6 +724,7 @@ mod tests {
             properties: properties.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             cores: vec![],
             declared_power_w: 15.0,
+            whole_only: false,
         }
     }
 

@@ -320,6 +320,7 @@ mod tests {
                     refused: None,
                     same_as: None,
                     block_ratios: ratios(them),
+                    configuration: String::new(),
                 })
                 .collect(),
             blocks: 10,
@@ -468,6 +469,7 @@ mod tests {
             refused: None,
             same_as: same_as.map(str::to_string),
             block_ratios: ratios.to_vec(),
+            configuration: String::new(),
         };
         let beside = [
             whole("core0", Some(1313.0), &[1.3, 1.4, 1.2], None),
