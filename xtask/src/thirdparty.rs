@@ -113,8 +113,10 @@ pub fn thirdparty(
         o.import.fusion = fusion;
         o.measuring.runs = profile_runs;
         o.run.config.runs = runs;
+        peak_memory::reset();
         let out = crate::pipeline::driver().pipeline(&o)?;
-        let (g, plan, report) = (out.graph, out.plan, out.report);
+        let peak_mb = peak_memory::read_mb();
+        let (g, plan, report, seconds) = (out.graph, out.plan, out.report, out.seconds);
         let report = report.context("thirdparty checks outputs: it needs a measured SoC, not a virtual one")?;
         // the derivation of backend fusion against OpenVINO's own record of what it fused
         let record = match g.fusion.source.as_str() {
@@ -149,6 +151,14 @@ pub fn thirdparty(
             "measured_us": report.measured_us,
             "measured_best_single_pu_us": report.measured_best_single_pu_us,
             "max_abs_err": report.max_abs_err,
+            "prediction_error": report.prediction_error,
+            "speedup_vs_best_default": report.speedup_vs_best_default(),
+            "tuned_baseline": report.tuned().map(|(what, _)| what),
+            "speedup_vs_tuned": report.speedup_vs_tuned(),
+            "profile_s": seconds.profile,
+            "plan_s": seconds.plan,
+            "run_s": seconds.run,
+            "peak_rss_mb": peak_mb,
             "precisions": precisions,
             "tolerance": report.tolerance,
             "soc": plan.soc,
@@ -157,12 +167,13 @@ pub fn thirdparty(
     }
     println!(
         "| case | ONNX nodes | fused ops: rules | backend | agreement | OpenVINO's record reproduced | predicted µs | \
-         measured µs | whole model µs | max abs err |"
+         measured µs | whole model µs | max abs err | vs best default | vs tuned | profile s | peak MB |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let f = |r: &serde_json::Value, k: &str| r[k].as_f64().unwrap_or(f64::NAN);
     for r in &rows {
         println!(
-            "| {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.2e} |",
+            "| {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.2e} | {:.2}x | {:.2}x | {:.1} | {} |",
             r["case"].as_str().unwrap_or(""),
             r["onnx_nodes"],
             r["rule_ops"],
@@ -176,6 +187,10 @@ pub fn thirdparty(
             r["measured_us"].as_f64().unwrap_or(f64::NAN),
             r["measured_best_single_pu_us"].as_f64().unwrap_or(f64::NAN),
             r["max_abs_err"].as_f64().unwrap_or(f64::NAN),
+            f(r, "speedup_vs_best_default"),
+            f(r, "speedup_vs_tuned"),
+            f(r, "profile_s"),
+            r["peak_rss_mb"].as_u64().map_or("-".into(), |m| m.to_string()),
         );
     }
     if json {
@@ -186,4 +201,21 @@ pub fn thirdparty(
 
 fn name_of(p: &Path) -> String {
     p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// The process's peak resident memory, reset before each model so that each is its own (Linux:
+/// `VmHWM`, reset by writing 5 to `clear_refs`; elsewhere nothing is read).
+mod peak_memory {
+    /// Start counting the peak afresh; where the kernel cannot, the peak stays the process's.
+    pub fn reset() {
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
+    }
+
+    /// The peak resident memory since [`reset`] (MB).
+    pub fn read_mb() -> Option<u64> {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kb / 1024)
+    }
 }

@@ -37,7 +37,7 @@ pub use passes::Passes;
 pub use refine::{Refined, Remeasure};
 pub use serving::{Served, TablePlanner};
 pub use soc::{BackendName, Soc, load_backends};
-pub use stages::{Outcome, Prepared, RunContext, independent_pus};
+pub use stages::{Outcome, Prepared, RunContext, StageSeconds, independent_pus};
 
 /// Where a model comes from.
 #[derive(Clone, Debug, PartialEq)]

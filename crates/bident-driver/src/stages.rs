@@ -44,6 +44,17 @@ pub struct Prepared {
     pub costs: CostTable,
     pub costs_hash: ContentHash,
     pub soc: Soc,
+    /// Wall time of the profile stage (s).
+    pub profile_s: f64,
+}
+
+/// Wall time of a pipeline's costly stages (s): the profile (with its cache), search and refine,
+/// and the run (with giving way).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StageSeconds {
+    pub profile: f64,
+    pub plan: f64,
+    pub run: f64,
 }
 
 /// What a pipeline run produced (all of it also in its folder).
@@ -55,6 +66,7 @@ pub struct Outcome {
     pub plan: Plan,
     /// None on a virtual SoC: nothing runs there.
     pub report: Option<RunReport>,
+    pub seconds: StageSeconds,
 }
 
 impl Driver<'_> {
@@ -63,7 +75,10 @@ impl Driver<'_> {
     /// there is nothing to run on). Every option is checked before the folder is touched.
     pub fn pipeline(&self, o: &Options) -> Result<Outcome> {
         let mut p = self.prepare(o, None)?;
+        let t0 = std::time::Instant::now();
         let (mut plan, plan_h) = self.plan(&mut p, &o.plan, o.measuring)?;
+        let mut seconds = StageSeconds { profile: p.profile_s, plan: t0.elapsed().as_secs_f64(), run: 0.0 };
+        let t0 = std::time::Instant::now();
         let report = match &p.soc {
             Soc::Measured(..) => {
                 // a plan held to f32 is compared with the engines held to f32
@@ -81,8 +96,9 @@ impl Driver<'_> {
                 None
             }
         };
+        seconds.run = t0.elapsed().as_secs_f64();
         let Prepared { folder, graph, phased, costs, .. } = p;
-        Ok(Outcome { folder, graph, phased, costs, plan, report })
+        Ok(Outcome { folder, graph, phased, costs, plan, report, seconds })
     }
 
     /// The stages before the search, in order: check every option, lock the folder, import,
@@ -99,9 +115,11 @@ impl Driver<'_> {
         let fuser = o.soc.backends.first().copied().unwrap_or(crate::BackendName::OpenVino);
         let (graph, graph_hash) = self.import(&folder, &o.import, &path, fuser)?;
         let (phased, phased_hash) = self.partition(&folder, &graph, graph_hash, &o.plan.partition)?;
+        let t0 = std::time::Instant::now();
         let (costs, costs_hash) =
             self.profile(&folder, (&graph, graph_hash), &soc, o.measuring, phased.neighbours(), contention)?;
-        Ok(Prepared { folder, _lock: lock, graph, graph_hash, phased, phased_hash, costs, costs_hash, soc })
+        let profile_s = t0.elapsed().as_secs_f64();
+        Ok(Prepared { folder, _lock: lock, graph, graph_hash, phased, phased_hash, costs, costs_hash, soc, profile_s })
     }
 
     /// Search and, on real PUs, refine (the plan's segments measured whole, the table grown,
