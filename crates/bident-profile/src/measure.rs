@@ -78,6 +78,7 @@ pub fn profile(
             model,
             inputs: seeded_inputs(g, &op.inputs, cfg.seed, i),
             whole: g.ops.len() == 1,
+            split: true,
         });
     }
     for (k, ops) in cfg.segments.iter().enumerate() {
@@ -119,7 +120,8 @@ pub fn profile(
             .map(|pu| {
                 format!(
                     "{}; dispatch = infer minus the sum of the backend's per-layer times (PERF_COUNT), exec = \
-                     that sum (where the backend gives no layer times: dispatch 0, exec = infer)",
+                     that sum (where the backend gives no layer times, and for ops compiled together: dispatch 0, \
+                     exec = infer)",
                     backend.timing_meaning(pu)
                 )
             })
@@ -163,6 +165,8 @@ struct Unit {
     /// alone runs it; any other unit on the PU made [`Backend::quiet`], as a multi-task
     /// session's tasks are (units are timed in rounds, each beside the others).
     whole: bool,
+    /// One op: its call is split into dispatch and execution ([`timing::Batch`]).
+    split: bool,
 }
 
 impl Unit {
@@ -176,7 +180,7 @@ impl Unit {
         };
         let identity = ContentHash::of(&bident_ir::timing_identity(&model)?);
         let inputs = seeded_inputs(g, &ins, seed, g.ops.len() + k);
-        Ok(Unit { what, identity, model, inputs, whole: ops.len() == g.ops.len() })
+        Ok(Unit { what, identity, model, inputs, whole: ops.len() == g.ops.len(), split: ops.len() == 1 })
     }
 }
 
@@ -252,7 +256,8 @@ fn time_units(
             let models: Vec<&[u8]> = batch.iter().map(|&i| units[i].model.as_slice()).collect();
             let inputs: Vec<&[HostTensor]> = batch.iter().map(|&i| units[i].inputs.as_slice()).collect();
             let what: Vec<&str> = batch.iter().map(|&i| units[i].what.as_str()).collect();
-            let batch_of = Batch { models: &models, inputs: &inputs, what: &what };
+            let split: Vec<bool> = batch.iter().map(|&i| units[i].split).collect();
+            let batch_of = Batch { models: &models, inputs: &inputs, what: &what, split: &split };
             match profile_pu(backend, spec, batch_of, cfg, &mut clock, progress)? {
                 Ok((measured, slow)) => out.extend(batch.iter().zip(measured).map(|(&i, r)| (i, r, slow > 0))),
                 // the PU itself is unusable (e.g. cannot pin): every unit fails there with that

@@ -28,11 +28,14 @@ const SPLIT_RUNS: usize = 5;
 /// batches of 64, 1.12 GB in batches of 16 (and the profile took 201, 136 and 114 s).
 pub const BATCH: usize = 16;
 
-/// The units one PU times together: their models, inputs and names.
+/// The units one PU times together: their models, inputs and names, and whether each one's
+/// call is split into dispatch and execution (ops are; a run of ops compiled together is not:
+/// compiling it profiled too took a third of a profile's time, for a split nothing reads).
 pub(crate) struct Batch<'a> {
     pub models: &'a [&'a [u8]],
     pub inputs: &'a [&'a [HostTensor]],
     pub what: &'a [&'a str],
+    pub split: &'a [bool],
 }
 
 /// One PU's measurement across its batches: progress over all of them, the budget of waits for
@@ -143,8 +146,8 @@ struct Timer {
 
 impl Timer {
     /// Compile every unit of `batch` on `pu`: the timed executable plain (a backend's per-layer
-    /// profiling may slow a run down, ONNX Runtime's writes a file per run), the profiled one
-    /// quiet (its pool must not spin beside the timed runs).
+    /// profiling may slow a run down, ONNX Runtime's writes a file per run), and, where its call
+    /// is split, the profiled one quiet (its pool must not spin beside the timed runs).
     fn compile(backend: &dyn Backend, pu: &PuSpec, batch: &Batch, tx: &Sender<Said>) -> Self {
         let quiet = backend.quiet(pu);
         let cancel = |e: Option<&dyn Executable>| e.and_then(|e| e.canceller());
@@ -152,11 +155,12 @@ impl Timer {
             .models
             .iter()
             .zip(batch.what)
+            .zip(batch.split)
             .enumerate()
-            .map(|(i, (m, what))| {
+            .map(|(i, ((m, what), &split))| {
                 let _ = tx.send(i);
                 let exe = backend.compile(m, pu).map_err(|e| e.to_string());
-                let profiled = exe.is_ok().then(|| backend.compile_profiled(m, &quiet).ok()).flatten();
+                let profiled = (split && exe.is_ok()).then(|| backend.compile_profiled(m, &quiet).ok()).flatten();
                 let compiled = Compiled {
                     cancel: cancel(exe.as_deref().ok()),
                     profiled_cancel: cancel(profiled.as_deref()),
