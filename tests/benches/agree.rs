@@ -2,7 +2,7 @@
 //! way refine measures it and the way the run does, alternated.
 //!
 //! `MODEL=... PU=CPU.bf16 REPS=6 cargo bench -p bident-tests --bench agree` (`ONLY=` a comma list
-//! of `refine-alone`, `refine-batch`, `session-reference`, `session-extracted`, `direct-reference`,
+//! of `refine-alone`, `refine-round`, `refine-batch`, `session-reference`, `session-extracted`, `direct-reference`,
 //! `direct-extracted`, `direct-default`); with `PLAN=<folder>/plan.bin`, a cut plan's tasks in its
 //! session against the same executables called directly: back to back, alternating, and asleep
 //! 100 µs before each.
@@ -89,9 +89,15 @@ fn main() {
     }
     for r in 0..reps {
         if want("refine-alone") {
+            let mut notes = vec![];
             let found =
-                bident_profile::measure_segments(&g, &soc, be.as_ref(), &cfg, None, &[(all.clone(), j)], &mut |_| {})
-                    .expect("measures");
+                bident_profile::measure_segments(&g, &soc, be.as_ref(), &cfg, None, &[(all.clone(), j)], &mut |p| {
+                    notes.extend(p.note.clone().filter(|_| p.phase == "slow" || p.phase == "again"))
+                })
+                .expect("measures");
+            if !notes.is_empty() {
+                println!("  {}", notes.join("; "));
+            }
             let c = found[0].per_pu[j].as_ref().expect("measured");
             println!(
                 "{r} refine, whole alone            {:7.1} µs (infer {:.1}, p10 {:.1} p90 {:.1}, {} runs)",
@@ -101,6 +107,18 @@ fn main() {
                 c.p90_us[1] + c.p90_us[2],
                 c.runs
             );
+        }
+        if want("refine-round") {
+            // as refine's first round on a cut plan: every PU's whole model and the plan's segments
+            let n = g.ops.len() as u32;
+            let ort = soc.pus.iter().position(|p| p.name == "CPU.ort").expect("CPU.ort");
+            let mut wanted: Vec<(Vec<u32>, usize)> = (0..soc.pus.len()).map(|k| (all.clone(), k)).collect();
+            wanted.push(((1..13).collect(), j));
+            wanted.push(((13..n).collect(), ort));
+            let found = bident_profile::measure_segments(&g, &soc, be.as_ref(), &cfg, None, &wanted, &mut |_| {})
+                .expect("measures");
+            let c = found[j].per_pu[j].as_ref().expect("measured");
+            println!("{r} refine, a cut plan's round     {:7.1} µs (infer {:.1}, {} runs)", total(c), c.weight_us(), c.runs);
         }
         if want("refine-batch") {
             let n = g.ops.len() as u32;
