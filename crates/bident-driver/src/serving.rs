@@ -114,6 +114,7 @@ impl Planner for TablePlanner {
             be: self.backend.as_ref(),
             cfg: self.measure.clone(),
             cache: None,
+            session: None,
         };
         let before = t.segments.len();
         let plan = m.refine(&mut t, first, &mut |t| self.searched(t, serving), &mut |_| {}).map_err(err)?;

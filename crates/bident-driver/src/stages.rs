@@ -130,7 +130,8 @@ impl Driver<'_> {
         if opts.goal == Goal::Pareto {
             return Ok((plan, plan_h));
         }
-        let remeasure = self.remeasure((&p.graph, &p.phased), (spec, be.as_ref()), m);
+        let mut remeasure = self.remeasure((&p.graph, &p.phased), (spec, be.as_ref()), m);
+        remeasure.session = Some(be.clone());
         let phased = (&p.phased, p.phased_hash);
         let refined =
             self.refine(&p.folder, &remeasure, phased, (p.costs.clone(), p.costs_hash), (plan, plan_h), opts)?;

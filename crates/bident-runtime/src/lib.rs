@@ -31,7 +31,7 @@ mod whole;
 pub use baselines::{default_spec, reference_pu};
 pub use compare::{FAST_BLOCKS_MIN, consistently_faster, faster_blocks};
 pub use error::{RuntimeError, error_chain};
-pub use measure::{run, run_concurrent};
+pub use measure::{TaskTimes, run, run_concurrent, task_times};
 pub use outputs::check_plan_outputs;
 pub use program::{Grouping, Program, Task};
 pub use report::{BackendDefault, OpTiming, RunConfig, RunReport, WholeRun, input_hash};

@@ -36,6 +36,69 @@ pub fn run(
     measure(&Bench { graphs: &[g], soc, backend, cfg }, &session, &[best], is_default.as_deref())
 }
 
+/// What a plan's tasks take inside a session of the plan ([`task_times`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskTimes {
+    /// Per task of the plan's program: its ops, its PU (index into the SoC) and the median of
+    /// its own time (its backend call: inputs set, inference, outputs copied) over the measured
+    /// inferences, µs.
+    pub tasks: Vec<(Vec<u32>, usize, f64)>,
+    /// The median inference, µs.
+    pub total_us: f64,
+}
+
+/// Each task of `plan` timed where the run times it: inside a session of the plan (every task
+/// on its PU's worker, the inference's other tasks, on other engines' threads, between two of
+/// its calls), in the run's blocks (the process's threads settled, the cores in their fast
+/// state, a warm-up of `cfg.warmup` runs and at least 5 ms, a block measured again where a core
+/// left its fast state), `cfg.runs` inferences in all. Refine prices a plan's segments from
+/// it: timed back to back alone, a segment of the silero VAD on `CPU.bf16` took 48-50 µs and
+/// 85-151 µs in the plan's session, after ONNX Runtime's segment of the same inference.
+pub fn task_times(
+    g: &FusedGraph,
+    plan: &Plan,
+    soc: &SocSpec,
+    backend: Arc<dyn Backend>,
+    cfg: &RunConfig,
+) -> Result<TaskTimes, RuntimeError> {
+    let session = Session::load(Program::from_plan(g, plan, soc, cfg.grouping)?, soc, backend, cfg.op_timeout)?;
+    let inputs = vec![model_inputs(g, cfg.seed)];
+    let tasks = session.program().tasks.len();
+    let (mut own, mut totals) = (vec![vec![]; tasks], vec![]);
+    let (pace, runs) = (Pace::new(), cfg.runs.max(1));
+    let mut done = 0;
+    while done < runs {
+        let block = BLOCK.min(runs - done);
+        let kept = loop {
+            pace.settle();
+            let t0 = Instant::now();
+            warm_up(cfg.warmup, || session.run(&inputs).map(drop))?;
+            let kept = (0..block).map(|_| session.run(&inputs)).collect::<Result<Vec<_>, _>>()?;
+            if !pace.speed.again(t0.elapsed()) {
+                break kept;
+            }
+        };
+        for inf in kept {
+            totals.push(inf.total_us);
+            for s in &inf.spans {
+                own[s.task].push(s.finish_us - s.start_us);
+            }
+        }
+        done += block;
+    }
+    let q = bident_stats::quantile;
+    Ok(TaskTimes {
+        tasks: session
+            .program()
+            .tasks
+            .iter()
+            .zip(own)
+            .map(|(t, mut us)| (t.ops.clone(), t.pu, q(&mut us, 0.5)))
+            .collect(),
+        total_us: q(&mut totals, 0.5),
+    })
+}
+
 /// Measure a two-model concurrent plan the same way; the baseline is the paper's: each whole
 /// model on its own best single PU, one after the other.
 pub fn run_concurrent(
