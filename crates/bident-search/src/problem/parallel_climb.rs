@@ -43,13 +43,24 @@ impl Problem {
                     let joins = self.prev[c].is_none() || self.joins_in_parallel[c];
                     if phase.len() > 1 || k == 0 || k + 1 == b.len() || !chained || !joins {
                         out[c] = true;
-                        for x in self.neighbours(c) {
-                            out[x] = true;
-                            self.neighbours(x).for_each(|y| out[y] = true);
-                        }
                     }
                 }
             }
+        }
+        // and the ops within two links of those, each reached once (a fork's consumers are all
+        // within two links of each other)
+        let mut ring: Vec<usize> = (0..self.ops()).filter(|&c| out[c]).collect();
+        for _ in 0..2 {
+            let mut next = vec![];
+            for &x in &ring {
+                for y in self.neighbours(x) {
+                    if !out[y] {
+                        out[y] = true;
+                        next.push(y);
+                    }
+                }
+            }
+            ring = next;
         }
         out
     }
@@ -269,6 +280,55 @@ impl<'a> ParallelClimb<'a> {
         }
     }
 
+    /// Every op of `ops` moved (a phase solved or climbed as a whole): as [`ParallelClimb::mark`]
+    /// of each in turn, with each op within two links visited once however many of `ops` it
+    /// is near (a fork's consumers are all near it).
+    fn mark_all(&self, ops: &[usize], m: &mut Marks) {
+        let p = self.p;
+        self.clock.set(self.clock.get() + 1);
+        let now = self.clock.get();
+        let mut phases: Vec<usize> = vec![];
+        for &c in ops {
+            self.spans.forget(p, c);
+            if !phases.contains(&p.place[c].0) {
+                phases.push(p.place[c].0);
+            }
+        }
+        for q in phases {
+            m.dirty[q] = true;
+            for &q1 in &self.linked[q] {
+                m.dirty[q1] = true;
+                self.linked[q1].iter().for_each(|&q2| m.dirty[q2] = true);
+            }
+        }
+        // two rings around the ops, each op reached once (its clock then `now`)
+        let mut ring: Vec<usize> = ops.to_vec();
+        ring.iter().for_each(|&c| self.moved_near[c].set(now));
+        for _ in 0..2 {
+            let mut next = vec![];
+            for &x in &ring {
+                for y in p.neighbours(x) {
+                    if self.moved_near[y].get() != now {
+                        self.moved_near[y].set(now);
+                        next.push(y);
+                    }
+                }
+            }
+            ring.iter().for_each(|&x| m.hot[x] = true);
+            ring = next;
+        }
+        ring.iter().for_each(|&x| m.hot[x] = true);
+        for &c in ops {
+            for x in std::iter::once(c).chain(p.neighbours(c)) {
+                let pi = p.place[x].0;
+                if p.phases[pi].len() > 1 {
+                    m.touched[pi] = true;
+                    self.phase_moved[pi].set(now);
+                }
+            }
+        }
+    }
+
     /// The narrowed first pass also tries, later in it, the ops a move of `c` brings within two
     /// links (as the pass of every op would).
     fn widen(&self, pass: &Pass, c: usize) {
@@ -295,12 +355,12 @@ impl<'a> ParallelClimb<'a> {
             }
             if std::mem::take(&mut m.dirty[pi]) && p.exact_phase(assign, pi, self.schedule, self.obj) {
                 moved += 1;
-                p.phases[pi].iter().flatten().for_each(|&c| self.mark(c, m));
+                self.mark_all(&p.phases[pi].concat(), m);
                 // optimal for the rest as it is now
                 m.dirty[pi] = false;
             } else if self.wide[pi] && p.climb_wide(assign, pi, self.obj) > 0 {
                 moved += 1;
-                p.phases[pi].iter().flatten().for_each(|&c| self.mark(c, m));
+                self.mark_all(&p.phases[pi].concat(), m);
                 m.dirty[pi] = false;
             }
         }
