@@ -477,15 +477,15 @@ impl<'a> ParallelClimb<'a> {
         moved
     }
 
-    /// A pass's branch combinations: in each phase of several branches (not wide) with one of
-    /// its ops to try this pass, every combination of its branches each kept as it is or moved
+    /// A pass's branch combinations: in each phase the exact search leaves to the climb
+    /// ([`Problem::hard_phase`]) with one of its ops to try this pass, every combination of its branches each kept as it is or moved
     /// whole to one PU, where there are at most [`BRANCH_COMBINATIONS`]; else every two branches
     /// so. Balancing a phase often takes branches trading places, which no move of one branch
     /// makes (the first half of the trade makes the phase longer). Returns how many moved.
     fn combination_moves(&self, assign: &mut [usize], pass: &Pass, m: &mut Marks) -> usize {
         let p = self.p;
         let mut moved = 0;
-        for pi in (0..p.phases.len()).filter(|&pi| !self.wide[pi] && p.phases[pi].len() > 1) {
+        for pi in (0..p.phases.len()).filter(|&pi| p.hard_phase(pi)) {
             let phase = &p.phases[pi];
             let ways = p.pus() + 1;
             let groups: Vec<Vec<usize>> = match ways.checked_pow(phase.len() as u32) {
