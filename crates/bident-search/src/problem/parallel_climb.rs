@@ -477,7 +477,8 @@ impl<'a> ParallelClimb<'a> {
         moved
     }
 
-    /// A pass's branch combinations: in each phase the exact search leaves to the climb
+    /// A pass's branch combinations (on graphs of at most [`crate::mapping::RESTART_LIMIT`]
+    /// ops): in each phase the exact search leaves to the climb
     /// ([`Problem::hard_phase`]) with one of its ops to try this pass, every combination of its branches each kept as it is or moved
     /// whole to one PU, where there are at most [`BRANCH_COMBINATIONS`]; else every two branches
     /// so. Balancing a phase often takes branches trading places, which no move of one branch
@@ -485,6 +486,10 @@ impl<'a> ParallelClimb<'a> {
     fn combination_moves(&self, assign: &mut [usize], pass: &Pass, m: &mut Marks) -> usize {
         let p = self.p;
         let mut moved = 0;
+        if p.ops() > crate::mapping::RESTART_LIMIT {
+            // hundreds of combinations in every phase of a large graph cost more than they find
+            return 0;
+        }
         for pi in (0..p.phases.len()).filter(|&pi| p.hard_phase(pi)) {
             let phase = &p.phases[pi];
             let ways = p.pus() + 1;
