@@ -6,28 +6,9 @@
 use bident_search::{Chain, MeasuredRuns, Mode, Objective, OpCosts, Problem, SearchConfig, best_mapping};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 
-fn rng() -> impl FnMut() -> f64 {
-    let mut s = 0x2545_F491_4F6C_DD1Du64;
-    move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        (s >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
+mod shapes;
 
-type Rows = (Vec<Vec<Option<f64>>>, Vec<Vec<f64>>, Vec<Vec<f64>>, Vec<Vec<f64>>);
-
-/// Deterministic costs of `n` ops on `k` PUs (the last PU an accelerator), every 17th op
-/// unsupported on it, as the paper's NPU lacks some ops: (w, h2d, d2h, power).
-fn rows(n: usize, k: usize) -> Rows {
-    let mut r = rng();
-    let w = (0..n).map(|i| (0..k).map(|j| (j + 1 < k || i % 17 != 0).then(|| 5.0 + 100.0 * r())).collect()).collect();
-    let h2d = (0..n).map(|_| (0..k).map(|_| 10.0 * r()).collect()).collect();
-    let d2h = (0..n).map(|_| (0..k).map(|_| 10.0 * r()).collect()).collect();
-    let power = (0..n).map(|_| (0..k).map(|j| 5.0 + 5.0 * j as f64).collect()).collect();
-    (w, h2d, d2h, power)
-}
+use shapes::{problem, rows};
 
 /// A chain of `n` ops on `k` PUs with [`rows`] costs.
 fn chain(n: usize, k: usize) -> Chain {
@@ -206,12 +187,39 @@ fn wide_phases(c: &mut Criterion) {
         Ok(v) => v.split(',').filter_map(|w| w.trim().parse().ok()).collect(),
         Err(_) => vec![200, 1000, 5000],
     };
+    let cfg = SearchConfig { objective: Objective::Latency, mode: Mode::Parallel, ..Default::default() };
     for width in widths {
-        let p = wide(width, 3);
-        let cfg = SearchConfig { objective: Objective::Latency, mode: Mode::Parallel, ..Default::default() };
-        g.bench_with_input(BenchmarkId::new("parallel_k3_branches", width), &p, |b, p| {
-            b.iter(|| best_mapping(p, &cfg))
-        });
+        // branches reading graph inputs and writing graph outputs, and between one fork and one
+        // join, as a model's are
+        // (attention: `width` heads over blocks of 12, each block 46 ops; nested: `width` inner
+        // branches, 3 in each of `width / 3` outer ones)
+        let shapes = [
+            ("parallel_k3_branches", wide(width, 3)),
+            ("parallel_k3_fork_join", shapes::fork_join(width, 3)),
+            ("parallel_k3_attention", shapes::attention(width / 12 * 46, 12, 3)),
+            ("parallel_k3_nested", shapes::nested(width / 3, 3, 3)),
+        ];
+        for (name, p) in shapes {
+            g.bench_with_input(BenchmarkId::new(name, width), &p, |b, p| b.iter(|| best_mapping(p, &cfg)));
+        }
+    }
+    g.finish();
+}
+
+/// Real models' shapes at pi0.5's 4,600 ops on 3 PUs, searched in parallel mode: one fork and
+/// one join around 1,533 branches, transformer blocks of 12 attention heads with residuals, and
+/// 460 fork-joins of 3 branches nested in one.
+fn real_shapes(c: &mut Criterion) {
+    let mut g = c.benchmark_group("real_shapes");
+    g.sample_size(10);
+    let cfg = SearchConfig { objective: Objective::Latency, mode: Mode::Parallel, ..Default::default() };
+    let shapes = [
+        ("parallel_k3_fork_join", shapes::fork_join(1533, 3)),
+        ("parallel_k3_attention", shapes::attention(4600, 12, 3)),
+        ("parallel_k3_nested", shapes::nested(460, 3, 3)),
+    ];
+    for (name, p) in shapes {
+        g.bench_with_input(BenchmarkId::new(name, p.ops()), &p, |b, p| b.iter(|| best_mapping(p, &cfg)));
     }
     g.finish();
 }
@@ -265,42 +273,5 @@ fn concurrent(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, dp, searches, concurrent, wide_phases);
+criterion_group!(benches, dp, searches, concurrent, real_shapes, wide_phases);
 criterion_main!(benches);
-
-/// The bench problem of `phases` on `k` PUs with [`rows`] costs and seeded contention factors, no
-/// measured runs (the search's fast path).
-fn problem(
-    k: usize,
-    phases: Vec<Vec<Vec<usize>>>,
-    place: Vec<(usize, usize)>,
-    (preds, succs): (Vec<Vec<usize>>, Vec<Vec<usize>>),
-    (from_host, to_host): (Vec<bool>, Vec<bool>),
-) -> Problem {
-    let n = place.len();
-    let mut r = rng();
-    let (w, h2d, d2h, power) = rows(n, k);
-    let links = bident_search::OrderLinks::new(&phases, &place);
-    Problem {
-        w,
-        h2d,
-        d2h,
-        power,
-        accelerator: (0..k).map(|j| j > 0).collect(),
-        preds,
-        succs,
-        from_host,
-        to_host,
-        sf: (0..k).map(|i| (0..k).map(|j| if i == j { 1.0 } else { 1.0 + 0.1 * r() }).collect()).collect(),
-        exclusive: vec![vec![false; k]; k],
-        phases,
-        place,
-        prev: links.prev,
-        next: links.next,
-        joins_in_parallel: links.joins_in_parallel,
-        saving: vec![vec![0.0; k]; n],
-        segment_cost: Default::default(),
-        launch: vec![],
-        progress: Default::default(),
-    }
-}

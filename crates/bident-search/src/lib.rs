@@ -9,8 +9,9 @@
 //!   which escape where moving one op alone loses a saving or a transfer on both sides);
 //!   parallel mode = the paper's per-branch DP, then hill climbing under the parallel evaluator
 //!   (which charges two branches on one PU as serial and applies contention; phases of up to
-//!   [`Problem::EXACT_PHASE_LIMIT`] assignments solved exactly), never returning a plan worse
-//!   than the best sequential one;
+//!   [`Problem::EXACT_PHASE_LIMIT`] assignments solved exactly, the branches of the others also
+//!   moved in combinations; on mid-size graphs climbed again from other starts and seeded
+//!   kicks), never returning a plan worse than the best sequential one;
 //! - instances of at most [`Problem::EXHAUSTIVE_LIMIT`] assignments are also solved by exhaustive
 //!   search, so their plans are optimal under the evaluator;
 //! - [`mod@diff`]: the ops that moved between two plans of one graph, and the table `plan-diff`

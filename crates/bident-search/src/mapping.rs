@@ -38,9 +38,97 @@ pub fn heuristic_mapping(p: &Problem, cfg: &SearchConfig) -> Option<Mapping> {
                 estimate: sequential.estimate,
             });
             candidates.push(sequential);
-            candidates.into_iter().min_by(|a, b| value(a).total_cmp(&value(b)))?
+            let best = candidates.into_iter().min_by(|a, b| value(a).total_cmp(&value(b)))?;
+            restarts(p, obj, &memo, best)
         }
     })
+}
+
+/// Graphs of at most this many ops with a phase the exact search leaves to the climb (see
+/// [`Problem::hard_phase`]) are climbed again from other starts and kicks ([`restarts`]).
+pub const RESTART_LIMIT: usize = 200;
+
+/// How many kicks [`restarts`] makes for each phase the exact search leaves to the climb.
+const KICKS_PER_PHASE: usize = 20;
+
+/// The parallel climb's local optima depend on where it starts. On graphs of at most
+/// [`RESTART_LIMIT`] ops with phases of several branches the exact search leaves to it, it
+/// also starts from every single PU that runs every op and from `best` with each phase moved
+/// whole to the PU that runs it best alone, then from kicks: some ops of such a phase
+/// reassigned at random (seeded, so a search is repeatable), climbed again from there. The
+/// best under the evaluator is kept (`best` itself when none beats it).
+fn restarts(p: &Problem, obj: Objective, memo: &PhaseMemo, best: Mapping) -> Mapping {
+    let hard: Vec<usize> = (0..p.phases.len()).filter(|&pi| p.hard_phase(pi)).collect();
+    if p.ops() > RESTART_LIMIT || hard.is_empty() {
+        return best;
+    }
+    let value = |a: &[usize], s: Schedule| p.evaluate(a, s).map_or(f64::INFINITY, |t| t.objective(obj));
+    let mut starts: Vec<Vec<usize>> =
+        (0..p.pus()).filter(|&j| (0..p.ops()).all(|c| p.w[c][j].is_some())).map(|j| vec![j; p.ops()]).collect();
+    let mut by_phase = best.assign.clone();
+    for pi in 0..p.phases.len() {
+        let ops: Vec<usize> = p.phases[pi].concat();
+        let on = |j: usize| {
+            let mut a = by_phase.clone();
+            ops.iter().for_each(|&c| a[c] = j);
+            p.phase_objective(&a, pi, Schedule::Parallel, obj)
+        };
+        let runs = (0..p.pus()).filter(|&j| ops.iter().all(|&c| p.w[c][j].is_some()));
+        if let Some(j) = runs.min_by(|&a, &b| on(a).total_cmp(&on(b))) {
+            ops.iter().for_each(|&c| by_phase[c] = j);
+        }
+    }
+    starts.push(by_phase);
+    let mut best_value = value(&best.assign, best.schedule);
+    let mut best = best;
+    let mut keep = |a: Vec<usize>, best: &mut Mapping| {
+        let v = value(&a, Schedule::Parallel);
+        if v < best_value * (1.0 - 1e-12) {
+            best_value = v;
+            *best = Mapping { assign: a, schedule: Schedule::Parallel, estimate: best.estimate };
+        }
+    };
+    for mut start in starts {
+        p.improve_parallel_with(&mut start, obj, memo);
+        keep(start, &mut best);
+    }
+    // an iterated local search, each kick from the last result no worse than the one before
+    let mut r = xorshift(0x9E37_79B9_7F4A_7C15 ^ p.ops() as u64);
+    let mut current = best.assign.clone();
+    for kick in 0..KICKS_PER_PHASE * hard.len() {
+        let ops = p.phases[hard[kick % hard.len()]].concat();
+        let mut kicked: Vec<usize> = ops.iter().copied().filter(|_| r() < 0.5).collect();
+        if kicked.is_empty() {
+            kicked.push(ops[((r() * ops.len() as f64) as usize).min(ops.len() - 1)]);
+        }
+        let mut a = current.clone();
+        for &c in &kicked {
+            a[c] = random_pu(p, c, &mut r).unwrap_or(a[c]);
+        }
+        p.improve_parallel_after(&mut a, obj, memo, &kicked);
+        if value(&a, Schedule::Parallel) <= value(&current, Schedule::Parallel) * (1.0 + 1e-12) {
+            current.clone_from(&a);
+        }
+        keep(a, &mut best);
+    }
+    best
+}
+
+/// A PU op `c` runs on, drawn from `r` (None where it runs nowhere).
+fn random_pu(p: &Problem, c: usize, r: &mut impl FnMut() -> f64) -> Option<usize> {
+    let options: Vec<usize> = (0..p.pus()).filter(|&j| p.w[c][j].is_some()).collect();
+    options.get(((r() * options.len() as f64) as usize).min(options.len().saturating_sub(1))).copied()
+}
+
+/// A seeded xorshift generator of numbers in [0, 1).
+fn xorshift(seed: u64) -> impl FnMut() -> f64 {
+    let mut s = seed.max(1);
+    move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 11) as f64 / (1u64 << 53) as f64
+    }
 }
 
 /// On a small instance, the exhaustive optimum replaces the heuristic's mapping when better.

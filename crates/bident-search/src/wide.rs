@@ -172,8 +172,17 @@ impl Problem {
         let full = |a: &[usize]| self.evaluate(a, Schedule::Parallel).map_or(f64::INFINITY, |t| t.objective(obj));
         let before_all = full(assign);
         let start: Vec<usize> = phase.iter().flatten().map(|&c| assign[c]).collect();
-        let mut climb = WideClimb::new(self, assign, pi, obj);
+        // from one PU, a branch moved alone to another slows every other by contention and no
+        // single move pays: the climb starts from the branches spread over the PUs where that
+        // is cheaper
         let mut moves = 0;
+        if let Some(spread) = self.wide_spread(assign, pi, obj)
+            && self.wide_total(&spread, pi, obj) < self.wide_total(assign, pi, obj) * (1.0 - 1e-9)
+        {
+            assign.copy_from_slice(&spread);
+            moves += 1;
+        }
+        let mut climb = WideClimb::new(self, assign, pi, obj);
         for _ in 0..MAX_PASSES {
             let mut moved = 0;
             for bi in 0..phase.len() {
@@ -192,6 +201,89 @@ impl Problem {
             return 0;
         }
         moves
+    }
+}
+
+impl Problem {
+    /// The price a wide phase's climb lowers ([`Problem::wide_value`]) with what the ops outside
+    /// the phase exchanging data with it contribute, each once.
+    fn wide_total(&self, assign: &[usize], pi: usize, obj: Objective) -> f64 {
+        let st = self.wide_price(assign, pi);
+        let mut outside: Vec<usize> = self.phases[pi]
+            .iter()
+            .flatten()
+            .flat_map(|&c| self.preds[c].iter().chain(&self.succs[c]).copied())
+            .filter(|&x| self.place[x].0 != pi)
+            .collect();
+        outside.sort_unstable();
+        outside.dedup();
+        let shares: f64 = outside.iter().map(|&x| self.contribution(assign, x, Schedule::Parallel, obj)).sum();
+        self.wide_value(&st.load, &st.energy, st.longest(), obj) + shares
+    }
+
+    /// `assign` with wide phase `pi`'s branches spread over the PUs for latency: each whole on
+    /// one PU, the longest first, where the PUs' loads grow least (every PU priced as if the
+    /// others were busy: the factors a spread plan pays); None for energy. Branches the climb
+    /// leaves alone (see [`Problem::wide_outside`]) or that run whole nowhere stay.
+    fn wide_spread(&self, assign: &[usize], pi: usize, obj: Objective) -> Option<Vec<usize>> {
+        if obj != Objective::Latency {
+            return None;
+        }
+        let k = self.pus();
+        let busy = vec![2usize; k];
+        let mut spread = assign.to_vec();
+        let mut loads = vec![0.0; k];
+        let mut dur = vec![];
+        // per branch that moves: its length whole on each PU (infinite where it cannot run)
+        let mut whole: Vec<(usize, Vec<f64>)> = vec![];
+        for (bi, b) in self.phases[pi].iter().enumerate() {
+            let mut lens = vec![f64::INFINITY; k];
+            let local = self.wide_outside(assign, pi, b, obj).is_some();
+            for (j, len) in lens.iter_mut().enumerate().filter(|_| local) {
+                if b.iter().any(|&c| self.w[c][j].is_none()) {
+                    continue;
+                }
+                b.iter().for_each(|&c| spread[c] = j);
+                let mut uses = vec![0u32; k];
+                uses[j] = b.len() as u32;
+                dur.resize(b.len(), 0.0);
+                self.wide_branch(&spread, b, &busy, &uses, &mut dur);
+                *len = dur.iter().sum();
+            }
+            b.iter().for_each(|&c| spread[c] = assign[c]);
+            if lens.iter().all(|l| l.is_infinite()) {
+                let uses = self.branch_uses(assign, b);
+                dur.resize(b.len(), 0.0);
+                self.wide_branch(assign, b, &busy, &uses, &mut dur);
+                b.iter().zip(&dur).for_each(|(&c, &d)| loads[assign[c]] += d);
+            } else {
+                whole.push((bi, lens));
+            }
+        }
+        let least = |lens: &[f64]| lens.iter().copied().fold(f64::INFINITY, f64::min);
+        whole.sort_by(|a, b| least(&b.1).total_cmp(&least(&a.1)).then(a.0.cmp(&b.0)));
+        for (bi, lens) in whole {
+            let after = |j: usize, loads: &mut [f64]| {
+                loads[j] += lens[j];
+                let v = self.busiest(loads);
+                loads[j] -= lens[j];
+                (v, lens[j])
+            };
+            let finite = (0..k).filter(|&j| lens[j].is_finite());
+            let j = finite.min_by(|&a, &b| {
+                after(a, &mut loads).partial_cmp(&after(b, &mut loads)).unwrap_or(std::cmp::Ordering::Equal)
+            })?;
+            loads[j] += lens[j];
+            self.phases[pi][bi].iter().for_each(|&c| spread[c] = j);
+        }
+        Some(spread)
+    }
+
+    /// How many of `branch`'s ops sit on each PU under `assign`.
+    fn branch_uses(&self, assign: &[usize], branch: &[usize]) -> Vec<u32> {
+        let mut uses = vec![0u32; self.pus()];
+        branch.iter().for_each(|&c| uses[assign[c]] += 1);
+        uses
     }
 }
 
@@ -373,5 +465,73 @@ impl<'a> WideClimb<'a> {
         }
         st.len[bi] = slot.iter().sum();
         *st.lens.entry(st.len[bi].to_bits()).or_insert(0) += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Mode, OrderLinks, Problem, SearchConfig, best_mapping};
+
+    /// One fork, `width` branches of 6 ops costing 10 µs on each of 3 PUs, one join; a PU slows
+    /// by 1.1 while another runs a branch, and nothing pays a transfer.
+    fn fork_join(width: usize) -> Problem {
+        let n = 2 + 6 * width;
+        let mut phases = vec![vec![vec![0]]];
+        phases.push((0..width).map(|b| (1 + 6 * b..7 + 6 * b).collect()).collect());
+        phases.push(vec![vec![n - 1]]);
+        let (mut preds, mut succs) = (vec![vec![]; n], vec![vec![]; n]);
+        let mut link = |a: usize, b: usize| {
+            preds[b].push(a);
+            succs[a].push(b);
+        };
+        for b in &phases[1] {
+            link(0, b[0]);
+            b.windows(2).for_each(|w| link(w[0], w[1]));
+            link(b[5], n - 1);
+        }
+        let mut place = vec![(0, 0); n];
+        for (pi, phase) in phases.iter().enumerate() {
+            for (bi, b) in phase.iter().enumerate() {
+                b.iter().for_each(|&c| place[c] = (pi, bi));
+            }
+        }
+        let links = OrderLinks::new(&phases, &place);
+        Problem {
+            w: vec![vec![Some(10.0); 3]; n],
+            h2d: vec![vec![0.0; 3]; n],
+            d2h: vec![vec![0.0; 3]; n],
+            power: vec![vec![1.0; 3]; n],
+            accelerator: vec![false, true, true],
+            preds,
+            succs,
+            from_host: (0..n).map(|c| c == 0).collect(),
+            to_host: (0..n).map(|c| c == n - 1).collect(),
+            sf: (0..3).map(|i| (0..3).map(|j| if i == j { 1.0 } else { 1.1 }).collect()).collect(),
+            exclusive: vec![vec![false; 3]; 3],
+            phases,
+            place,
+            prev: links.prev,
+            next: links.next,
+            joins_in_parallel: links.joins_in_parallel,
+            saving: vec![vec![0.0; 3]; n],
+            segment_cost: Default::default(),
+            launch: vec![],
+            progress: Default::default(),
+        }
+    }
+
+    /// From every branch on one PU (each branch's own optimum, as the per-branch DP ties), a
+    /// branch moved alone to another PU slows all the others: the wide climb spreads the
+    /// branches first, and the plan is close to a third of the single PU's.
+    #[test]
+    fn a_wide_phase_on_one_pu_is_spread() {
+        let p = fork_join(120);
+        assert!(p.is_wide(1));
+        let cfg = SearchConfig { mode: Mode::Parallel, ..Default::default() };
+        let m = best_mapping(&p, &cfg).expect("every op runs somewhere");
+        let plan = p.evaluate(&m.assign, m.schedule).expect("runs").latency_us;
+        let single = p.whole_on(0).expect("runs").latency_us;
+        let third = 20.0 + 120.0 * 60.0 * 1.1 / 3.0;
+        assert!(plan <= third * 1.01, "plan {plan} µs, single PU {single} µs, spread {third} µs");
     }
 }

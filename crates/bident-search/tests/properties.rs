@@ -7,6 +7,8 @@ use proptest::prelude::*;
 
 #[path = "properties/instances.rs"]
 mod instances;
+#[path = "properties/near_optimum.rs"]
+mod near_optimum;
 #[path = "properties/reference.rs"]
 mod reference;
 

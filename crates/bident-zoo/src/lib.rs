@@ -10,6 +10,7 @@ mod control;
 pub mod families;
 mod nets;
 mod probe;
+mod wide;
 
 use bident_ir::proto::{ModelProto, tensor_proto::DataLocation};
 use bident_tensor::DType;
@@ -104,6 +105,9 @@ pub fn build(name: &str, seed: u64) -> Option<ModelProto> {
         let dtype = [DType::F32, DType::F16, DType::I8].into_iter().find(|d| d.name() == dtype)?;
         return probe(op, dtype, n.parse().ok()?);
     }
+    if let Some(n) = name.strip_prefix("fork-join-") {
+        return wide::fork_join(seed, n.parse().ok()?);
+    }
     if let Some(m) = families::build(name, seed) {
         return Some(m);
     }
@@ -172,6 +176,20 @@ mod tests {
         }
         assert_ne!(build_bytes("example", 1), build_bytes("example", 2));
         assert!(build("nope", 0).is_none());
+    }
+
+    /// `fork-join-<n>`: one fork, `n` branches of three nodes, one `Sum` of them all; no model
+    /// for 0 branches, too many, or a count that is not a number.
+    #[test]
+    fn fork_joins_have_the_width_asked_for() {
+        let g = build("fork-join-40", 3).expect("builds").graph.expect("a graph");
+        assert_eq!(g.node.len(), 1 + 3 * 40 + 1);
+        let sum = g.node.iter().find(|n| n.op_type.as_deref() == Some("Sum")).expect("a Sum");
+        assert_eq!(sum.input.len(), 40);
+        assert_eq!(build_bytes("fork-join-40", 3), build_bytes("fork-join-40", 3));
+        for bad in ["fork-join-0", "fork-join-20001", "fork-join-x"] {
+            assert!(build(bad, 0).is_none(), "{bad}");
+        }
     }
 
     #[test]

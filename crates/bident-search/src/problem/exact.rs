@@ -16,6 +16,17 @@ impl Problem {
     /// runs around the phase, which can be as long as the plan ([`Problem::local_measured`]).
     const EXACT_PHASE_LIMIT_SMALL: usize = 4096;
 
+    /// Whether phase `pi` has several branches and more assignments than a parallel climb
+    /// solves exactly ([`Problem::exact_phase`]), and is not climbed as a wide phase.
+    pub(crate) fn hard_phase(&self, pi: usize) -> bool {
+        let phase = &self.phases[pi];
+        let limit = if self.segment_cost.is_empty() { Self::EXACT_PHASE_LIMIT } else { Self::EXACT_PHASE_LIMIT_SMALL };
+        let fits = phase.iter().flatten().try_fold(1usize, |acc, &c| {
+            acc.checked_mul(self.w[c].iter().filter(|w| w.is_some()).count()).filter(|&n| n <= limit)
+        });
+        phase.len() > 1 && fits.is_none() && !self.is_wide(pi)
+    }
+
     /// Solve a phase of several branches exactly (every assignment of its ops, the rest fixed)
     /// when it is small enough; true if its ops moved.
     pub(super) fn exact_phase(&self, assign: &mut [usize], pi: usize, schedule: Schedule, obj: Objective) -> bool {

@@ -124,7 +124,7 @@ impl Problem {
 
     /// The longest a set of PUs with these loads must take: a PU's load, with the largest load
     /// of a PU sharing its hardware (the two never run at once).
-    pub(super) fn busiest(&self, loads: &[f64]) -> f64 {
+    pub(crate) fn busiest(&self, loads: &[f64]) -> f64 {
         // plain loops: the parallel climb's bounds call this a million times
         let mut busiest = 0.0f64;
         for (j, (&load, shares)) in loads.iter().zip(&self.exclusive).enumerate() {

@@ -43,13 +43,24 @@ impl Problem {
                     let joins = self.prev[c].is_none() || self.joins_in_parallel[c];
                     if phase.len() > 1 || k == 0 || k + 1 == b.len() || !chained || !joins {
                         out[c] = true;
-                        for x in self.neighbours(c) {
-                            out[x] = true;
-                            self.neighbours(x).for_each(|y| out[y] = true);
-                        }
                     }
                 }
             }
+        }
+        // and the ops within two links of those, each reached once (a fork's consumers are all
+        // within two links of each other)
+        let mut ring: Vec<usize> = (0..self.ops()).filter(|&c| out[c]).collect();
+        for _ in 0..2 {
+            let mut next = vec![];
+            for &x in &ring {
+                for y in self.neighbours(x) {
+                    if !out[y] {
+                        out[y] = true;
+                        next.push(y);
+                    }
+                }
+            }
+            ring = next;
         }
         out
     }
@@ -67,41 +78,58 @@ impl Problem {
         from_dp: bool,
         memo: &PhaseMemo,
     ) -> usize {
-        /// Graphs from this many ops report the climb's passes.
-        const PROGRESS_FROM: usize = 1000;
         debug_assert_eq!(schedule, Schedule::Parallel, "a sequential climb is `climb_sequential`'s");
-        const MAX_PASSES: usize = 20;
         let climb = ParallelClimb::new(self, (schedule, obj), keep, from_dp, memo);
-        let mut marks = Marks {
+        let marks = Marks {
             dirty: vec![true; self.phases.len()],
             // the ops whose moves a move since the pass began may have changed the price of
             // (every op at first): the next pass tries those only
             hot: if climb.narrowed { self.priced_otherwise() } else { vec![true; self.ops()] },
             touched: vec![false; self.phases.len()],
         };
-        let mut tried = Tried {
-            single: vec![0usize; self.ops()],
-            branch: vec![0usize; climb.branches.len()],
-            block: vec![0usize; climb.order.len() * (Self::MAX_BLOCK + 1)],
-        };
-        let mut moves = 0;
-        // graphs large enough to take a while report each pass
-        let report = self.ops() >= PROGRESS_FROM;
-        for pass in 0..MAX_PASSES {
-            let what = format!("hill climbing, pass {} (at most {MAX_PASSES})", pass + 1);
-            let mut moved = climb.phases(assign, &what, report, &mut marks);
-            let mut trying = climb.trying(&mut marks);
-            let pass = Pass { number: pass, what, report, trying: Cell::from_mut(&mut trying[..]).as_slice_of_cells() };
-            moved += climb.singles(assign, &pass, &mut marks, &mut tried.single);
-            moved += climb.branch_moves(assign, &pass, &mut marks, &mut tried.branch);
-            moved += climb.blocks(assign, &pass, &mut marks, &mut tried.block);
-            moves += moved;
-            if moved == 0 {
-                break;
-            }
-        }
-        moves
+        climb.run(assign, marks)
     }
+
+    /// [`Problem::improve_parallel_with`] from a local optimum of it where `kicked` were then
+    /// moved: only what their moves can have changed is tried at first (as after a move of
+    /// the climb's own).
+    pub(crate) fn improve_parallel_after(
+        &self,
+        assign: &mut [usize],
+        obj: Objective,
+        memo: &PhaseMemo,
+        kicked: &[usize],
+    ) -> usize {
+        let climb = ParallelClimb::new(self, (Schedule::Parallel, obj), true, false, memo);
+        let (np, n) = (self.phases.len(), self.ops());
+        let mut marks = Marks { dirty: vec![false; np], hot: vec![false; n], touched: vec![false; np] };
+        climb.mark_all(kicked, &mut marks);
+        climb.run(assign, marks)
+    }
+}
+
+/// A phase's branches are moved in every combination of each kept or whole on one PU where
+/// there are at most this many combinations, else two at a time
+/// ([`ParallelClimb::combination_moves`]).
+const BRANCH_COMBINATIONS: usize = 1024;
+
+/// Every combination of `branches` each as `assign` has it or whole on one PU: per combination,
+/// the PUs of the branches' ops one after another.
+fn combinations(p: &Problem, assign: &[usize], branches: &[&[usize]]) -> Vec<Vec<usize>> {
+    let ways = p.pus() + 1;
+    let total = ways.pow(branches.len() as u32);
+    (0..total)
+        .map(|code| {
+            let mut digits = code;
+            let mut out = Vec::with_capacity(branches.iter().map(|b| b.len()).sum());
+            for b in branches {
+                let d = digits % ways;
+                digits /= ways;
+                out.extend(b.iter().map(|&c| if d == 0 { assign[c] } else { d - 1 }));
+            }
+            out
+        })
+        .collect()
 }
 
 /// What the parallel climb keeps for its whole run ([`Problem::improve_with`]); what moves change
@@ -217,6 +245,37 @@ impl<'a> ParallelClimb<'a> {
         }
     }
 
+    /// Passes from `marks` until none moves (at most `MAX_PASSES`); returns the moves made.
+    fn run(&self, assign: &mut [usize], mut marks: Marks) -> usize {
+        /// Graphs from this many ops report the climb's passes.
+        const PROGRESS_FROM: usize = 1000;
+        const MAX_PASSES: usize = 20;
+        let p = self.p;
+        let mut tried = Tried {
+            single: vec![0usize; p.ops()],
+            branch: vec![0usize; self.branches.len()],
+            block: vec![0usize; self.order.len() * (Problem::MAX_BLOCK + 1)],
+        };
+        let mut moves = 0;
+        // graphs large enough to take a while report each pass
+        let report = p.ops() >= PROGRESS_FROM;
+        for pass in 0..MAX_PASSES {
+            let what = format!("hill climbing, pass {} (at most {MAX_PASSES})", pass + 1);
+            let mut moved = self.phases(assign, &what, report, &mut marks);
+            let mut trying = self.trying(&mut marks);
+            let pass = Pass { number: pass, what, report, trying: Cell::from_mut(&mut trying[..]).as_slice_of_cells() };
+            moved += self.singles(assign, &pass, &mut marks, &mut tried.single);
+            moved += self.branch_moves(assign, &pass, &mut marks, &mut tried.branch);
+            moved += self.combination_moves(assign, &pass, &mut marks);
+            moved += self.blocks(assign, &pass, &mut marks, &mut tried.block);
+            moves += moved;
+            if moved == 0 {
+                break;
+            }
+        }
+        moves
+    }
+
     /// The kept spans and bounds moves are priced with, where they are kept.
     fn cache(&self) -> Option<&Spans<'a>> {
         (self.keep && self.p.segment_cost.is_empty()).then_some(&self.spans)
@@ -269,6 +328,55 @@ impl<'a> ParallelClimb<'a> {
         }
     }
 
+    /// Every op of `ops` moved (a phase solved or climbed as a whole): as [`ParallelClimb::mark`]
+    /// of each in turn, with each op within two links visited once however many of `ops` it
+    /// is near (a fork's consumers are all near it).
+    fn mark_all(&self, ops: &[usize], m: &mut Marks) {
+        let p = self.p;
+        self.clock.set(self.clock.get() + 1);
+        let now = self.clock.get();
+        let mut phases: Vec<usize> = vec![];
+        for &c in ops {
+            self.spans.forget(p, c);
+            if !phases.contains(&p.place[c].0) {
+                phases.push(p.place[c].0);
+            }
+        }
+        for q in phases {
+            m.dirty[q] = true;
+            for &q1 in &self.linked[q] {
+                m.dirty[q1] = true;
+                self.linked[q1].iter().for_each(|&q2| m.dirty[q2] = true);
+            }
+        }
+        // two rings around the ops, each op reached once (its clock then `now`)
+        let mut ring: Vec<usize> = ops.to_vec();
+        ring.iter().for_each(|&c| self.moved_near[c].set(now));
+        for _ in 0..2 {
+            let mut next = vec![];
+            for &x in &ring {
+                for y in p.neighbours(x) {
+                    if self.moved_near[y].get() != now {
+                        self.moved_near[y].set(now);
+                        next.push(y);
+                    }
+                }
+            }
+            ring.iter().for_each(|&x| m.hot[x] = true);
+            ring = next;
+        }
+        ring.iter().for_each(|&x| m.hot[x] = true);
+        for &c in ops {
+            for x in std::iter::once(c).chain(p.neighbours(c)) {
+                let pi = p.place[x].0;
+                if p.phases[pi].len() > 1 {
+                    m.touched[pi] = true;
+                    self.phase_moved[pi].set(now);
+                }
+            }
+        }
+    }
+
     /// The narrowed first pass also tries, later in it, the ops a move of `c` brings within two
     /// links (as the pass of every op would).
     fn widen(&self, pass: &Pass, c: usize) {
@@ -295,12 +403,12 @@ impl<'a> ParallelClimb<'a> {
             }
             if std::mem::take(&mut m.dirty[pi]) && p.exact_phase(assign, pi, self.schedule, self.obj) {
                 moved += 1;
-                p.phases[pi].iter().flatten().for_each(|&c| self.mark(c, m));
+                self.mark_all(&p.phases[pi].concat(), m);
                 // optimal for the rest as it is now
                 m.dirty[pi] = false;
             } else if self.wide[pi] && p.climb_wide(assign, pi, self.obj) > 0 {
                 moved += 1;
-                p.phases[pi].iter().flatten().for_each(|&c| self.mark(c, m));
+                self.mark_all(&p.phases[pi].concat(), m);
                 m.dirty[pi] = false;
             }
         }
@@ -364,6 +472,44 @@ impl<'a> ParallelClimb<'a> {
                     self.mark(c, m);
                     self.widen(pass, c);
                 });
+            }
+        }
+        moved
+    }
+
+    /// A pass's branch combinations (on graphs of at most [`crate::mapping::RESTART_LIMIT`]
+    /// ops): in each phase the exact search leaves to the climb
+    /// ([`Problem::hard_phase`]) with one of its ops to try this pass, every combination of its branches each kept as it is or moved
+    /// whole to one PU, where there are at most [`BRANCH_COMBINATIONS`]; else every two branches
+    /// so. Balancing a phase often takes branches trading places, which no move of one branch
+    /// makes (the first half of the trade makes the phase longer). Returns how many moved.
+    fn combination_moves(&self, assign: &mut [usize], pass: &Pass, m: &mut Marks) -> usize {
+        let p = self.p;
+        let mut moved = 0;
+        if p.ops() > crate::mapping::RESTART_LIMIT {
+            // hundreds of combinations in every phase of a large graph cost more than they find
+            return 0;
+        }
+        for pi in (0..p.phases.len()).filter(|&pi| p.hard_phase(pi)) {
+            let phase = &p.phases[pi];
+            let ways = p.pus() + 1;
+            let groups: Vec<Vec<usize>> = match ways.checked_pow(phase.len() as u32) {
+                Some(n) if n <= BRANCH_COMBINATIONS => vec![(0..phase.len()).collect()],
+                _ => (0..phase.len()).flat_map(|a| (a + 1..phase.len()).map(move |b| vec![a, b])).collect(),
+            };
+            for group in groups {
+                let ops: Vec<usize> = group.iter().flat_map(|&b| phase[b].iter().copied()).collect();
+                if !ops.iter().any(|&c| pass.trying[c].get()) {
+                    continue;
+                }
+                let choices = combinations(p, assign, &group.iter().map(|&b| &phase[b][..]).collect::<Vec<_>>());
+                if p.best_move(assign, &ops, &choices, (self.schedule, self.obj), self.cache()) {
+                    moved += 1;
+                    ops.iter().for_each(|&c| {
+                        self.mark(c, m);
+                        self.widen(pass, c);
+                    });
+                }
             }
         }
         moved
