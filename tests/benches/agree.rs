@@ -118,7 +118,12 @@ fn main() {
             let found = bident_profile::measure_segments(&g, &soc, be.as_ref(), &cfg, None, &wanted, &mut |_| {})
                 .expect("measures");
             let c = found[j].per_pu[j].as_ref().expect("measured");
-            println!("{r} refine, a cut plan's round     {:7.1} µs (infer {:.1}, {} runs)", total(c), c.weight_us(), c.runs);
+            println!(
+                "{r} refine, a cut plan's round     {:7.1} µs (infer {:.1}, {} runs)",
+                total(c),
+                c.weight_us(),
+                c.runs
+            );
         }
         if want("refine-batch") {
             let n = g.ops.len() as u32;

@@ -68,7 +68,8 @@ impl ImportArgs {
 #[command(next_help_heading = "SoC and PUs")]
 pub struct SocArgs {
     /// SoC: a preset, `local` (each backend's device whole and not pinned, in f32, and OpenVINO's
-    /// CPU at its default precision where that is not f32), `cores` (`local`, and one pinned
+    /// CPU at its default precision where that is not f32; beside them, run whole only, each
+    /// engine on 1, 2, 4, ... pinned threads in each precision), `cores` (`local`, and one pinned
     /// single-threaded f32 PU per CPU core and backend), `all` (`cores`, and each core at the
     /// default precision), `cores-mixed` (the first core on OpenVINO, the second on ONNX
     /// Runtime) or `lunar-lake` (virtual: the paper's CPU + GPU + NPU as an analytic model,
