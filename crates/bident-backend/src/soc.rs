@@ -54,7 +54,7 @@ pub struct PuSpec {
     /// Declared sustained power in watts, used where power is not measured.
     pub declared_power_w: f64,
     /// A whole-model configuration: the PU runs the whole model or nothing, and is measured
-    /// whole, never op by op (the tuned candidates of a preset, [`whole_model_configurations`]).
+    /// whole, never op by op (a preset's whole-model configurations, [`SocSpec::preset_with`]).
     #[serde(default)]
     pub whole_only: bool,
 }
@@ -427,6 +427,10 @@ impl SocSpec {
     /// - `cores-mixed`: the first two cores this process may run on, the first an OpenVINO PU
     ///   and the second an ONNX Runtime PU, each single-threaded, pinned and f32 (needs both
     ///   backends and two cores).
+    ///
+    /// `local`, `cores` and `all` also have the whole-model configurations a careful user tries by
+    /// hand (`whole_model_configurations`: 1, 2, 4, ... pinned threads below every core, in f32
+    /// and at the CPU's default precision), as whole-only PUs ([`PuSpec::whole_only`]).
     ///
     /// PUs of one preset may share cores (`CPU` and `CPU.ort`, `core0` and `core0.ort`): they
     /// never run at once ([`SocSpec::exclusive`]).

@@ -154,7 +154,9 @@ fn whole_runs<'a>(t: &'a CostTable, order: &'a [usize]) -> impl Iterator<Item = 
     let whole = move |ops: &[u32]| ops.len() == order.len() && ops.iter().zip(order).all(|(&a, &b)| a as usize == b);
     t.soc.pus.iter().enumerate().filter(|(_, pu)| pu.whole_only).filter_map(move |(j, _)| {
         let run = t.segments.iter().rev().filter(|s| whole(&s.ops)).find_map(|s| s.per_pu.get(j)?.as_ref());
-        run.or_else(|| t.cost(order[0] as u32, j).filter(|_| order.len() == 1)).map(|c| (j, c))
+        // a one-op model's whole run is its op's entry
+        let one = || if let [op] = order { t.cost(*op as u32, j) } else { None };
+        run.or_else(one).map(|c| (j, c))
     })
 }
 
