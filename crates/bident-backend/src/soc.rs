@@ -266,6 +266,10 @@ impl SocSpec {
                 return Err(bad(format!("PU `{}`: declared power must be a positive number of watts", pu.name)));
             }
         }
+        // a whole-only PU is measured whole, never op by op: with only those no op has a cost
+        if self.pus.iter().all(|p| p.whole_only) {
+            return Err(bad("every PU is `whole_only`: at least one must run ops one by one".into()));
+        }
         Ok(())
     }
 
@@ -443,7 +447,7 @@ impl PuFile {
             properties: self.properties.clone(),
             cores: self.cores.clone(),
             declared_power_w: self.declared_power_w,
-            whole_only: false,
+            whole_only: self.whole_only,
         }
     }
 }
@@ -484,5 +488,25 @@ mod tests {
         assert_eq!(pairs, [(0, 1), (0, 2), (0, 3), (1, 3)]);
         assert!((0..5).all(|i| (0..5).all(|j| x[i][j] == x[j][i]) && !x[i][i]));
         assert!(soc.to_toml().contains("shared_cores = true"));
+    }
+
+    /// A spec file's `whole_only` reaches the PU, and a PU's is written back to its file.
+    #[test]
+    fn a_spec_file_keeps_whole_only() {
+        let pu = |whole_only: bool| PuSpec {
+            name: "a".into(),
+            backend: "openvino".into(),
+            kind: PuKind::Cpu,
+            device: "CPU".into(),
+            properties: Default::default(),
+            cores: vec![],
+            declared_power_w: 1.0,
+            whole_only,
+        };
+        let soc =
+            SocSpec { name: "s".into(), backend: "openvino".into(), simulated: false, pus: vec![pu(false), pu(true)] };
+        let file: SocFile = toml::from_str(&soc.to_toml()).expect("its own file");
+        let read: Vec<bool> = file.pu.iter().map(|p| p.spec("openvino").whole_only).collect();
+        assert_eq!(read, [false, true]);
     }
 }
