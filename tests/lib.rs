@@ -400,3 +400,44 @@ pub fn cores_to_myself() -> std::sync::MutexGuard<'static, ()> {
     static CORES: std::sync::Mutex<()> = std::sync::Mutex::new(());
     CORES.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
+
+/// `inner` with every executable it compiles, plain or profiled, handed to `wrap` with its PU:
+/// how a test counts executables or changes how they run, on the engine otherwise as it is.
+/// `note` goes into the version (so a profile cache never mixes its figures with the engine's).
+pub struct Wrapping<F> {
+    pub inner: Arc<dyn bident_backend::Backend>,
+    pub note: String,
+    pub wrap: F,
+}
+
+type Exe = Box<dyn bident_backend::Executable>;
+
+impl<F> bident_backend::Backend for Wrapping<F>
+where
+    F: Fn(Exe, &bident_backend::PuSpec) -> Exe + Send + Sync,
+{
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn version(&self) -> String {
+        match self.note.as_str() {
+            "" => self.inner.version(),
+            note => format!("{} ({note})", self.inner.version()),
+        }
+    }
+    fn devices(&self) -> Result<Vec<bident_backend::DeviceInfo>, bident_backend::BackendError> {
+        self.inner.devices()
+    }
+    fn compile(&self, onnx: &[u8], pu: &bident_backend::PuSpec) -> Result<Exe, bident_backend::BackendError> {
+        Ok((self.wrap)(self.inner.compile(onnx, pu)?, pu))
+    }
+    fn compile_profiled(&self, onnx: &[u8], pu: &bident_backend::PuSpec) -> Result<Exe, bident_backend::BackendError> {
+        Ok((self.wrap)(self.inner.compile_profiled(onnx, pu)?, pu))
+    }
+    fn timing_meaning(&self, pu: &bident_backend::PuSpec) -> String {
+        self.inner.timing_meaning(pu)
+    }
+    fn quiet(&self, pu: &bident_backend::PuSpec) -> bident_backend::PuSpec {
+        self.inner.quiet(pu)
+    }
+}

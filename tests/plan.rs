@@ -672,14 +672,8 @@ fn the_search_refuses_a_broken_table_in_memory() {
     assert!(err.to_string().contains("CACHE_DIR"), "{err}");
 }
 
-/// A backend that counts the executables alive at once (plain and profiled), around another.
-struct Counting {
-    inner: std::sync::Arc<dyn bident_backend::Backend>,
-    live: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    peak: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-}
-
-/// An executable [`Counting`] counts until it is dropped.
+/// An executable counted alive in `.1` until it is dropped
+/// (`the_profile_holds_one_batch_of_executables_at_a_time`).
 struct Live(Box<dyn bident_backend::Executable>, std::sync::Arc<std::sync::atomic::AtomicUsize>);
 
 impl Drop for Live {
@@ -709,58 +703,19 @@ impl bident_backend::Executable for Live {
     }
 }
 
-impl Counting {
-    fn count(
-        &self,
-        exe: Result<Box<dyn bident_backend::Executable>, bident_backend::BackendError>,
-    ) -> Result<Box<dyn bident_backend::Executable>, bident_backend::BackendError> {
-        use std::sync::atomic::Ordering::SeqCst;
-        let exe = exe?;
-        let now = self.live.fetch_add(1, SeqCst) + 1;
-        self.peak.fetch_max(now, SeqCst);
-        Ok(Box::new(Live(exe, self.live.clone())))
-    }
-}
-
-impl bident_backend::Backend for Counting {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn version(&self) -> String {
-        self.inner.version()
-    }
-    fn devices(&self) -> Result<Vec<bident_backend::DeviceInfo>, bident_backend::BackendError> {
-        self.inner.devices()
-    }
-    fn compile(
-        &self,
-        onnx: &[u8],
-        pu: &bident_backend::PuSpec,
-    ) -> Result<Box<dyn bident_backend::Executable>, bident_backend::BackendError> {
-        self.count(self.inner.compile(onnx, pu))
-    }
-    fn compile_profiled(
-        &self,
-        onnx: &[u8],
-        pu: &bident_backend::PuSpec,
-    ) -> Result<Box<dyn bident_backend::Executable>, bident_backend::BackendError> {
-        self.count(self.inner.compile_profiled(onnx, pu))
-    }
-    fn timing_meaning(&self, pu: &bident_backend::PuSpec) -> String {
-        self.inner.timing_meaning(pu)
-    }
-    fn quiet(&self, pu: &bident_backend::PuSpec) -> bident_backend::PuSpec {
-        self.inner.quiet(pu)
-    }
-}
-
 /// The profile compiles, times and drops its units in batches: a model with more units than a
 /// batch never has more than a batch's executables (plain and profiled) alive on a PU, so its
 /// memory grows with the batch and not with the model's op count.
 #[test]
 fn the_profile_holds_one_batch_of_executables_at_a_time() {
-    let inner: std::sync::Arc<dyn bident_backend::Backend> = backend();
-    let counting = Counting { inner, live: Default::default(), peak: Default::default() };
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let (live, peak) = (std::sync::Arc::new(AtomicUsize::new(0)), std::sync::Arc::new(AtomicUsize::new(0)));
+    let (l, p) = (live.clone(), peak.clone());
+    let wrap = move |exe, _: &bident_backend::PuSpec| -> Box<dyn bident_backend::Executable> {
+        p.fetch_max(l.fetch_add(1, SeqCst) + 1, SeqCst);
+        Box::new(Live(exe, l.clone()))
+    };
+    let counting = bident_tests::Wrapping { inner: backend(), note: String::new(), wrap };
     let soc = SocSpec::preset_with("local", &counting, bident_backend::soc::Precisions::Exact).expect("local");
     let case = ModelCase { model: "zoo:attention".into(), input_shape: Default::default(), fusion: None };
     let g = import(&case, &root().join("tests/data/import/attention.yaml"));
@@ -772,11 +727,11 @@ fn the_profile_holds_one_batch_of_executables_at_a_time() {
     let cfg = bident_profile::ProfileConfig { warmup: 1, runs: 2, adaptive: false, segments, ..Default::default() };
     let table = bident_profile::profile(&g, &soc, &counting, &cfg, None, &mut |_| {}).expect("profile");
     assert!(table.ops.iter().all(|o| o.per_pu.iter().any(Option::is_some)), "every op measured somewhere");
-    let peak = counting.peak.load(std::sync::atomic::Ordering::SeqCst);
+    let peak = peak.load(SeqCst);
     assert!(
         peak <= 2 * bident_profile::BATCH,
         "{peak} executables alive at once, batches of {}",
         bident_profile::BATCH
     );
-    assert_eq!(counting.live.load(std::sync::atomic::Ordering::SeqCst), 0, "every executable dropped");
+    assert_eq!(live.load(SeqCst), 0, "every executable dropped");
 }

@@ -419,62 +419,19 @@ fn a_server_prices_a_pu_that_recovers_as_profiled_again() {
     }
 }
 
-/// `inner`, its PUs running [`ALTERNATION`] longer where another PU ran last in the process:
-/// what an engine meets after another's run on cores they share (its pool asleep, the other's
-/// still awake). On the silero VAD, 13 ops on OpenVINO's `CPU.bf16` then 7 on ONNX Runtime's
-/// `CPU.ort`, called back to back on one thread, took 48-50 and 24-48 µs, and called in turn,
-/// as an inference runs them, 85-96 and 64-70 µs. Here the penalty is made far larger than an
-/// op's time, so that a busy machine cannot hide it.
-struct Alternating {
-    inner: Arc<dyn Backend>,
-    last: Arc<std::sync::Mutex<String>>,
-}
-
+/// Each PU's executables run [`ALTERNATION`] longer where another PU ran last in the process
+/// (`last`, shared by a [`bident_tests::Wrapping`] backend's executables): what an engine meets
+/// after another's run on cores they share (its pool asleep, the other's still awake). On the
+/// silero VAD, 13 ops on OpenVINO's `CPU.bf16` then 7 on ONNX Runtime's `CPU.ort`, called back
+/// to back on one thread, took 48-50 and 24-48 µs, and called in turn, as an inference runs
+/// them, 85-96 and 64-70 µs. Here the penalty is made far larger than an op's time, so that a
+/// busy machine cannot hide it.
 const ALTERNATION: Duration = Duration::from_millis(2);
 
 struct AlternatingExe {
     inner: Box<dyn bident_backend::Executable>,
     pu: String,
     last: Arc<std::sync::Mutex<String>>,
-}
-
-impl Alternating {
-    fn wrap(
-        &self,
-        exe: Result<Box<dyn bident_backend::Executable>, bident_backend::BackendError>,
-        pu: &bident_backend::PuSpec,
-    ) -> Result<Box<dyn bident_backend::Executable>, bident_backend::BackendError> {
-        Ok(Box::new(AlternatingExe { inner: exe?, pu: pu.name.clone(), last: self.last.clone() }))
-    }
-}
-
-impl Backend for Alternating {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn version(&self) -> String {
-        format!("{} (alternation costs {ALTERNATION:?})", self.inner.version())
-    }
-    fn devices(&self) -> Result<Vec<bident_backend::DeviceInfo>, bident_backend::BackendError> {
-        self.inner.devices()
-    }
-    fn compile(
-        &self,
-        onnx: &[u8],
-        pu: &bident_backend::PuSpec,
-    ) -> Result<Box<dyn bident_backend::Executable>, bident_backend::BackendError> {
-        self.wrap(self.inner.compile(onnx, pu), pu)
-    }
-    fn compile_profiled(
-        &self,
-        onnx: &[u8],
-        pu: &bident_backend::PuSpec,
-    ) -> Result<Box<dyn bident_backend::Executable>, bident_backend::BackendError> {
-        self.wrap(self.inner.compile_profiled(onnx, pu), pu)
-    }
-    fn timing_meaning(&self, pu: &bident_backend::PuSpec) -> String {
-        self.inner.timing_meaning(pu)
-    }
 }
 
 impl bident_backend::Executable for AlternatingExe {
@@ -508,14 +465,19 @@ impl bident_backend::Executable for AlternatingExe {
 }
 
 /// Profile, refine and run price one configuration alike (issue 60): a plan cut across two
-/// PUs whose engines slow each other down ([`Alternating`]). Timed alone, as the profile and
+/// PUs whose engines slow each other down ([`AlternatingExe`]). Timed alone, as the profile and
 /// refine time a segment, each segment misses what the run meets; refine prices the plan's
 /// segments from a session of the plan, and those prices are the run's figures for them.
 #[test]
 fn refine_prices_a_plans_segments_as_its_run_times_them() {
     use bident_profile::ProfileConfig;
     let _cores = bident_tests::cores_to_myself();
-    let be: Arc<dyn Backend> = Arc::new(Alternating { inner: backend(), last: Arc::default() });
+    let last: Arc<std::sync::Mutex<String>> = Arc::default();
+    let wrap = move |inner, pu: &bident_backend::PuSpec| -> Box<dyn bident_backend::Executable> {
+        Box::new(AlternatingExe { inner, pu: pu.name.clone(), last: last.clone() })
+    };
+    let be: Arc<dyn Backend> =
+        Arc::new(bident_tests::Wrapping { inner: backend(), note: format!("alternation costs {ALTERNATION:?}"), wrap });
     let (g, phased) = model("example");
     let soc = bident_tests::pinned_cores(be.as_ref());
     let cfg = ProfileConfig { warmup: 2, runs: 10, adaptive: false, ..Default::default() };
