@@ -13,7 +13,7 @@ mod common;
 mod references;
 mod serve;
 
-use common::{last_json, recorded_example, root, stderr, xtask};
+use common::{last_json, recorded_example, root, stderr, succeeded_json, xtask};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -217,9 +217,7 @@ fn soc_spec_files() {
         &tmp.path().display().to_string(),
         "--json",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    let j: serde_norway::Value = last_json(&stdout);
+    let (stdout, j) = succeeded_json(&o);
     assert_eq!(j["soc"].as_str(), Some("core0-and-cpu"), "{stdout}");
     assert!(j["max_abs_err"].as_f64().is_some_and(|e| e <= 1e-4), "{stdout}");
 
@@ -479,9 +477,7 @@ fn concurrent_plan_of_two_models() {
         args.push(&out);
         args.extend(extra.iter().copied());
         let o = xtask(&args);
-        assert!(o.status.success(), "{}", stderr(&o));
-        let stdout = String::from_utf8_lossy(&o.stdout);
-        let j: serde_norway::Value = last_json(&stdout);
+        let (stdout, j) = succeeded_json(&o);
         assert_eq!(j["mode"].as_str(), Some("concurrent"), "{stdout}");
         assert_eq!(j["simulated"].as_bool(), Some(true), "{stdout}");
         let speedup = j["predicted_speedup"].as_f64().expect("speedup");
@@ -507,9 +503,7 @@ fn concurrent_plan_of_two_models() {
         &dir,
         "--json",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    let j: serde_norway::Value = last_json(&stdout);
+    let (stdout, j) = succeeded_json(&o);
     assert_eq!((j["mode"].as_str(), j["simulated"].as_bool()), (Some("concurrent"), Some(false)), "{stdout}");
     assert!(j["measured_us"].as_f64().is_some_and(|us| us > 0.0), "{stdout}");
     assert!(j["tolerance"].as_str().is_some_and(|t| t.contains("of the f32 whole model")), "{stdout}");
@@ -567,9 +561,7 @@ fn plans_run_for_real_on_the_cores() {
         "3",
         "--json",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    let j: serde_norway::Value = last_json(&stdout);
+    let (stdout, j) = succeeded_json(&o);
     for key in ["measured_us", "prediction_error", "measured_backend_default_us", "speedup_vs_backend_default"] {
         assert!(j[key].as_f64().is_some_and(|v| v.is_finite() && v >= 0.0), "{key}: {stdout}");
     }
@@ -599,9 +591,7 @@ fn two_models_run_for_real_on_the_cores() {
         &pair.path().display().to_string(),
         "--json",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    let j: serde_norway::Value = last_json(&stdout);
+    let (stdout, j) = succeeded_json(&o);
     assert_eq!(j["mode"].as_str(), Some("concurrent"), "{stdout}");
     assert!(j["measured_us"].as_f64().is_some_and(|v| v > 0.0), "{stdout}");
     assert!(pair.path().join("gantt.svg").is_file());
@@ -695,9 +685,7 @@ fn passes_are_chosen_by_name() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let d = tmp.path().display().to_string();
     let o = xtask(&["pipeline", "--out", &d, "--soc", "lunar-lake", "--search", "greedy", "--json"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    let j: serde_norway::Value = last_json(&stdout);
+    let (stdout, j) = succeeded_json(&o);
     assert_eq!(j["search"].as_str(), Some("greedy"), "{stdout}");
     let o = xtask(&["passes"]);
     let listed = String::from_utf8_lossy(&o.stdout);

