@@ -8,6 +8,7 @@ use crate::{Backend, BackendError};
 
 mod presets;
 
+#[cfg(feature = "openvino")]
 pub(crate) use presets::sysfs_devices;
 pub use presets::{PRESETS, hybrid_cores};
 
