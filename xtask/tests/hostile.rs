@@ -397,7 +397,7 @@ fn every_file_is_read_and_written_through_one_place() {
         ("crates/bident-artifact/src/files.rs", "the one place"),
         ("crates/bident-profile/src/cache.rs", "/proc/loadavg"),
         ("crates/bident-profile/src/power.rs", "RAPL counters under /sys"),
-        ("crates/bident-backend/src/soc.rs", "core types under /sys"),
+        ("crates/bident-backend/src/soc/presets.rs", "core types under /sys"),
         ("crates/bident-backend/src/lib.rs", "/proc/stat, /proc/cpuinfo and this process's tasks"),
         (
             "crates/bident-backend/src/onnxruntime/mod.rs",
